@@ -1,0 +1,165 @@
+//! REST calls through `gcp-bigquery-client`.
+
+use super::{Endpoints, TableRef};
+use crate::schema::{Schema, SchemaError};
+use async_trait::async_trait;
+use gcp_bigquery_client::auth::Authenticator;
+use gcp_bigquery_client::error::BQError;
+use gcp_bigquery_client::model::dataset::Dataset;
+use gcp_bigquery_client::model::query_request::QueryRequest;
+use gcp_bigquery_client::model::table::Table;
+use gcp_bigquery_client::model::table_schema::TableSchema;
+use gcp_bigquery_client::Client;
+use std::sync::Arc;
+
+/// REST failures, with the table they concern.
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    /// The client could not be built (credentials, URL).
+    #[error("cannot build the BigQuery client for {endpoint}: {source}")]
+    Client {
+        /// REST base URL.
+        endpoint: String,
+        /// Cause.
+        source: BQError,
+    },
+    /// The table does not exist or cannot be read.
+    #[error("cannot read table {table} ({endpoint}): {source}")]
+    GetTable {
+        /// Table.
+        table: TableRef,
+        /// REST base URL.
+        endpoint: String,
+        /// Cause.
+        source: BQError,
+    },
+    /// The table has a schema that flexrun cannot map onto.
+    #[error("table {table}: {source}")]
+    Schema {
+        /// Table.
+        table: TableRef,
+        /// Cause.
+        source: SchemaError,
+    },
+    /// Any other call.
+    #[error("BigQuery {what}: {source}")]
+    Call {
+        /// What was attempted.
+        what: String,
+        /// Cause.
+        source: BQError,
+    },
+}
+
+/// The emulator checks no credentials; this hands the client a fixed token.
+#[derive(Clone)]
+struct NoAuth;
+
+#[async_trait]
+impl Authenticator for NoAuth {
+    async fn access_token(&self) -> Result<String, BQError> {
+        Ok("flexrun-emulator".into())
+    }
+}
+
+/// The REST client for `endpoints`.
+pub async fn client(endpoints: &Endpoints) -> Result<Client, RestError> {
+    let mut b = gcp_bigquery_client::client_builder::ClientBuilder::new();
+    b.with_v2_base_url(endpoints.rest.clone());
+    let r = if endpoints.emulator { b.build_from_authenticator(Arc::new(NoAuth)).await } else { b.build_from_application_default_credentials().await };
+    r.map_err(|source| RestError::Client { endpoint: endpoints.rest.clone(), source })
+}
+
+fn to_schema(table: &TableRef, s: &TableSchema) -> Result<Schema, RestError> {
+    let json = serde_json::to_value(s).expect("TableSchema serializes");
+    Schema::from_json(&json).map_err(|source| RestError::Schema { table: table.clone(), source })
+}
+
+fn from_schema(s: &Schema) -> TableSchema {
+    fn fields(s: &Schema) -> serde_json::Value {
+        serde_json::Value::Array(
+            s.columns
+                .iter()
+                .map(|c| {
+                    let mode = match c.mode {
+                        crate::schema::Mode::Nullable => "NULLABLE",
+                        crate::schema::Mode::Required => "REQUIRED",
+                        crate::schema::Mode::Repeated => "REPEATED",
+                    };
+                    let mut v = serde_json::json!({"name": c.name, "type": c.type_name, "mode": mode});
+                    if let Some(sub) = &c.fields {
+                        v["fields"] = fields(sub);
+                    }
+                    v
+                })
+                .collect(),
+        )
+    }
+    serde_json::from_value(serde_json::json!({ "fields": fields(s) })).expect("schema JSON converts")
+}
+
+/// The destination table's schema (the table must exist: Google's JSON path uses CREATE_NEVER).
+pub async fn table_schema(c: &Client, endpoints: &Endpoints, t: &TableRef) -> Result<Schema, RestError> {
+    let table = c.table().get(&t.project, &t.dataset, &t.table, None).await.map_err(|source| RestError::GetTable { table: t.clone(), endpoint: endpoints.rest.clone(), source })?;
+    to_schema(t, &table.schema)
+}
+
+/// Create the dataset if it is missing.
+pub async fn ensure_dataset(c: &Client, project: &str, dataset: &str) -> Result<(), RestError> {
+    if c.dataset().get(project, dataset).await.is_ok() {
+        return Ok(());
+    }
+    match c.dataset().create(Dataset::new(project, dataset)).await {
+        Ok(_) => Ok(()),
+        // Created meanwhile by someone else.
+        Err(_) if c.dataset().get(project, dataset).await.is_ok() => Ok(()),
+        Err(source) => Err(RestError::Call { what: format!("create dataset {project}:{dataset}"), source }),
+    }
+}
+
+/// Create the table with `schema` if it is missing; return its actual schema.
+pub async fn ensure_table(c: &Client, endpoints: &Endpoints, t: &TableRef, schema: &Schema) -> Result<Schema, RestError> {
+    if let Ok(s) = table_schema(c, endpoints, t).await {
+        return Ok(s);
+    }
+    ensure_dataset(c, &t.project, &t.dataset).await?;
+    if let Err(source) = c.table().create(Table::new(&t.project, &t.dataset, &t.table, from_schema(schema))).await {
+        if table_schema(c, endpoints, t).await.is_err() {
+            return Err(RestError::Call { what: format!("create table {t}"), source });
+        }
+    }
+    table_schema(c, endpoints, t).await
+}
+
+/// Delete a table if it exists.
+pub async fn drop_table(c: &Client, t: &TableRef) {
+    let _ = c.table().delete_if_exists(&t.project, &t.dataset, &t.table).await;
+}
+
+/// Run a query and return the first row's integer columns (for counts).
+pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Option<i64>>, RestError> {
+    let resp = c.job().query(project, QueryRequest::new(sql)).await.map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+    let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
+    if !rs.next_row() {
+        return Ok(Vec::new());
+    }
+    let n = rs.column_names().len();
+    (0..n)
+        .map(|i| rs.get_i64(i).or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok()))).map_err(|source| RestError::Call { what: format!("read column {i} of {sql:?}"), source }))
+        .collect()
+}
+
+/// Run a query and return every row as strings (for tests and the demo).
+pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, RestError> {
+    let mut req = QueryRequest::new(sql);
+    req.max_results = Some(100_000);
+    let resp = c.job().query(project, req).await.map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+    let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
+    let n = rs.column_names().len();
+    let mut out = Vec::new();
+    while rs.next_row() {
+        let row = (0..n).map(|i| rs.get_json_value(i).ok().flatten().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))).collect();
+        out.push(row);
+    }
+    Ok(out)
+}

@@ -1,0 +1,413 @@
+//! The `flexrun` command line.
+//!
+//! ```text
+//! flexrun --template kafka-to-bq --parameters k=v,k=v [run flags]
+//! flexrun run --template kafka-to-bq --parameters ...            (same thing)
+//! flexrun dataflow flex-template run JOB --template-file-gcs-location=gs://dataflow-templates-REGION/latest/flex/Kafka_to_BigQuery_Flex --parameters ...
+//! flexrun templates list | describe NAME
+//! flexrun local create-topic | create-table | produce | count      (local stack helpers)
+//! ```
+//! Bad flags and bad parameters exit with status 2 before anything connects.
+
+use crate::config::SinkKind;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Runs Google's Dataflow templates for real on this machine.
+#[derive(Debug, Parser)]
+#[command(name = "flexrun", version, args_conflicts_with_subcommands = true, disable_help_subcommand = true)]
+pub struct Cli {
+    /// A subcommand; without one, flexrun runs `--template`.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Run flags for the no-subcommand form.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a template (the same as giving --template without a subcommand).
+    Run(RunArgs),
+    /// gcloud-compatible entry point: `flexrun dataflow flex-template run JOB ...`.
+    Dataflow {
+        /// Only `flex-template` exists.
+        #[command(subcommand)]
+        group: DataflowGroup,
+    },
+    /// List or describe the built-in templates.
+    Templates {
+        /// What to show.
+        #[command(subcommand)]
+        action: TemplatesAction,
+    },
+    /// Helpers for the local stack (topics, tables, sample data, counts).
+    Local {
+        /// What to do.
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+}
+
+/// `flexrun dataflow ...`
+#[derive(Debug, Subcommand)]
+pub enum DataflowGroup {
+    /// `flexrun dataflow flex-template ...`
+    #[command(name = "flex-template")]
+    FlexTemplate {
+        /// Only `run` exists.
+        #[command(subcommand)]
+        action: FlexTemplateAction,
+    },
+}
+
+/// `flexrun dataflow flex-template ...`
+#[derive(Debug, Subcommand)]
+pub enum FlexTemplateAction {
+    /// Run a flex template, as `gcloud dataflow flex-template run` does.
+    Run(GcloudRunArgs),
+}
+
+/// The arguments of `gcloud dataflow flex-template run`.
+#[derive(Debug, Args)]
+pub struct GcloudRunArgs {
+    /// The job name (checkpoints are kept under it; a restart resumes).
+    pub job_name: String,
+    /// The template spec path, e.g. gs://dataflow-templates-us-central1/latest/flex/Kafka_to_BigQuery_Flex.
+    #[arg(long)]
+    pub template_file_gcs_location: String,
+    /// Template parameters as gcloud takes them: k=v,k=v (or ^;^k=v;k=v).
+    #[arg(long)]
+    pub parameters: Vec<String>,
+    /// gcloud and flexrun flags shared with `flexrun run`.
+    #[command(flatten)]
+    pub flags: JobFlags,
+}
+
+/// `flexrun run` / no-subcommand arguments.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// The template to run (see `flexrun templates list`).
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Template parameters: k=v,k=v (or ^;^k=v;k=v); may be repeated.
+    #[arg(long)]
+    pub parameters: Vec<String>,
+    /// The job name (default: the template name). A restart with the same name resumes.
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// Shared flags.
+    #[command(flatten)]
+    pub flags: JobFlags,
+}
+
+/// Where rows go.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum SinkArg {
+    /// BigQuery (emulator or Google).
+    #[default]
+    Bigquery,
+    /// Map and encode rows, then only count them (benchmarks; needs --schema-file).
+    Stats,
+}
+
+/// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
+#[derive(Debug, Args, Default, Clone)]
+pub struct JobFlags {
+    /// gcloud: initial worker count (recorded).
+    #[arg(long)]
+    pub num_workers: Option<u32>,
+    /// gcloud: maximum worker count (recorded).
+    #[arg(long)]
+    pub max_workers: Option<u32>,
+    /// gcloud: worker machine type, e.g. e2-standard-2 (recorded).
+    #[arg(long)]
+    pub worker_machine_type: Option<String>,
+    /// gcloud: project (recorded; BigQuery tables name their own project).
+    #[arg(long)]
+    pub project: Option<String>,
+    /// gcloud: region (recorded).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// gcloud: Streaming Engine (Google's template always turns it on; recorded).
+    #[arg(long)]
+    pub enable_streaming_engine: bool,
+    /// gcloud: experiments, comma-separated; streaming_mode_at_least_once selects at-least-once.
+    #[arg(long, value_delimiter = ',')]
+    pub additional_experiments: Vec<String>,
+    /// Where job checkpoints live [env: FLEXRUN_CHECKPOINT_DIR; default ~/.local/state/flexrun/jobs].
+    #[arg(long, env = "FLEXRUN_CHECKPOINT_DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// BigQuery REST emulator host:port [env: BIGQUERY_EMULATOR_HOST]. Without it and
+    /// --bigquery-grpc-endpoint, Google's endpoints and Application Default Credentials are used.
+    #[arg(long)]
+    pub bigquery_endpoint: Option<String>,
+    /// BigQuery Storage Write emulator host:port [env: BIGQUERY_STORAGE_EMULATOR_HOST].
+    #[arg(long)]
+    pub bigquery_grpc_endpoint: Option<String>,
+    /// Drain and exit after no message arrived for this long (e.g. 5s, 500ms, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Largest encoded row; larger ones go to the dead-letter table (Beam's default).
+    #[arg(long, default_value_t = crate::transform::DEFAULT_MAX_ROW_BYTES, value_parser = usize_in::<1, 10_000_000>)]
+    pub max_row_bytes: usize,
+    /// Append a batch once its messages reach this many bytes (Beam's 2 MiB threshold).
+    #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = usize_in::<1024, 9_000_000>)]
+    pub batch_bytes: usize,
+    /// Append a batch once it has this many messages.
+    #[arg(long, default_value_t = 10_000, value_parser = usize_in::<1, 1_000_000>)]
+    pub batch_rows: usize,
+    /// Where rows go.
+    #[arg(long, value_enum, default_value_t = SinkArg::Bigquery)]
+    pub sink: SinkArg,
+    /// BigQuery JSON schema file, for --sink stats.
+    #[arg(long)]
+    pub schema_file: Option<String>,
+    /// Also write the end-of-job summary as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}
+
+impl JobFlags {
+    /// The sink these flags choose, or why they are inconsistent.
+    pub fn sink(&self) -> Result<SinkKind, String> {
+        match (self.sink, &self.schema_file) {
+            (SinkArg::Bigquery, None) => Ok(SinkKind::BigQuery),
+            (SinkArg::Bigquery, Some(_)) => Err("--schema-file is only used with --sink stats (with BigQuery the table's own schema is used)".into()),
+            (SinkArg::Stats, Some(f)) => Ok(SinkKind::Stats { schema_file: f.clone() }),
+            (SinkArg::Stats, None) => Err("--sink stats needs --schema-file (a BigQuery JSON schema)".into()),
+        }
+    }
+
+    /// Notes on gcloud flags that are recorded but do not change a local run.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = Vec::new();
+        if let Some(w) = self.num_workers {
+            n.push(format!("--num-workers={w}: recorded; this local run executes every shard in this one process"));
+        }
+        if let Some(w) = self.max_workers {
+            n.push(format!("--max-workers={w}: recorded; there is no autoscaling in a local run yet"));
+        }
+        if let Some(m) = &self.worker_machine_type {
+            n.push(format!("--worker-machine-type={m}: recorded; a local run uses this machine's cores"));
+        }
+        if let Some(p) = &self.project {
+            n.push(format!("--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"));
+        }
+        if let Some(r) = &self.region {
+            n.push(format!("--region={r}: recorded; a local run has no region"));
+        }
+        if self.enable_streaming_engine {
+            n.push("--enable-streaming-engine: recorded (Google's kafka-to-bq always enables it); a local run has no Streaming Engine backend".into());
+        }
+        for e in &self.additional_experiments {
+            if e != AT_LEAST_ONCE_EXPERIMENT {
+                n.push(format!("--additional-experiments={e}: recorded; not applied by flexrun"));
+            }
+        }
+        n
+    }
+
+    /// Whether the at-least-once streaming mode experiment is on.
+    pub fn at_least_once_experiment(&self) -> bool {
+        self.additional_experiments.iter().any(|e| e == AT_LEAST_ONCE_EXPERIMENT)
+    }
+
+    /// The checkpoint root.
+    pub fn checkpoint_root(&self) -> PathBuf {
+        self.checkpoint_dir.clone().unwrap_or_else(|| {
+            let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state"));
+            base.join("flexrun/jobs")
+        })
+    }
+}
+
+/// Dataflow's experiment for at-least-once streaming mode.
+pub const AT_LEAST_ONCE_EXPERIMENT: &str = "streaming_mode_at_least_once";
+
+/// `flexrun templates ...`
+#[derive(Debug, Subcommand)]
+pub enum TemplatesAction {
+    /// One line per template.
+    List,
+    /// A template's description and parameters.
+    Describe {
+        /// Template name (or Google's id).
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Human-readable.
+    Table,
+    /// JSON.
+    Json,
+    /// YAML (as the template file).
+    Yaml,
+}
+
+/// `flexrun local ...`
+#[derive(Debug, Subcommand)]
+pub enum LocalAction {
+    /// Create a topic (idempotent).
+    CreateTopic {
+        /// host:port
+        #[arg(long, env = "FLEXRUN_KAFKA")]
+        bootstrap: String,
+        /// Topic name.
+        #[arg(long)]
+        topic: String,
+        /// Partition count.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+        partitions: i32,
+    },
+    /// Create a dataset and table (idempotent) with the demo schema or a schema file.
+    CreateTable {
+        /// project:dataset.table
+        #[arg(long)]
+        table: String,
+        /// BigQuery JSON schema file (default: id INTEGER REQUIRED, logStreamId INTEGER, message STRING).
+        #[arg(long)]
+        schema_file: Option<String>,
+        /// Drop the table first.
+        #[arg(long)]
+        recreate: bool,
+        /// REST emulator host:port.
+        #[arg(long)]
+        bigquery_endpoint: Option<String>,
+        /// gRPC emulator host:port.
+        #[arg(long)]
+        bigquery_grpc_endpoint: Option<String>,
+    },
+    /// Produce sample messages in the benchmark's shape (plus an `id`).
+    Produce {
+        /// host:port
+        #[arg(long, env = "FLEXRUN_KAFKA")]
+        bootstrap: String,
+        /// Topic name.
+        #[arg(long)]
+        topic: String,
+        /// How many messages.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: u64,
+        /// First id.
+        #[arg(long, default_value_t = 0)]
+        start_id: u64,
+        /// Make every k-th message a bad one (each bad-record class in turn).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        bad_every: Option<u64>,
+        /// Characters in the `message` field (the benchmark uses 962).
+        #[arg(long, default_value_t = 962)]
+        message_chars: usize,
+    },
+    /// Count rows (and distinct ids) in a table.
+    Count {
+        /// project:dataset.table
+        #[arg(long)]
+        table: String,
+        /// Also count distinct values of this column.
+        #[arg(long)]
+        distinct: Option<String>,
+        /// REST emulator host:port.
+        #[arg(long)]
+        bigquery_endpoint: Option<String>,
+        /// gRPC emulator host:port.
+        #[arg(long)]
+        bigquery_grpc_endpoint: Option<String>,
+    },
+}
+
+/// Parse a whole number in `[MIN, MAX]`.
+pub fn usize_in<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if (MIN..=MAX).contains(&v) => Ok(v),
+        _ => Err(format!("invalid value {s:?}: expected a whole number from {MIN} to {MAX}")),
+    }
+}
+
+/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v * mult)),
+        _ => Err(format!("invalid duration {s:?}: expected a positive number with ms, s, m or h (e.g. 5s)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn gcloud_form_parses() {
+        let cli = Cli::try_parse_from([
+            "flexrun", "dataflow", "flex-template", "run", "my-job",
+            "--template-file-gcs-location=gs://dataflow-templates-us-central1/latest/flex/Kafka_to_BigQuery_Flex",
+            "--parameters", "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON",
+            "--enable-streaming-engine", "--additional-experiments=streaming_mode_at_least_once",
+            "--num-workers=2", "--max-workers=10", "--worker-machine-type=e2-standard-2", "--project=p", "--region=us-central1",
+        ])
+        .unwrap();
+        let Some(Command::Dataflow { group: DataflowGroup::FlexTemplate { action: FlexTemplateAction::Run(a) } }) = cli.command else { panic!() };
+        assert_eq!(a.job_name, "my-job");
+        assert!(a.flags.at_least_once_experiment());
+        let notes = a.flags.notes().join("\n");
+        for f in ["--num-workers=2", "--max-workers=10", "--worker-machine-type", "--project", "--region", "--enable-streaming-engine"] {
+            assert!(notes.contains(f), "{f} not reported: {notes}");
+        }
+    }
+
+    #[test]
+    fn top_level_form_parses_and_bad_flags_fail() {
+        let cli = Cli::try_parse_from(["flexrun", "--template", "kafka-to-bq", "--parameters", "a=b", "--idle-timeout", "500ms"]).unwrap();
+        assert_eq!(cli.run.template.as_deref(), Some("kafka-to-bq"));
+        assert_eq!(cli.run.flags.idle_timeout, Some(Duration::from_millis(500)));
+        let e = Cli::try_parse_from(["flexrun", "--template", "x", "--idle-timeout", "soon"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("invalid duration"), "{e}");
+        let e = Cli::try_parse_from(["flexrun", "--template", "x", "--batch-rows", "0"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let e = Cli::try_parse_from(["flexrun", "--no-such-flag"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn sink_flags_must_agree() {
+        let f = JobFlags { sink: SinkArg::Stats, ..Default::default() };
+        assert!(f.sink().unwrap_err().contains("--schema-file"));
+        let f = JobFlags { schema_file: Some("x".into()), ..Default::default() };
+        assert!(f.sink().is_err());
+    }
+}

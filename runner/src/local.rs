@@ -1,0 +1,110 @@
+//! Helpers for the local stack: create topics and tables, produce sample messages,
+//! and count what landed. Used by `flexrun local ...`, the demo script, the
+//! integration tests and the benchmark script.
+
+use crate::bigquery::{rest, Endpoints, TableRef};
+use crate::schema::Schema;
+use anyhow::{Context, Result};
+use rand::{Rng, SeedableRng};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use serde_json::json;
+use std::time::Duration;
+
+/// The demo table: an id to count duplicates by, plus the benchmark seed's two fields.
+pub fn demo_schema() -> Schema {
+    Schema::from_json(&json!([
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "logStreamId", "type": "INTEGER", "mode": "NULLABLE"},
+        {"name": "message", "type": "STRING", "mode": "NULLABLE"}
+    ]))
+    .expect("demo schema")
+}
+
+/// One bad message of each class the transform knows, cycling by `i`.
+pub fn bad_message(i: u64) -> (&'static str, Vec<u8>) {
+    match i % 6 {
+        0 => ("invalid_json", format!("{{\"id\": {i}, \"message\": ").into_bytes()),
+        1 => ("not_an_object", format!("[{i}]").into_bytes()),
+        2 => ("not_utf8", vec![b'{', 0xff, 0xfe, b'}']),
+        3 => ("unknown_field", format!("{{\"id\": {i}, \"colour\": \"red\"}}").into_bytes()),
+        4 => ("wrong_type", format!("{{\"id\": \"id-{i}\"}}").into_bytes()),
+        _ => ("missing_required", format!("{{\"logStreamId\": {i}}}").into_bytes()),
+    }
+}
+
+/// A message in the shape of Google's benchmark (`logStreamId` in [1000001, 2000000),
+/// 962 alphanumeric characters), plus `id`. Reproducible from (`seed`, `id`).
+pub fn seed_message(id: u64, seed: u64, message_chars: usize) -> Vec<u8> {
+    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let msg: String = (0..message_chars).map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char).collect();
+    json!({"id": id, "logStreamId": rng.random_range(1_000_001..2_000_000), "message": msg}).to_string().into_bytes()
+}
+
+/// What [`produce`] sent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Produced {
+    /// Good messages (ids `start_id..start_id+good`).
+    pub good: u64,
+    /// Bad messages.
+    pub bad: u64,
+}
+
+/// Produce `count` messages with ids from `start_id`, spread round-robin over
+/// `partitions`; with `bad_every = Some(k)` every k-th message is a bad one instead.
+pub async fn produce(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize) -> Result<Produced> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "2000")
+        .set("queue.buffering.max.messages", "200000")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .with_context(|| format!("creating a producer for {bootstrap}"))?;
+    let mut out = Produced::default();
+    let mut inflight = Vec::with_capacity(4096);
+    for i in 0..count {
+        let id = start_id + i;
+        let payload = match bad_every {
+            Some(k) if k > 0 && (i + 1) % k == 0 => {
+                out.bad += 1;
+                bad_message(out.bad - 1).1
+            }
+            _ => {
+                out.good += 1;
+                seed_message(id, 42, message_chars)
+            }
+        };
+        let part = (i % partitions.max(1) as u64) as i32;
+        let p = producer.clone();
+        let t = topic.to_string();
+        inflight.push(tokio::spawn(async move {
+            let rec: FutureRecord<'_, (), [u8]> = FutureRecord::to(&t).payload(payload.as_slice()).partition(part);
+            p.send(rec, Duration::from_secs(60)).await.map(|_| ()).map_err(|(e, _)| e)
+        }));
+        if inflight.len() >= 4096 {
+            for h in inflight.drain(..) {
+                h.await?.with_context(|| format!("producing to {topic}"))?;
+            }
+        }
+    }
+    for h in inflight {
+        h.await?.with_context(|| format!("producing to {topic}"))?;
+    }
+    producer.flush(Duration::from_secs(30)).context("flushing the producer")?;
+    Ok(out)
+}
+
+/// Row count and distinct `id` count of a table.
+pub async fn count_rows(ep: &Endpoints, table: &TableRef, distinct_col: Option<&str>) -> Result<(i64, Option<i64>)> {
+    let c = rest::client(ep).await?;
+    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
+    let sql = match distinct_col {
+        Some(col) => format!("SELECT COUNT(*) AS n, COUNT(DISTINCT {col}) AS d FROM {fq}"),
+        None => format!("SELECT COUNT(*) AS n FROM {fq}"),
+    };
+    let v = rest::query_ints(&c, &table.project, &sql).await?;
+    Ok((v.first().copied().flatten().unwrap_or(0), v.get(1).copied().flatten()))
+}

@@ -1,0 +1,241 @@
+//! The `flexrun` binary: parses the command line, validates before connecting
+//! (status 2 on bad input), runs, and prints the summary. Status 1 is a runtime failure.
+
+use anyhow::{anyhow, Context, Result};
+use clap::Parser;
+use flexrun::bigquery::{rest, Endpoints, TableRef};
+use flexrun::cli::{Cli, Command, DataflowGroup, FlexTemplateAction, Format, JobFlags, LocalAction, TemplatesAction};
+use flexrun::config::{KafkaToBqConfig, RunFlags};
+use flexrun::schema::Schema;
+use flexrun::{kafka, local, pipeline};
+use flexrun_templates::{find, find_by_gcs_path, parse_parameter_list, validate, Template};
+use std::process::ExitCode;
+use tokio::sync::watch;
+
+/// A problem with the user's input: printed and exit status 2.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        None => {
+            let t = cli.run.template.as_deref().ok_or_else(|| usage("nothing to do: give --template NAME --parameters k=v,... (see `flexrun templates list`) or a subcommand (see --help)"))?;
+            let template = find(t).ok_or_else(|| unknown_template(t))?;
+            let job = cli.run.job_name.clone().unwrap_or_else(|| template.name.clone());
+            run_template(template, &job, &cli.run.parameters, &cli.run.flags).await
+        }
+        Some(Command::Run(args)) => {
+            let t = args.template.as_deref().ok_or_else(|| usage("flexrun run needs --template NAME (see `flexrun templates list`)"))?;
+            let template = find(t).ok_or_else(|| unknown_template(t))?;
+            let job = args.job_name.clone().unwrap_or_else(|| template.name.clone());
+            run_template(template, &job, &args.parameters, &args.flags).await
+        }
+        Some(Command::Dataflow { group: DataflowGroup::FlexTemplate { action: FlexTemplateAction::Run(a) } }) => {
+            let template = find_by_gcs_path(&a.template_file_gcs_location).ok_or_else(|| {
+                usage(format!(
+                    "--template-file-gcs-location={}: not a template flexrun has built in; expected gs://dataflow-templates-REGION/VERSION/flex/ID with ID one of: {}",
+                    a.template_file_gcs_location,
+                    flexrun_templates::builtin().iter().filter_map(|t| t.google_template_id.clone()).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            run_template(template, &a.job_name, &a.parameters, &a.flags).await
+        }
+        Some(Command::Templates { action }) => templates(action),
+        Some(Command::Local { action }) => local_cmd(action).await,
+    }
+}
+
+fn unknown_template(name: &str) -> anyhow::Error {
+    let names: Vec<_> = flexrun_templates::builtin().iter().map(|t| t.name.as_str()).collect();
+    usage(format!("unknown template {name:?}; built-in templates: {}", names.join(", ")))
+}
+
+fn templates(action: TemplatesAction) -> Result<()> {
+    match action {
+        TemplatesAction::List => {
+            for t in flexrun_templates::builtin() {
+                let first = t.description.split(". ").next().unwrap_or_default();
+                println!("{:<28} {:<10} {}", t.name, t.category, first);
+            }
+        }
+        TemplatesAction::Describe { name, format } => {
+            let t = find(&name).ok_or_else(|| unknown_template(&name))?;
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(t)?),
+                Format::Yaml => print!("{}", serde_yaml::to_string(t)?),
+                Format::Table => describe(t),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe(t: &Template) {
+    println!("{} ({})", t.name, t.google_template_id.as_deref().unwrap_or("flexrun only"));
+    if let Some(p) = &t.gcs_path {
+        println!("gcloud path: {p}");
+    }
+    println!("{}\n", t.description);
+    println!("{:<40} {:<9} {:<28} help", "parameter", "required", "default");
+    for p in &t.parameters {
+        let mut help = p.help_text.clone();
+        if !p.enum_options.is_empty() {
+            help.push_str(&format!(" [{}]", p.enum_options.join("|")));
+        }
+        println!("{:<40} {:<9} {:<28} {}", p.name, if p.is_optional { "no" } else { "yes" }, p.default_value.as_deref().unwrap_or("-"), help);
+    }
+}
+
+async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
+    if template.name != "kafka-to-bq" {
+        return Err(usage(format!("template {} is described but cannot run yet", template.name)));
+    }
+    if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
+        return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
+    }
+    let mut pairs = Vec::new();
+    for p in parameters {
+        pairs.extend(parse_parameter_list(p).map_err(|e| usage(e.to_string()))?);
+    }
+    let resolved = validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
+    for (k, v) in &resolved.pipeline_options {
+        eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
+    }
+    let sink = flags.sink().map_err(usage)?;
+    let run_flags = RunFlags {
+        job_name: job_name.to_string(),
+        at_least_once_experiment: flags.at_least_once_experiment(),
+        max_row_bytes: flags.max_row_bytes,
+        batch_bytes: flags.batch_bytes,
+        batch_rows: flags.batch_rows,
+        idle_timeout: flags.idle_timeout,
+        max_messages: None,
+        sink: sink.clone(),
+    };
+    let cfg = KafkaToBqConfig::from_params(&resolved, &run_flags).map_err(|errs| usage(errs.join("\n")))?;
+    let endpoints = match sink {
+        flexrun::config::SinkKind::BigQuery => Some(Endpoints::resolve(flags.bigquery_endpoint.as_deref(), flags.bigquery_grpc_endpoint.as_deref()).map_err(usage)?),
+        flexrun::config::SinkKind::Stats { .. } => None,
+    };
+    for n in flags.notes() {
+        eprintln!("note: {n}");
+    }
+    if !resolved.was_given("useStorageWriteApiAtLeastOnce") && flags.at_least_once_experiment() {
+        eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
+    }
+    let (cancel_tx, _) = watch::channel(false);
+    spawn_signal_handler(cancel_tx.clone());
+    let report = pipeline::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx).await?;
+    println!("kafka-to-bq job {} ({}, {} shards) finished", job_name, cfg.delivery.as_str(), report.shards);
+    print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
+    if let Some(path) = &flags.summary_json {
+        let j = serde_json::json!({
+            "job_name": job_name,
+            "delivery": cfg.delivery.as_str(),
+            "shards": report.shards,
+            "elapsed_s": report.elapsed.as_secs_f64(),
+            "summary": report.summary,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn spawn_signal_handler(tx: watch::Sender<bool>) {
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        for n in 0.. {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            if n == 0 {
+                eprintln!("draining: finishing the open batches (signal again to exit at once; the checkpoint stays consistent)");
+                let _ = tx.send(true);
+            } else {
+                eprintln!("exiting without draining");
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+fn endpoints(rest: Option<&str>, grpc: Option<&str>) -> Result<Endpoints> {
+    Endpoints::resolve(rest, grpc).map_err(usage)
+}
+
+async fn local_cmd(action: LocalAction) -> Result<()> {
+    match action {
+        LocalAction::CreateTopic { bootstrap, topic, partitions } => {
+            kafka::create_topic(&bootstrap, &topic, partitions).await?;
+            println!("topic {topic} ready ({partitions} partitions) on {bootstrap}");
+        }
+        LocalAction::CreateTable { table, schema_file, recreate, bigquery_endpoint, bigquery_grpc_endpoint } => {
+            let t = TableRef::parse(&table).map_err(|e| usage(e.to_string()))?;
+            let ep = endpoints(bigquery_endpoint.as_deref(), bigquery_grpc_endpoint.as_deref())?;
+            let schema = match schema_file {
+                Some(f) => {
+                    let text = std::fs::read_to_string(&f).with_context(|| format!("reading {f}"))?;
+                    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| usage(format!("{f}: not JSON: {e}")))?;
+                    Schema::from_json(&json).map_err(|e| usage(format!("{f}: {e}")))?
+                }
+                None => local::demo_schema(),
+            };
+            let c = rest::client(&ep).await?;
+            if recreate {
+                rest::drop_table(&c, &t).await;
+            }
+            let s = rest::ensure_table(&c, &ep, &t, &schema).await?;
+            println!("table {t} ready ({} columns)", s.columns.len());
+        }
+        LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars } => {
+            let settings = kafka::SourceSettings { bootstrap: bootstrap.clone(), topic: topic.clone(), auth: kafka::Auth::None, group_id: "flexrun-produce".into(), start_earliest: true };
+            let parts = settings.partitions().await?;
+            let t = std::time::Instant::now();
+            let p = local::produce(&bootstrap, &topic, parts.len() as i32, start_id, count, bad_every, message_chars).await?;
+            println!("produced {} good and {} bad messages to {topic} in {:.1} s", p.good, p.bad, t.elapsed().as_secs_f64());
+        }
+        LocalAction::Count { table, distinct, bigquery_endpoint, bigquery_grpc_endpoint } => {
+            let t = TableRef::parse(&table).map_err(|e| usage(e.to_string()))?;
+            let ep = endpoints(bigquery_endpoint.as_deref(), bigquery_grpc_endpoint.as_deref())?;
+            let (n, d) = local::count_rows(&ep, &t, distinct.as_deref()).await.map_err(|e| anyhow!("{e:#}"))?;
+            match d {
+                Some(d) => println!("{t}: {n} rows, {d} distinct {}", distinct.unwrap_or_default()),
+                None => println!("{t}: {n} rows"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Per-stage latency histograms and record counters for a job.
+//!
+//! Stages (names as the dashboards and Prometheus metrics will use them):
+//! - `read`: Kafka record timestamp → the record is in the runner's hands.
+//! - `transform`: parse + map + encode of one record.
+//! - `write`: one batch's durable log write plus its appends, until acknowledged.
+//! - `end_to_end`: Kafka record timestamp → its batch is acknowledged by BigQuery.
+//!
+//! Shards record into their own [`StageStats`] and merge into the job's
+//! [`JobStats`] once per batch, so the hot path takes no lock.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Stage names, in display order.
+pub const STAGES: [&str; 4] = ["read", "transform", "write", "end_to_end"];
+
+fn new_hist() -> Histogram<u64> {
+    // Microseconds, up to one day, 3 significant digits.
+    Histogram::new_with_bounds(1, 86_400_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Latencies of the four stages, in microseconds.
+#[derive(Debug, Clone)]
+pub struct StageStats {
+    hists: [Histogram<u64>; 4],
+}
+
+impl Default for StageStats {
+    fn default() -> Self {
+        StageStats { hists: [new_hist(), new_hist(), new_hist(), new_hist()] }
+    }
+}
+
+impl StageStats {
+    /// Record `micros` for stage index `stage` (see [`STAGES`]), `count` times.
+    pub fn record_n(&mut self, stage: usize, micros: u64, count: u64) {
+        let _ = self.hists[stage].record_n(micros.clamp(1, 86_400_000_000), count);
+    }
+
+    /// Record one value.
+    pub fn record(&mut self, stage: usize, micros: u64) {
+        self.record_n(stage, micros, 1);
+    }
+
+    /// Add another shard's latencies and clear them there.
+    pub fn drain_into(&mut self, into: &mut StageStats) {
+        for (a, b) in into.hists.iter_mut().zip(self.hists.iter_mut()) {
+            let _ = a.add(&*b);
+            b.reset();
+        }
+    }
+}
+
+/// Counters and latencies of a whole job.
+#[derive(Debug, Default)]
+pub struct JobStats {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    stages: StageStats,
+    read: u64,
+    written: u64,
+    dead_lettered: u64,
+    bytes_read: u64,
+    by_class: BTreeMap<String, u64>,
+    batches: u64,
+    replayed_batches: u64,
+    already_existed: u64,
+}
+
+/// Counts that a shard adds after one batch.
+#[derive(Debug, Default, Clone)]
+pub struct BatchCounts {
+    /// Messages read.
+    pub read: u64,
+    /// Value bytes read.
+    pub bytes: u64,
+    /// Rows appended to the table.
+    pub written: u64,
+    /// Rows appended to the dead-letter table.
+    pub dead_lettered: u64,
+    /// Dead-letter rows by error class.
+    pub by_class: BTreeMap<&'static str, u64>,
+    /// Whether the batch was a recovery replay.
+    pub replayed: bool,
+    /// Appends answered ALREADY_EXISTS (rows that were already there).
+    pub already_existed: u64,
+}
+
+/// Percentiles of one stage, in milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StageSummary {
+    /// Stage name.
+    pub stage: String,
+    /// Number of samples.
+    pub count: u64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+/// What a job did, as printed at the end and written with `--summary-json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    /// Messages read from Kafka.
+    pub messages_read: u64,
+    /// Rows appended to the table.
+    pub rows_written: u64,
+    /// Rows appended to the dead-letter table.
+    pub dead_lettered: u64,
+    /// Message value bytes read.
+    pub bytes_read: u64,
+    /// Dead-letter rows by error class.
+    pub dead_letter_by_class: BTreeMap<String, u64>,
+    /// Batches committed.
+    pub batches: u64,
+    /// Batches replayed after a restart.
+    pub replayed_batches: u64,
+    /// Appends answered ALREADY_EXISTS during replays.
+    pub appends_already_existed: u64,
+    /// Per-stage latency.
+    pub stages: Vec<StageSummary>,
+}
+
+impl JobStats {
+    /// Merge one batch's counts and latencies.
+    pub fn add_batch(&self, counts: &BatchCounts, stages: &mut StageStats) {
+        let mut g = self.inner.lock().expect("stats lock");
+        g.read += counts.read;
+        g.bytes_read += counts.bytes;
+        g.written += counts.written;
+        g.dead_lettered += counts.dead_lettered;
+        for (k, v) in &counts.by_class {
+            *g.by_class.entry(k.to_string()).or_default() += v;
+        }
+        g.batches += 1;
+        g.replayed_batches += counts.replayed as u64;
+        g.already_existed += counts.already_existed;
+        stages.drain_into(&mut g.stages);
+    }
+
+    /// A snapshot of everything so far.
+    pub fn summary(&self) -> Summary {
+        let g = self.inner.lock().expect("stats lock");
+        let stages = STAGES
+            .iter()
+            .zip(g.stages.hists.iter())
+            .map(|(name, h)| {
+                let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1000.0 };
+                StageSummary { stage: name.to_string(), count: h.len(), p50_ms: q(0.5), p95_ms: q(0.95), p99_ms: q(0.99), max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 } }
+            })
+            .collect();
+        Summary {
+            messages_read: g.read,
+            rows_written: g.written,
+            dead_lettered: g.dead_lettered,
+            bytes_read: g.bytes_read,
+            dead_letter_by_class: g.by_class.clone(),
+            batches: g.batches,
+            replayed_batches: g.replayed_batches,
+            appends_already_existed: g.already_existed,
+            stages,
+        }
+    }
+}
+
+impl Summary {
+    /// The human-readable table printed when a job ends.
+    pub fn render(&self, elapsed_s: f64) -> String {
+        let mut s = String::new();
+        let rate = if elapsed_s > 0.0 { self.messages_read as f64 / elapsed_s } else { 0.0 };
+        s.push_str(&format!(
+            "messages read {}  rows written {}  dead-lettered {}  ({:.1} s, {:.0} msg/s, {:.2} MB/s)\n",
+            self.messages_read,
+            self.rows_written,
+            self.dead_lettered,
+            elapsed_s,
+            rate,
+            if elapsed_s > 0.0 { self.bytes_read as f64 / elapsed_s / 1e6 } else { 0.0 }
+        ));
+        let reconciles = self.messages_read == self.rows_written + self.dead_lettered;
+        s.push_str(&format!(
+            "reconciliation: read = written + dead-lettered: {}\n",
+            if reconciles { "yes".to_string() } else { format!("NO ({} != {} + {})", self.messages_read, self.rows_written, self.dead_lettered) }
+        ));
+        for (k, v) in &self.dead_letter_by_class {
+            s.push_str(&format!("  dead-letter {k}: {v}\n"));
+        }
+        s.push_str(&format!("batches {} (replayed after restart {}, appends already present {})\n", self.batches, self.replayed_batches, self.appends_already_existed));
+        s.push_str(&format!("{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"));
+        for st in &self.stages {
+            s.push_str(&format!("{:<12} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n", st.stage, st.count, st.p50_ms, st.p95_ms, st.p99_ms, st.max_ms));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_merge_into_percentiles_and_counts() {
+        let job = JobStats::default();
+        let mut st = StageStats::default();
+        for v in 1..=100u64 {
+            st.record(3, v * 1000);
+        }
+        let counts = BatchCounts { read: 10, written: 8, dead_lettered: 2, by_class: BTreeMap::from([("invalid_json", 2)]), ..Default::default() };
+        job.add_batch(&counts, &mut st);
+        let s = job.summary();
+        assert_eq!((s.messages_read, s.rows_written, s.dead_lettered), (10, 8, 2));
+        let e2e = &s.stages[3];
+        assert_eq!(e2e.count, 100);
+        assert!((e2e.p50_ms - 50.0).abs() < 0.5, "{e2e:?}");
+        assert!((e2e.p99_ms - 99.0).abs() < 0.5, "{e2e:?}");
+        // The shard's histograms were drained.
+        job.add_batch(&BatchCounts::default(), &mut st);
+        assert_eq!(job.summary().stages[3].count, 100);
+        assert!(s.render(1.0).contains("reconciliation: read = written + dead-lettered: yes"));
+    }
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The local stack: a real Kafka-compatible broker (tansu) and a real BigQuery
+# emulator (bqemulator), installed from the package registries into a cache
+# outside the clone and started on loopback ports.
+#
+#   scripts/stack.sh install            install both (idempotent, pinned, cached)
+#   scripts/stack.sh start [NAME]       install if needed, start both, wait until ready
+#   scripts/stack.sh stop  [NAME]       stop both
+#   scripts/stack.sh status [NAME]      print pids and ports
+#   scripts/stack.sh env   [NAME]       print the environment variables that point flexrun at it
+#
+# NAME (default "demo") selects a port set and a state folder, so the demo and
+# the test suite can run side by side. Ports can be overridden with
+# FLEXRUN_KAFKA_PORT, FLEXRUN_BQ_REST_PORT and FLEXRUN_BQ_GRPC_PORT.
+set -euo pipefail
+
+TANSU_VERSION=0.6.0
+BQEMULATOR_VERSION=1.4.0
+DUCKDB_VERSION=1.5.5
+BQ_PROJECT=${FLEXRUN_BQ_PROJECT:-flexrun-local}
+
+CACHE=${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}
+STACK=$CACHE/stack
+TANSU_ROOT=$STACK/tansu-$TANSU_VERSION
+TANSU_BIN=$TANSU_ROOT/bin/tansu
+VENV=$STACK/bqemulator-$BQEMULATOR_VERSION
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+log() { printf '[stack] %s\n' "$*" >&2; }
+
+ports_for() {
+  case "$1" in
+    demo) echo "19092 19050 19060" ;;
+    test) echo "29092 29050 29060" ;;
+    bench) echo "39092 39050 39060" ;;
+    *) echo "49092 49050 49060" ;;
+  esac
+}
+
+set_names() {
+  NAME=${1:-demo}
+  read -r dk dr dg <<<"$(ports_for "$NAME")"
+  KAFKA_PORT=${FLEXRUN_KAFKA_PORT:-$dk}
+  BQ_REST_PORT=${FLEXRUN_BQ_REST_PORT:-$dr}
+  BQ_GRPC_PORT=${FLEXRUN_BQ_GRPC_PORT:-$dg}
+  RUN=$CACHE/run/$NAME
+}
+
+install_tansu() {
+  if [ -x "$TANSU_BIN" ] && "$TANSU_BIN" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
+    return
+  fi
+  log "building tansu $TANSU_VERSION with the SQLite engine (about 15-20 minutes on 2 cores, once)"
+  mkdir -p "$TANSU_ROOT"
+  cargo install tansu --locked --version "$TANSU_VERSION" --features dynostore,libsql \
+    --root "$TANSU_ROOT" >"$STACK/tansu-install.log" 2>&1 || {
+    tail -30 "$STACK/tansu-install.log" >&2
+    log "tansu build failed; full log in $STACK/tansu-install.log"
+    exit 1
+  }
+}
+
+install_bqemulator() {
+  if [ -x "$VENV/bin/bqemulator" ] && [ -f "$VENV/.flexrun-ready" ]; then
+    return
+  fi
+  log "installing bqemulator $BQEMULATOR_VERSION into $VENV"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "bqemulator==$BQEMULATOR_VERSION" "duckdb==$DUCKDB_VERSION" numpy \
+    "duckdb-extension-spatial==$DUCKDB_VERSION" >"$STACK/bqemulator-install.log" 2>&1 || {
+    tail -30 "$STACK/bqemulator-install.log" >&2
+    exit 1
+  }
+  # bqemulator asks DuckDB to download the spatial extension at start-up; there is no
+  # network for that, so put the copy the PyPI package ships where DuckDB looks first.
+  local ext
+  ext=$(find "$VENV" -name spatial.duckdb_extension -path "*v$DUCKDB_VERSION*" | head -1)
+  [ -n "$ext" ] || { log "spatial extension not found in the venv"; exit 1; }
+  mkdir -p "$HOME/.duckdb/extensions/v$DUCKDB_VERSION/linux_amd64"
+  cp "$ext" "$HOME/.duckdb/extensions/v$DUCKDB_VERSION/linux_amd64/"
+  touch "$VENV/.flexrun-ready"
+}
+
+install() {
+  mkdir -p "$STACK"
+  install_bqemulator
+  install_tansu
+}
+
+wait_port() { # host port seconds what
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  log "$4 did not accept connections on $1:$2 within $3 s"
+  return 1
+}
+
+is_running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+start() {
+  set_names "${1:-demo}"
+  install
+  mkdir -p "$RUN"
+  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid"; then
+    log "stack '$NAME' already running"
+    return
+  fi
+  stop "$NAME" >/dev/null 2>&1 || true
+  rm -rf "$RUN/data" && mkdir -p "$RUN/data"
+  (cd "$RUN/data" && exec nohup "$TANSU_BIN" broker \
+    --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --storage-engine "sqlite://tansu.db" >"$RUN/tansu.log" 2>&1) &
+  echo $! >"$RUN/tansu.pid"
+  (cd "$RUN/data" && exec nohup "$VENV/bin/python" "$HERE/bqemulator_launcher.py" start \
+    --rest-port "$BQ_REST_PORT" --grpc-port "$BQ_GRPC_PORT" \
+    --project "$BQ_PROJECT" --log-level warning >"$RUN/bq.log" 2>&1) &
+  echo $! >"$RUN/bq.pid"
+  wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu" || { tail -20 "$RUN/tansu.log" >&2; exit 1; }
+  wait_port 127.0.0.1 "$BQ_REST_PORT" 90 "bqemulator REST" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
+  wait_port 127.0.0.1 "$BQ_GRPC_PORT" 30 "bqemulator gRPC" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
+  env_vars "$NAME" >"$RUN/env"
+  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT (logs in $RUN)"
+}
+
+stop_pid() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+stop() {
+  set_names "${1:-demo}"
+  stop_pid "$RUN/tansu.pid"
+  stop_pid "$RUN/bq.pid"
+  log "stack '$NAME' stopped"
+}
+
+status() {
+  set_names "${1:-demo}"
+  for s in tansu bq; do
+    if is_running "$RUN/$s.pid"; then echo "$s running (pid $(cat "$RUN/$s.pid"))"; else echo "$s stopped"; fi
+  done
+  env_vars "$NAME"
+}
+
+env_vars() {
+  set_names "${1:-demo}"
+  echo "export FLEXRUN_KAFKA=127.0.0.1:$KAFKA_PORT"
+  echo "export BIGQUERY_EMULATOR_HOST=127.0.0.1:$BQ_REST_PORT"
+  echo "export BIGQUERY_STORAGE_EMULATOR_HOST=127.0.0.1:$BQ_GRPC_PORT"
+  echo "export FLEXRUN_BQ_PROJECT=$BQ_PROJECT"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  install) install ;;
+  start) start "$@" ;;
+  stop) stop "$@" ;;
+  status) status "$@" ;;
+  env) env_vars "$@" ;;
+  *) echo "usage: $0 install|start|stop|status|env [NAME]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,168 @@
+//! The template metadata model and the catalogue of built-in templates.
+
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// One template parameter, in the shape of Google's flex-template metadata.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Parameter {
+    /// The parameter's name as passed in `--parameters name=value`.
+    pub name: String,
+    /// A short human label.
+    pub label: String,
+    /// What the parameter does and which values it takes.
+    pub help_text: String,
+    /// False for required parameters.
+    #[serde(default)]
+    pub is_optional: bool,
+    /// The value used when the parameter is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_value: Option<String>,
+    /// Allowed values, when the parameter is an enumeration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enum_options: Vec<String>,
+    /// Regular expressions that a value must match (all of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regexes: Vec<String>,
+}
+
+/// A pipeline template: its identity, description and parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Template {
+    /// flexrun's name for the template (`kafka-to-bq`).
+    pub name: String,
+    /// Google's template id (`Kafka_to_BigQuery_Flex`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub google_template_id: Option<String>,
+    /// Google's public template spec path, with `REGION` standing for the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs_path: Option<String>,
+    /// STREAMING or BATCH.
+    pub category: String,
+    /// What the template does.
+    pub description: String,
+    /// The parameters it takes.
+    pub parameters: Vec<Parameter>,
+}
+
+impl Template {
+    /// The parameter with this exact name.
+    pub fn parameter(&self, name: &str) -> Option<&Parameter> {
+        self.parameters.iter().find(|p| p.name == name)
+    }
+}
+
+/// A template file that does not load.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The YAML does not describe a template.
+    #[error("template {file}: {source}")]
+    Yaml {
+        /// Which file.
+        file: String,
+        /// What serde_yaml said.
+        source: serde_yaml::Error,
+    },
+    /// A validation regex does not compile.
+    #[error("template {template}: parameter {param} has an invalid regex {regex:?}: {source}")]
+    Regex {
+        /// Which template.
+        template: String,
+        /// Which parameter.
+        param: String,
+        /// The regex text.
+        regex: String,
+        /// What the regex crate said.
+        source: regex::Error,
+    },
+}
+
+const BUILTIN_SOURCES: &[(&str, &str)] = &[("kafka-to-bq.yaml", include_str!("../kafka-to-bq.yaml"))];
+
+/// Parse one template from YAML text and check that its regexes compile.
+pub fn parse_template(file: &str, yaml: &str) -> Result<Template, TemplateError> {
+    let t: Template = serde_yaml::from_str(yaml).map_err(|source| TemplateError::Yaml { file: file.to_string(), source })?;
+    for p in &t.parameters {
+        for r in &p.regexes {
+            regex::Regex::new(r).map_err(|source| TemplateError::Regex {
+                template: t.name.clone(),
+                param: p.name.clone(),
+                regex: r.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(t)
+}
+
+/// All built-in templates, parsed once.
+pub fn builtin() -> &'static [Template] {
+    static CELL: OnceLock<Vec<Template>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        BUILTIN_SOURCES
+            .iter()
+            .map(|(file, yaml)| parse_template(file, yaml).unwrap_or_else(|e| panic!("built-in template is broken: {e}")))
+            .collect()
+    })
+}
+
+/// The built-in template with this name (flexrun's or Google's id).
+pub fn find(name: &str) -> Option<&'static Template> {
+    builtin().iter().find(|t| t.name == name || t.google_template_id.as_deref() == Some(name))
+}
+
+/// Map a `--template-file-gcs-location` such as
+/// `gs://dataflow-templates-us-central1/latest/flex/Kafka_to_BigQuery_Flex` (any region or
+/// version folder) to the built-in template.
+pub fn find_by_gcs_path(path: &str) -> Option<&'static Template> {
+    let rest = path.strip_prefix("gs://")?;
+    let (bucket, object) = rest.split_once('/')?;
+    if !bucket.starts_with("dataflow-templates") {
+        return None;
+    }
+    let id = object.rsplit('/').next()?;
+    builtin().iter().find(|t| t.google_template_id.as_deref() == Some(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load_and_have_unique_parameter_names() {
+        for t in builtin() {
+            let mut names: Vec<_> = t.parameters.iter().map(|p| &p.name).collect();
+            let n = names.len();
+            names.sort();
+            names.dedup();
+            assert_eq!(n, names.len(), "duplicate parameter in {}", t.name);
+        }
+        assert!(find("kafka-to-bq").is_some());
+        assert_eq!(find("Kafka_to_BigQuery_Flex").unwrap().name, "kafka-to-bq");
+    }
+
+    #[test]
+    fn gcs_paths_map_for_any_region_and_version() {
+        for p in [
+            "gs://dataflow-templates-us-central1/latest/flex/Kafka_to_BigQuery_Flex",
+            "gs://dataflow-templates-europe-west1/2024-06-01-00_RC00/flex/Kafka_to_BigQuery_Flex",
+            "gs://dataflow-templates/latest/flex/Kafka_to_BigQuery_Flex",
+        ] {
+            assert_eq!(find_by_gcs_path(p).map(|t| t.name.as_str()), Some("kafka-to-bq"), "{p}");
+        }
+        assert!(find_by_gcs_path("gs://my-bucket/flex/Kafka_to_BigQuery_Flex").is_none());
+        assert!(find_by_gcs_path("gs://dataflow-templates-us-central1/latest/flex/Nope").is_none());
+        assert!(find_by_gcs_path("/local/file").is_none());
+    }
+
+    #[test]
+    fn a_broken_regex_is_reported_with_its_parameter() {
+        let yaml = "name: t\ncategory: STREAMING\ndescription: d\nparameters:\n  - name: p\n    label: l\n    helpText: h\n    regexes: ['(']\n";
+        let e = parse_template("t.yaml", yaml).unwrap_err().to_string();
+        assert!(e.contains("parameter p"), "{e}");
+        let e = parse_template("t.yaml", "name: [").unwrap_err().to_string();
+        assert!(e.contains("t.yaml"), "{e}");
+    }
+}

@@ -1,0 +1,292 @@
+//! `--parameters` parsing (gcloud's dictionary syntax) and validation against a template.
+
+use crate::metadata::Template;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Dataflow pipeline options that Google's tooling also accepts inside `--parameters`
+/// (its own load tests pass them this way). They are not template parameters; they are
+/// returned separately so the caller can apply or report them.
+pub const PIPELINE_OPTIONS: &[&str] = &[
+    "numWorkers",
+    "maxNumWorkers",
+    "autoscalingAlgorithm",
+    "workerMachineType",
+    "experiments",
+    "enableStreamingEngine",
+    "diskSizeGb",
+    "region",
+    "project",
+    "stagingLocation",
+    "tempLocation",
+];
+
+/// A problem with the parameters, naming the parameter and what was expected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    /// The `--parameters` text is not `name=value[,name=value...]`.
+    #[error("malformed --parameters entry {entry:?}: expected name=value (use ^;^ as a prefix to split on ';' instead of ',')")]
+    Malformed {
+        /// The offending piece of text.
+        entry: String,
+    },
+    /// The same parameter twice.
+    #[error("parameter {name} is given more than once")]
+    Duplicate {
+        /// The parameter.
+        name: String,
+    },
+    /// A required parameter is missing.
+    #[error("missing required parameter {name}: {help}")]
+    Missing {
+        /// The parameter.
+        name: String,
+        /// Its help text, which says what it takes.
+        help: String,
+    },
+    /// A name that the template does not have.
+    #[error("unknown parameter {name} for template {template}{}", suggestion.as_ref().map(|s| format!("; did you mean {s}?")).unwrap_or_default())]
+    Unknown {
+        /// The unknown name.
+        name: String,
+        /// The template.
+        template: String,
+        /// The nearest valid name, if one is close.
+        suggestion: Option<String>,
+    },
+    /// A value outside the allowed set or not matching the regex.
+    #[error("invalid value {value:?} for parameter {name}: expected {expected}")]
+    Invalid {
+        /// The parameter.
+        name: String,
+        /// The value given.
+        value: String,
+        /// What the template accepts.
+        expected: String,
+    },
+    /// A combination of values that cannot work together.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// All the problems found in one set of parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamErrors(pub Vec<ParamError>);
+
+impl fmt::Display for ParamErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParamErrors {}
+
+/// Parameters after validation: every template parameter that was given or has a
+/// default, plus the pipeline options found among them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResolvedParams {
+    /// Template parameters by name (defaults filled in).
+    pub values: BTreeMap<String, String>,
+    /// Names the user actually gave (as opposed to defaults).
+    pub given: Vec<String>,
+    /// Dataflow pipeline options passed inside `--parameters`.
+    pub pipeline_options: BTreeMap<String, String>,
+}
+
+impl ResolvedParams {
+    /// The value of a parameter, if given or defaulted.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    /// A boolean parameter (validated as `true|false` by the template's regex).
+    pub fn flag(&self, name: &str) -> bool {
+        self.get(name) == Some("true")
+    }
+
+    /// Whether the user set this parameter explicitly.
+    pub fn was_given(&self, name: &str) -> bool {
+        self.given.iter().any(|g| g == name)
+    }
+}
+
+/// Split one `--parameters` value the way gcloud does: `k=v,k=v`, or with a custom
+/// delimiter `^;^k=v;k=v`. Surrounding quotes on a value (`k="a;b"`) are removed.
+pub fn parse_parameter_list(text: &str) -> Result<Vec<(String, String)>, ParamError> {
+    let (delim, body) = match text.strip_prefix('^').and_then(|r| r.split_once('^')) {
+        Some((d, rest)) if !d.is_empty() => (d.to_string(), rest),
+        _ => (",".to_string(), text),
+    };
+    let mut out = Vec::new();
+    for entry in body.split(delim.as_str()) {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let (k, v) = entry.split_once('=').ok_or_else(|| ParamError::Malformed { entry: entry.to_string() })?;
+        let k = k.trim();
+        if k.is_empty() || k.contains(char::is_whitespace) {
+            return Err(ParamError::Malformed { entry: entry.to_string() });
+        }
+        out.push((k.to_string(), unquote(v.trim()).to_string()));
+    }
+    Ok(out)
+}
+
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return &v[1..v.len() - 1];
+        }
+    }
+    v
+}
+
+fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {
+    let lower = name.to_lowercase();
+    candidates
+        .map(|c| (strsim::jaro_winkler(&lower, &c.to_lowercase()), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c.to_string())
+}
+
+/// Check `pairs` against the template: unknown names (with the nearest valid name),
+/// duplicates, values outside `enumOptions` or not matching `regexes`, and missing
+/// required parameters. Returns every problem found, not just the first.
+pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<ResolvedParams, ParamErrors> {
+    let mut errors = Vec::new();
+    let mut out = ResolvedParams::default();
+    for (name, value) in pairs {
+        if out.given.contains(name) || out.pipeline_options.contains_key(name) {
+            errors.push(ParamError::Duplicate { name: name.clone() });
+            continue;
+        }
+        if PIPELINE_OPTIONS.contains(&name.as_str()) {
+            out.pipeline_options.insert(name.clone(), value.clone());
+            continue;
+        }
+        let Some(p) = template.parameter(name) else {
+            let names = template.parameters.iter().map(|p| p.name.as_str()).chain(PIPELINE_OPTIONS.iter().copied());
+            errors.push(ParamError::Unknown { name: name.clone(), template: template.name.clone(), suggestion: nearest(name, names) });
+            continue;
+        };
+        if !p.enum_options.is_empty() && !p.enum_options.iter().any(|o| o == value) {
+            errors.push(ParamError::Invalid { name: name.clone(), value: value.clone(), expected: format!("one of {}", p.enum_options.join(", ")) });
+            continue;
+        }
+        let mut ok = true;
+        for r in &p.regexes {
+            // The template loader already checked that the regexes compile.
+            let re = regex::Regex::new(r).expect("template regexes are checked at load");
+            if !re.is_match(value) {
+                errors.push(ParamError::Invalid { name: name.clone(), value: value.clone(), expected: format!("{} (pattern {r})", p.help_text) });
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            out.given.push(name.clone());
+            out.values.insert(name.clone(), value.clone());
+        }
+    }
+    for p in &template.parameters {
+        if out.values.contains_key(&p.name) {
+            continue;
+        }
+        match (&p.default_value, p.is_optional) {
+            (Some(d), _) => {
+                out.values.insert(p.name.clone(), d.clone());
+            }
+            (None, false) if !errors.iter().any(|e| matches!(e, ParamError::Invalid { name, .. } if name == &p.name)) => {
+                errors.push(ParamError::Missing { name: p.name.clone(), help: p.help_text.clone() })
+            }
+            _ => {}
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(ParamErrors(errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::find;
+
+    fn k2bq() -> &'static Template {
+        find("kafka-to-bq").unwrap()
+    }
+
+    fn pairs(s: &str) -> Vec<(String, String)> {
+        parse_parameter_list(s).unwrap()
+    }
+
+    #[test]
+    fn parses_gcloud_syntax_with_quotes_and_custom_delimiters() {
+        assert_eq!(
+            pairs("readBootstrapServerAndTopic=\"h:1;t\",messageFormat=JSON"),
+            vec![("readBootstrapServerAndTopic".into(), "h:1;t".into()), ("messageFormat".into(), "JSON".into())]
+        );
+        assert_eq!(pairs("^~^a=h:1,h:2;t~b=c"), vec![("a".into(), "h:1,h:2;t".into()), ("b".into(), "c".into())]);
+        assert_eq!(pairs("a=x=y"), vec![("a".into(), "x=y".into())]);
+        assert!(matches!(parse_parameter_list("novalue"), Err(ParamError::Malformed { .. })));
+        assert!(matches!(parse_parameter_list("=v"), Err(ParamError::Malformed { .. })));
+    }
+
+    #[test]
+    fn defaults_fill_in_and_required_are_enforced() {
+        let r = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:9092;t,messageFormat=JSON")).unwrap();
+        assert_eq!(r.get("kafkaReadOffset"), Some("latest"));
+        assert_eq!(r.get("storageWriteApiTriggeringFrequencySec"), Some("5"));
+        assert!(r.was_given("messageFormat"));
+        assert!(!r.was_given("kafkaReadOffset"));
+        let e = validate(k2bq(), &pairs("messageFormat=JSON")).unwrap_err();
+        assert!(matches!(&e.0[0], ParamError::Missing { name, .. } if name == "readBootstrapServerAndTopic"), "{e}");
+    }
+
+    #[test]
+    fn unknown_names_get_a_suggestion() {
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,outputTablespec=p:d.t")).unwrap_err();
+        assert_eq!(e.to_string(), "unknown parameter outputTablespec for template kafka-to-bq; did you mean outputTableSpec?");
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,zzz=1")).unwrap_err();
+        assert_eq!(e.to_string(), "unknown parameter zzz for template kafka-to-bq");
+    }
+
+    #[test]
+    fn bad_values_name_the_expected_form() {
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=nohostport,messageFormat=XML,useBigQueryDLQ=yes")).unwrap_err();
+        let s = e.to_string();
+        assert_eq!(e.0.len(), 3, "{s}");
+        assert!(s.contains("invalid value \"nohostport\" for parameter readBootstrapServerAndTopic: expected `host:port"), "{s}");
+        assert!(s.contains("parameter messageFormat: expected one of AVRO_CONFLUENT_WIRE_FORMAT, AVRO_BINARY_ENCODING, JSON"), "{s}");
+        assert!(s.contains("useBigQueryDLQ"), "{s}");
+        assert!(!s.contains("missing required parameter readBootstrapServerAndTopic"), "an invalid value is not also missing: {s}");
+    }
+
+    #[test]
+    fn duplicates_and_pipeline_options() {
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,readBootstrapServerAndTopic=h:2;t")).unwrap_err();
+        assert!(matches!(&e.0[0], ParamError::Duplicate { .. }));
+        let r = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,maxNumWorkers=10")).unwrap();
+        assert_eq!(r.pipeline_options.get("maxNumWorkers").map(String::as_str), Some("10"));
+        assert!(r.get("maxNumWorkers").is_none());
+    }
+
+    #[test]
+    fn table_specs_accept_colon_and_dot_forms() {
+        for ok in ["p:d.t", "p.d.t", "my-proj:ds_1.tbl"] {
+            assert!(validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={ok}"))).is_ok(), "{ok}");
+        }
+        for bad in ["d.t", "p:d", "p:d.t.x"] {
+            assert!(validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={bad}"))).is_err(), "{bad}");
+        }
+    }
+}
