@@ -304,8 +304,11 @@ pub enum LocalAction {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         bad_every: Option<u64>,
         /// Characters in the `message` field (the benchmark uses 962).
-        #[arg(long, default_value_t = 962)]
+        #[arg(long, default_value_t = 962, value_parser = usize_in::<0, 5_000_000>)]
         message_chars: usize,
+        /// Exactly the benchmark's shape: no `id` field.
+        #[arg(long)]
+        seed_shape: bool,
     },
     /// Count rows (and distinct ids) in a table.
     Count {

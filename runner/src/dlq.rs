@@ -26,6 +26,16 @@ pub fn schema() -> Schema {
     .expect("the dead-letter schema is valid")
 }
 
+/// The columns dead-letter rows are written with: the table's columns without
+/// `attributes`, which the Kafka paths never fill (Storage Write accepts a writer
+/// schema that leaves out nullable and repeated columns; bqemulator cannot take an
+/// empty repeated RECORD).
+pub fn write_schema() -> Schema {
+    let mut cols = schema().columns;
+    cols.retain(|c| c.name != "attributes");
+    Schema::new(cols)
+}
+
 /// Where a failed record came from.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordRef<'a> {
@@ -59,9 +69,10 @@ pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) 
     put_varint(1, (rec.timestamp_ms.unwrap_or(0).saturating_mul(1000)) as u64, out);
     put_bytes(2, payload.as_bytes(), out);
     put_bytes(3, rec.value, out);
-    put_bytes(5, error.as_bytes(), out);
+    // Field numbers follow write_schema(): errorMessage is 4, stacktrace 5.
+    put_bytes(4, error.as_bytes(), out);
     let trace = format!("flexrun kafka-to-bq: {stage} failed for {}/{}@{}", rec.topic, rec.partition, rec.offset);
-    put_bytes(6, trace.as_bytes(), out);
+    put_bytes(5, trace.as_bytes(), out);
 }
 
 #[cfg(test)]
@@ -79,5 +90,7 @@ mod tests {
         assert!(text.contains("not valid UTF-8"));
         assert!(text.contains("\"offset\":42"));
         assert_eq!(schema().columns.len(), 6);
+        let w = write_schema();
+        assert_eq!(w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["timestamp", "payloadString", "payloadBytes", "errorMessage", "stacktrace"]);
     }
 }

@@ -51,9 +51,22 @@ pub struct Produced {
     pub bad: u64,
 }
 
+/// Exactly the benchmark's shape, without `id`: `{"logStreamId": .., "message": ..}`.
+pub fn seed_shape_message(id: u64, seed: u64, message_chars: usize) -> Vec<u8> {
+    let mut v: serde_json::Value = serde_json::from_slice(&seed_message(id, seed, message_chars)).expect("own JSON");
+    v.as_object_mut().expect("object").remove("id");
+    v.to_string().into_bytes()
+}
+
 /// Produce `count` messages with ids from `start_id`, spread round-robin over
 /// `partitions`; with `bad_every = Some(k)` every k-th message is a bad one instead.
 pub async fn produce(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize) -> Result<Produced> {
+    produce_shaped(bootstrap, topic, partitions, start_id, count, bad_every, message_chars, false).await
+}
+
+/// [`produce`], optionally in the benchmark's exact shape (no `id`).
+#[allow(clippy::too_many_arguments)]
+pub async fn produce_shaped(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize, seed_shape: bool) -> Result<Produced> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
@@ -74,7 +87,11 @@ pub async fn produce(bootstrap: &str, topic: &str, partitions: i32, start_id: u6
             }
             _ => {
                 out.good += 1;
-                seed_message(id, 42, message_chars)
+                if seed_shape {
+                    seed_shape_message(id, 42, message_chars)
+                } else {
+                    seed_message(id, 42, message_chars)
+                }
             }
         };
         let part = (i % partitions.max(1) as u64) as i32;

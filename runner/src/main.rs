@@ -220,11 +220,11 @@ async fn local_cmd(action: LocalAction) -> Result<()> {
             let s = rest::ensure_table(&c, &ep, &t, &schema).await?;
             println!("table {t} ready ({} columns)", s.columns.len());
         }
-        LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars } => {
+        LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars, seed_shape } => {
             let settings = kafka::SourceSettings { bootstrap: bootstrap.clone(), topic: topic.clone(), auth: kafka::Auth::None, group_id: "flexrun-produce".into(), start_earliest: true };
             let parts = settings.partitions().await?;
             let t = std::time::Instant::now();
-            let p = local::produce(&bootstrap, &topic, parts.len() as i32, start_id, count, bad_every, message_chars).await?;
+            let p = local::produce_shaped(&bootstrap, &topic, parts.len() as i32, start_id, count, bad_every, message_chars, seed_shape).await?;
             println!("produced {} good and {} bad messages to {topic} in {:.1} s", p.good, p.bad, t.elapsed().as_secs_f64());
         }
         LocalAction::Count { table, distinct, bigquery_endpoint, bigquery_grpc_endpoint } => {

@@ -12,7 +12,8 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 /// Stage names, in display order.
 pub const STAGES: [&str; 4] = ["read", "transform", "write", "end_to_end"];
@@ -58,6 +59,7 @@ impl StageStats {
 #[derive(Debug, Default)]
 pub struct JobStats {
     inner: Mutex<Inner>,
+    first_read: OnceLock<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +73,7 @@ struct Inner {
     batches: u64,
     replayed_batches: u64,
     already_existed: u64,
+    last_commit: Option<Instant>,
 }
 
 /// Counts that a shard adds after one batch.
@@ -128,11 +131,33 @@ pub struct Summary {
     pub replayed_batches: u64,
     /// Appends answered ALREADY_EXISTS during replays.
     pub appends_already_existed: u64,
+    /// Seconds from the first message read to the last batch committed.
+    pub active_s: f64,
+    /// This process's user CPU seconds (getrusage).
+    pub cpu_user_s: f64,
+    /// This process's system CPU seconds (getrusage).
+    pub cpu_sys_s: f64,
     /// Per-stage latency.
     pub stages: Vec<StageSummary>,
 }
 
+/// User and system CPU seconds of this process so far.
+pub fn process_cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
 impl JobStats {
+    /// Note that a message was read (the first call starts the active window).
+    pub fn mark_read(&self) {
+        self.first_read.get_or_init(Instant::now);
+    }
+
     /// Merge one batch's counts and latencies.
     pub fn add_batch(&self, counts: &BatchCounts, stages: &mut StageStats) {
         let mut g = self.inner.lock().expect("stats lock");
@@ -146,6 +171,7 @@ impl JobStats {
         g.batches += 1;
         g.replayed_batches += counts.replayed as u64;
         g.already_existed += counts.already_existed;
+        g.last_commit = Some(Instant::now());
         stages.drain_into(&mut g.stages);
     }
 
@@ -160,7 +186,15 @@ impl JobStats {
                 StageSummary { stage: name.to_string(), count: h.len(), p50_ms: q(0.5), p95_ms: q(0.95), p99_ms: q(0.99), max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 } }
             })
             .collect();
+        let active_s = match (self.first_read.get(), g.last_commit) {
+            (Some(a), Some(b)) if b > *a => (b - *a).as_secs_f64(),
+            _ => 0.0,
+        };
+        let (cpu_user_s, cpu_sys_s) = process_cpu_seconds();
         Summary {
+            active_s,
+            cpu_user_s,
+            cpu_sys_s,
             messages_read: g.read,
             rows_written: g.written,
             dead_lettered: g.dead_lettered,
@@ -188,6 +222,17 @@ impl Summary {
             rate,
             if elapsed_s > 0.0 { self.bytes_read as f64 / elapsed_s / 1e6 } else { 0.0 }
         ));
+        if self.active_s > 0.0 {
+            s.push_str(&format!(
+                "active {:.2} s (first read to last commit): {:.0} msg/s, {:.2} MB/s; CPU {:.2} s user + {:.2} s system = {:.2} CPU-s/GB\n",
+                self.active_s,
+                self.messages_read as f64 / self.active_s,
+                self.bytes_read as f64 / self.active_s / 1e6,
+                self.cpu_user_s,
+                self.cpu_sys_s,
+                if self.bytes_read > 0 { (self.cpu_user_s + self.cpu_sys_s) / (self.bytes_read as f64 / 1e9) } else { 0.0 }
+            ));
+        }
         let reconciles = self.messages_read == self.rows_written + self.dead_lettered;
         s.push_str(&format!(
             "reconciliation: read = written + dead-lettered: {}\n",

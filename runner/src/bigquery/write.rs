@@ -33,6 +33,9 @@ mod rpc_code {
 }
 
 const MAX_MESSAGE_BYTES: usize = 20 * 1024 * 1024;
+/// How long one append may wait for its response before the connection is dropped
+/// and the append retried (safe: a retried offset answers ALREADY_EXISTS).
+pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 const SCOPE: &str = "https://www.googleapis.com/auth/bigquery";
 
 /// What happened to one append.
@@ -213,7 +216,8 @@ impl AppendConnection {
     pub async fn append(&mut self, rows: Vec<Vec<u8>>, offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
         let writer_schema = (!self.sent_schema).then(|| ProtoSchema { proto_descriptor: Some(self.descriptor.clone()) });
         let req = AppendRowsRequest {
-            write_stream: if self.sent_schema { String::new() } else { self.stream.clone() },
+            // BigQuery needs the stream name only on the first request; the emulator on every one.
+            write_stream: self.stream.clone(),
             offset,
             rows: Some(Rows::ProtoRows(ProtoData { writer_schema, rows: Some(ProtoRows { serialized_rows: rows }) })),
             ..Default::default()
@@ -221,16 +225,26 @@ impl AppendConnection {
         let closed = || WriteError::Status { what: "AppendRows", code: "Unavailable".into(), message: "the connection closed".into(), retryable: true };
         self.tx.send(req).await.map_err(|_| closed())?;
         self.sent_schema = true;
-        if let Some(p) = self.pending.take() {
-            let r = p.await.map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
-            self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s))?.into_inner());
-        }
-        let responses = self.responses.as_mut().ok_or_else(closed)?;
-        let resp = match responses.message().await {
-            Ok(Some(r)) => r,
-            Ok(None) => return Err(closed()),
-            Err(s) => return Err(WriteError::from_status("AppendRows", s)),
+        let timed_out = || WriteError::Status {
+            what: "AppendRows",
+            code: "DeadlineExceeded".into(),
+            message: format!("no response within {} s", APPEND_TIMEOUT.as_secs()),
+            retryable: true,
         };
+        let resp = tokio::time::timeout(APPEND_TIMEOUT, async {
+            if let Some(p) = self.pending.take() {
+                let r = p.await.map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
+                self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s))?.into_inner());
+            }
+            let responses = self.responses.as_mut().ok_or_else(closed)?;
+            match responses.message().await {
+                Ok(Some(r)) => Ok(r),
+                Ok(None) => Err(closed()),
+                Err(s) => Err(WriteError::from_status("AppendRows", s)),
+            }
+        })
+        .await
+        .map_err(|_| timed_out())??;
         self.outcome(resp, offset)
     }
 

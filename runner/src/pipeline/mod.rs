@@ -67,7 +67,7 @@ use prost_types::DescriptorProto;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -109,8 +109,10 @@ pub struct JobCtx {
     pub stats: Arc<JobStats>,
     /// Becomes true to drain.
     pub cancel: watch::Receiver<bool>,
-    /// Wall-clock ms of the last message read (idle detection).
+    /// Wall-clock ms of the last message read or batch finished (idle detection).
     pub last_read_ms: AtomicI64,
+    /// Shards processing a batch right now; the job is only idle when this is 0.
+    pub busy: AtomicUsize,
 }
 
 /// A finished run.
@@ -129,7 +131,9 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
     match std::fs::read(&path) {
         Ok(bytes) => {
             let have: JobIdentity = serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
-            let same = JobIdentity { shards: have.shards, ..want.clone() };
+            // The shard count is the checkpoint's; the dead-letter table may be added or
+            // changed (the usual fix after a job stopped on a bad record).
+            let same = JobIdentity { shards: have.shards, dlq: have.dlq.clone(), ..want.clone() };
             if have != same {
                 bail!(
                     "job {} already has a checkpoint for a different pipeline ({}: topic {}, table {}, {}), but this run is for topic {}, table {}, {}. Use another --job-name, or remove {} to start over",
@@ -137,7 +141,7 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
                     path.display(), have.topic, have.table, have.delivery, want.topic, want.table, want.delivery, job_dir.display()
                 );
             }
-            Ok(have)
+            Ok(JobIdentity { dlq: want.dlq.clone(), ..have })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(job_dir).with_context(|| format!("creating {}", job_dir.display()))?;
@@ -186,7 +190,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
     };
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
     let descriptor = proto::descriptor(&schema, "Row");
-    let dlq_descriptor = proto::descriptor(&crate::dlq::schema(), "DeadLetter");
+    let dlq_descriptor = proto::descriptor(&crate::dlq::write_schema(), "DeadLetter");
     let stats = Arc::new(JobStats::default());
     let ctx = Arc::new(JobCtx {
         mapper: Mapper::new(schema, cfg.max_row_bytes),
@@ -199,6 +203,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
         stats: stats.clone(),
         cancel: cancel_tx.subscribe(),
         last_read_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
+        busy: AtomicUsize::new(0),
     });
 
     let mut set = tokio::task::JoinSet::new();
@@ -215,7 +220,12 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let quiet = chrono::Utc::now().timestamp_millis() - ctx.last_read_ms.load(Ordering::Relaxed);
+                let now = chrono::Utc::now().timestamp_millis();
+                if ctx.busy.load(Ordering::Acquire) > 0 {
+                    ctx.last_read_ms.store(now, Ordering::Relaxed);
+                    continue;
+                }
+                let quiet = now - ctx.last_read_ms.load(Ordering::Relaxed);
                 if quiet >= idle.as_millis() as i64 {
                     tracing::info!(idle_ms = quiet, "no new messages: draining");
                     let _ = tx.send(true);

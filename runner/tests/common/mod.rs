@@ -1,0 +1,138 @@
+//! Shared helpers for the integration tests: they talk to the real local stack
+//! (tansu + bqemulator) that `scripts/test.sh` starts and describes with
+//! FLEXRUN_KAFKA, BIGQUERY_EMULATOR_HOST and BIGQUERY_STORAGE_EMULATOR_HOST.
+#![allow(dead_code)]
+
+use flexrun::bigquery::{rest, Endpoints, TableRef};
+use flexrun::{kafka, local};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The BigQuery project the emulator serves.
+pub const PROJECT: &str = "flexrun-local";
+
+/// Connection details of the running stack.
+pub struct Stack {
+    /// Kafka bootstrap host:port.
+    pub kafka: String,
+    /// BigQuery endpoints (emulator).
+    pub bq: Endpoints,
+}
+
+/// The stack from the environment; fails the test (never skips) when it is not there.
+pub fn stack() -> Stack {
+    let kafka = std::env::var("FLEXRUN_KAFKA").unwrap_or_default();
+    let bq = Endpoints::resolve(None, None).ok().filter(|e| e.emulator);
+    match (kafka.is_empty(), bq) {
+        (false, Some(bq)) => Stack { kafka, bq },
+        _ => panic!("integration tests need the local stack: run them with scripts/test.sh (it starts tansu and bqemulator and sets FLEXRUN_KAFKA, BIGQUERY_EMULATOR_HOST, BIGQUERY_STORAGE_EMULATOR_HOST)"),
+    }
+}
+
+/// A name no other test run uses (topics and tables outlive a test).
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    format!("{prefix}_{}_{t}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A topic with `partitions` partitions and an empty demo table (plus the DLQ table's name).
+pub struct Fixture {
+    /// Topic.
+    pub topic: String,
+    /// Partitions.
+    pub partitions: i32,
+    /// Destination table.
+    pub table: TableRef,
+    /// Dead-letter table (created by the job when it is configured).
+    pub dlq: TableRef,
+}
+
+impl Stack {
+    /// Create a topic and a table with the demo schema.
+    pub async fn fixture(&self, name: &str, partitions: i32) -> Fixture {
+        let topic = unique(name);
+        kafka::create_topic(&self.kafka, &topic, partitions).await.expect("create topic");
+        let table = TableRef { project: PROJECT.into(), dataset: "it".into(), table: topic.clone() };
+        let dlq = TableRef { table: format!("{topic}_dlq"), ..table.clone() };
+        let c = rest::client(&self.bq).await.expect("rest client");
+        rest::ensure_table(&c, &self.bq, &table, &local::demo_schema()).await.expect("create table");
+        Fixture { topic, partitions, table, dlq }
+    }
+
+    /// Rows and distinct ids in a table.
+    pub async fn count(&self, t: &TableRef) -> (i64, i64) {
+        let (n, d) = local::count_rows(&self.bq, t, Some("id")).await.expect("count rows");
+        (n, d.unwrap_or(0))
+    }
+
+    /// Every row of a query, as strings.
+    pub async fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        let c = rest::client(&self.bq).await.expect("rest client");
+        rest::query_rows(&c, PROJECT, sql).await.expect("query")
+    }
+}
+
+impl Fixture {
+    /// The `--parameters` value for this fixture.
+    pub fn params(&self, stack: &Stack, extra: &str) -> String {
+        let mut p = format!(
+            "readBootstrapServerAndTopic={};{},messageFormat=JSON,outputTableSpec={},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest",
+            stack.kafka, self.topic, self.table
+        );
+        if !extra.is_empty() {
+            p.push(',');
+            p.push_str(extra);
+        }
+        p
+    }
+
+    /// Produce `count` messages with ids from `start`.
+    pub async fn produce(&self, stack: &Stack, start: u64, count: u64, bad_every: Option<u64>) -> local::Produced {
+        local::produce(&stack.kafka, &self.topic, self.partitions, start, count, bad_every, 962).await.expect("produce")
+    }
+}
+
+/// `flexrun` with the stack's environment and the given arguments.
+pub fn flexrun(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flexrun"));
+    c.args(args).env("FLEXRUN_LOG", "warn").stdin(Stdio::null());
+    c
+}
+
+/// Run a kafka-to-bq job to completion (it drains after `idle`).
+pub fn run_job(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap(), "--idle-timeout", idle, "--parameters", params];
+    args.extend_from_slice(extra);
+    flexrun(&args).output().expect("run flexrun")
+}
+
+/// Start a kafka-to-bq job in the background.
+pub fn spawn_job(job: &str, ckpt: &Path, params: &str, extra: &[&str]) -> Child {
+    let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap(), "--parameters", params];
+    args.extend_from_slice(extra);
+    flexrun(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn flexrun")
+}
+
+/// Stdout and stderr as text, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Wait for a child with a timeout; kill it if it overstays.
+pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("output");
+            panic!("flexrun did not finish within {limit:?}: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

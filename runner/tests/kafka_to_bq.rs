@@ -1,0 +1,177 @@
+//! kafka-to-bq against the real local stack: exactly-once with and without
+//! SIGKILLs, at-least-once, dead-letter routing, stopping without a DLQ, and drain.
+
+mod common;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_100k_messages_make_100k_rows() {
+    let s = stack();
+    let f = s.fixture("eo100k", 8).await;
+    f.produce(&s, 0, 100_000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let summary = ck.path().join("summary.json");
+    let o = run_job("eo100k", ck.path(), &f.params(&s, ""), "3s", &["--summary-json", summary.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (100_000, 100_000));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert_eq!(j["summary"]["messages_read"], 100_000);
+    assert_eq!(j["summary"]["rows_written"], 100_000);
+    assert_eq!(j["delivery"], "exactly-once");
+    let stages = j["summary"]["stages"].as_array().unwrap();
+    assert!(stages.iter().all(|st| st["count"].as_u64().unwrap() > 0), "every stage has latency samples: {stages:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_survives_repeated_sigkill() {
+    let s = stack();
+    let f = s.fixture("eokill", 8).await;
+    f.produce(&s, 0, 100_000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "");
+    let seed: u64 = std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    eprintln!("kill schedule seed {seed} (set FLEXRUN_KILL_SEED to repeat)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // Small batches put more of the protocol's crash points under the kills.
+    let extra = ["--batch-rows", "1500"];
+    let mut kills = 0;
+    for _ in 0..8 {
+        let mut child = spawn_job("eokill", ck.path(), &params, &extra);
+        std::thread::sleep(Duration::from_millis(rng.random_range(400..2500)));
+        if child.try_wait().unwrap().is_none() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            kills += 1;
+        }
+        let _ = child.wait();
+    }
+    assert!(kills >= 5, "only {kills} kills landed while the job was running");
+    let o = run_job("eokill", ck.path(), &params, "3s", &extra);
+    assert!(o.status.success(), "{}", text(&o));
+    let (rows, distinct) = s.count(&f.table).await;
+    eprintln!("after {kills} SIGKILLs: {rows} rows, {distinct} distinct ids");
+    assert_eq!((rows, distinct), (100_000, 100_000), "exactly-once broke after {kills} kills (seed {seed})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_loses_nothing_and_reports_duplicates() {
+    let s = stack();
+    let f = s.fixture("alo", 4).await;
+    f.produce(&s, 0, 30_000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "useStorageWriteApiAtLeastOnce=true");
+    for wait_ms in [700u64, 1300] {
+        let mut child = spawn_job("alo", ck.path(), &params, &["--batch-rows", "1000"]);
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+    let o = run_job("alo", ck.path(), &params, "3s", &["--batch-rows", "1000"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("at-least-once"), "{}", text(&o));
+    let (rows, distinct) = s.count(&f.table).await;
+    eprintln!("at-least-once after 2 SIGKILLs: {rows} rows, {distinct} distinct ids, {} duplicates", rows - distinct);
+    assert_eq!(distinct, 30_000, "at-least-once lost messages");
+    assert!(rows >= 30_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_records_go_to_the_dead_letter_table_with_reasons() {
+    let s = stack();
+    let f = s.fixture("dlq", 2).await;
+    // 60 messages, every 10th a bad one: one of each of the six transform classes.
+    let p = f.produce(&s, 0, 60, Some(10)).await;
+    assert_eq!((p.good, p.bad), (54, 6));
+    // And one valid message whose row is too large for the --max-row-bytes below.
+    flexrun::local::produce(&s.kafka, &f.topic, 1, 1000, 1, None, 3000).await.unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, &format!("useBigQueryDLQ=true,outputDeadletterTable={}", f.dlq));
+    let o = run_job("dlq", ck.path(), &params, "2s", &["--max-row-bytes", "2000"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("reconciliation: read = written + dead-lettered: yes"), "{out}");
+    assert_eq!(s.count(&f.table).await, (54, 54));
+    let dl = s.rows(&format!("SELECT errorMessage, payloadString FROM `{}.{}.{}`", f.dlq.project, f.dlq.dataset, f.dlq.table)).await;
+    let msgs: Vec<String> = dl.iter().map(|r| r[0].clone().unwrap_or_default()).collect();
+    assert_eq!(msgs.len(), 7, "{msgs:#?}");
+    for want in [
+        "Failed to serialize json to table row",
+        "message is JSON an array, expected a JSON object",
+        "not valid UTF-8",
+        "unexpected field with name colour",
+        "field id: expected a 64-bit integer",
+        "missing required field id",
+        "Row payload too large",
+    ] {
+        assert!(msgs.iter().any(|m| m.contains(want)), "no dead-letter row says {want:?}: {msgs:#?}");
+    }
+    assert!(dl.iter().all(|r| r[1].as_deref().is_some_and(|p| p.contains(&f.topic))), "payloadString names the source record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_dead_letter_table_a_bad_record_stops_the_job_and_nothing_is_lost() {
+    let s = stack();
+    let f = s.fixture("nodlq", 1).await;
+    f.produce(&s, 0, 20, None).await;
+    // One bad message between two runs of good ones.
+    let producer_bad = flexrun::local::bad_message(0).1;
+    {
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+        p.send(FutureRecord::<(), [u8]>::to(&f.topic).payload(producer_bad.as_slice()), Duration::from_secs(10)).await.unwrap();
+    }
+    f.produce(&s, 20, 20, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let o = run_job("nodlq", ck.path(), &f.params(&s, ""), "2s", &["--batch-rows", "5"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("record {}/0@20 cannot be written", f.topic)), "{err}");
+    assert!(err.contains("No dead-letter table is configured"), "{err}");
+    let (before, _) = s.count(&f.table).await;
+    assert!(before <= 20, "rows after the bad record were written: {before}");
+    // Adding a dead-letter table and restarting the same job delivers everything, once.
+    let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
+    let o = run_job("nodlq", ck.path(), &params, "2s", &["--batch-rows", "5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (40, 40));
+    let (dl, _) = flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap();
+    assert_eq!(dl, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_a_restart_resumes() {
+    let s = stack();
+    let f = s.fixture("drain", 4).await;
+    f.produce(&s, 0, 30_000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "");
+    let child = spawn_job("drain", ck.path(), &params, &["--batch-rows", "2000"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("reconciliation: read = written + dead-lettered: yes"), "{out}");
+    let (mid, _) = s.count(&f.table).await;
+    f.produce(&s, 30_000, 10_000, None).await;
+    let o = run_job("drain", ck.path(), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    eprintln!("{mid} rows at the drain, then resumed");
+    assert_eq!(s.count(&f.table).await, (40_000, 40_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_another_topic_under_the_same_job_name_is_refused() {
+    let s = stack();
+    let a = s.fixture("ida", 1).await;
+    let b = s.fixture("idb", 1).await;
+    let ck = tempfile::tempdir().unwrap();
+    let o = run_job("same", ck.path(), &a.params(&s, ""), "500ms", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_job("same", ck.path(), &b.params(&s, ""), "500ms", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already has a checkpoint for a different pipeline"), "{}", text(&o));
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run every test: unit tests, and integration tests against a real local stack
+# (tansu + bqemulator), which this script installs if needed, starts on its own
+# ports, and stops again on exit.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh -p flexrun      extra arguments go to `cargo test`
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/stack.sh start test
+trap 'bash scripts/stack.sh stop test' EXIT
+eval "$(bash scripts/stack.sh env test)"
+
+# Release mode: the tests push 100k-message jobs through the real services, and the
+# debug build's message generation alone is ten times slower.
+cargo test --release --workspace "$@" -- --test-threads=1
