@@ -165,6 +165,9 @@ pub struct JobFlags {
     /// BigQuery JSON schema file, for --sink stats.
     #[arg(long)]
     pub schema_file: Option<String>,
+    /// Random seed for streaming-data-generator (the same seed gives the same messages).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Also write the end-of-job summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,

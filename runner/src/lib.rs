@@ -12,6 +12,8 @@
 //! - Transform: [`schema`] (the table's schema) and [`transform`] (JSON message →
 //!   protobuf row, or the reason it cannot be); [`dlq`] builds dead-letter rows.
 //! - Sink: [`bigquery`] (REST via gcp-bigquery-client, Storage Write over gRPC).
+//! - [`generator`]: the streaming-data-generator template (JSON Data Generator
+//!   schemas at a steady rate into Kafka).
 //! - Execution: [`pipeline`] (shards, batches, the exactly-once protocol, drain) on
 //!   top of [`progress`] (the offset log and commit log) and [`stats`] (per-stage
 //!   latency histograms and counters).
@@ -23,6 +25,7 @@ pub mod bigquery;
 pub mod cli;
 pub mod config;
 pub mod dlq;
+pub mod generator;
 pub mod kafka;
 pub mod local;
 pub mod pipeline;

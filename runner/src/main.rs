@@ -7,7 +7,7 @@ use flexrun::bigquery::{rest, Endpoints, TableRef};
 use flexrun::cli::{Cli, Command, DataflowGroup, FlexTemplateAction, Format, JobFlags, LocalAction, TemplatesAction};
 use flexrun::config::{KafkaToBqConfig, RunFlags};
 use flexrun::schema::Schema;
-use flexrun::{kafka, local, pipeline};
+use flexrun::{generator, kafka, local, pipeline};
 use flexrun_templates::{find, find_by_gcs_path, parse_parameter_list, validate, Template};
 use std::process::ExitCode;
 use tokio::sync::watch;
@@ -119,9 +119,6 @@ fn describe(t: &Template) {
 }
 
 async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
-    if template.name != "kafka-to-bq" {
-        return Err(usage(format!("template {} is described but cannot run yet", template.name)));
-    }
     if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
         return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
     }
@@ -132,6 +129,9 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     let resolved = validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
     for (k, v) in &resolved.pipeline_options {
         eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
+    }
+    if template.name == "streaming-data-generator" {
+        return run_generator(&resolved, flags).await;
     }
     let sink = flags.sink().map_err(usage)?;
     let run_flags = RunFlags {
@@ -169,6 +169,35 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
             "summary": report.summary,
         });
         std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn run_generator(resolved: &flexrun_templates::ResolvedParams, flags: &JobFlags) -> Result<()> {
+    let cfg = generator::GeneratorConfig::from_params(resolved, flags.seed).map_err(|errs| usage(errs.join("\n")))?;
+    // Compile the schema before anything connects, so schema errors exit with status 2.
+    generator::Generator::new(&cfg.schema, 0).map_err(|e| usage(format!("{}: {e}", cfg.schema_path)))?;
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    spawn_signal_handler(cancel_tx);
+    let to_stdout = cfg.sink == generator::SinkSpec::Stdout;
+    let r = generator::run(cfg, cancel_rx, !to_stdout).await?;
+    let line = format!(
+        "streaming-data-generator: {} messages in {:.2} s: {:.0} msg/s achieved, {:.0} msg/s target{}{} (seed {})",
+        r.sent,
+        r.elapsed_s,
+        r.achieved_qps,
+        r.target_qps,
+        r.delivered.map(|d| format!(", {d} acknowledged by Kafka ({:.0} msg/s including the final flush)", r.delivered_qps.unwrap_or(0.0))).unwrap_or_default(),
+        if r.fell_behind { "; FELL BEHIND: this machine or the broker could not keep up with the target rate" } else { "" },
+        r.seed
+    );
+    if to_stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    if let Some(path) = &flags.summary_json {
+        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -103,3 +103,50 @@ fn templates_list_and_describe() {
     let o = flexrun(&["templates", "describe", "nope"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+fn generator(params: &str) -> Output {
+    flexrun(&["--template", "streaming-data-generator", "--parameters", params])
+}
+
+#[test]
+fn generator_parameters_are_checked_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("flexrun-gen-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.json");
+    std::fs::write(&good, r#"{"a": "{{alpha(3)}}"}"#).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\n  \"a\": \"{{alphaNumerc(3)}}\"\n}").unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        ("schemaLocation=x.json,sinkType=STDOUT".into(), "missing required parameter qps"),
+        (format!("qps=10,schemaLocation=gs://bucket/s.json,sinkType=STDOUT"), "Cloud Storage is not reachable"),
+        (format!("qps=10,schemaLocation={},sinkType=PUBSUB", good.display()), "sinkType=PUBSUB is Google's but not reachable"),
+        (format!("qps=10,schemaLocation={}", good.display()), "Google's default is PUBSUB"),
+        (format!("qps=10,schemaLocation={},sinkType=KAFKA", good.display()), "sinkType=KAFKA needs bootstrapServer"),
+        (format!("qps=0,schemaLocation={},sinkType=STDOUT", good.display()), "expected a number of messages per second above 0"),
+        (format!("qps=ten,schemaLocation={},sinkType=STDOUT", good.display()), "invalid value \"ten\" for parameter qps"),
+        (format!("qps=10,schemaLocation={},sinkType=STDOUT,outputType=AVRO", good.display()), "outputType=AVRO is not supported"),
+        (format!("qps=10,schemaLocation={}/missing.json,sinkType=STDOUT", dir.display()), "cannot read the schema file"),
+        (format!("qps=10,schemaLocation={},sinkType=STDOUT", bad.display()), "line 2, column 11: unknown function alphaNumerc()"),
+    ];
+    for (params, want) in cases {
+        let o = generator(&params);
+        assert_eq!(o.status.code(), Some(2), "{params}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{params}: expected {want:?} in {}", stderr(&o));
+    }
+}
+
+#[test]
+fn generator_writes_the_exact_count_to_stdout_and_a_seed_reproduces_it() {
+    let dir = std::env::temp_dir().join(format!("flexrun-gen-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(&schema, r#"{"id": {{index()}}, "v": "{{alphaNumeric(8)}}"}"#).unwrap();
+    let run = || flexrun(&["--template", "streaming-data-generator", "--seed", "42", "--parameters", &format!("qps=100000,schemaLocation={},sinkType=STDOUT,messagesLimit=1000", schema.display())]);
+    let (a, b) = (run(), run());
+    assert!(a.status.success(), "{}", stderr(&a));
+    let lines: Vec<&str> = std::str::from_utf8(&a.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 1000);
+    assert_eq!(a.stdout, b.stdout, "the same seed gives the same messages");
+    let last: serde_json::Value = serde_json::from_str(lines[999]).unwrap();
+    assert_eq!(last["id"], 999);
+}

@@ -79,7 +79,10 @@ pub enum TemplateError {
     },
 }
 
-const BUILTIN_SOURCES: &[(&str, &str)] = &[("kafka-to-bq.yaml", include_str!("../kafka-to-bq.yaml"))];
+const BUILTIN_SOURCES: &[(&str, &str)] = &[
+    ("kafka-to-bq.yaml", include_str!("../kafka-to-bq.yaml")),
+    ("streaming-data-generator.yaml", include_str!("../streaming-data-generator.yaml")),
+];
 
 /// Parse one template from YAML text and check that its regexes compile.
 pub fn parse_template(file: &str, yaml: &str) -> Result<Template, TemplateError> {
@@ -141,6 +144,7 @@ mod tests {
         }
         assert!(find("kafka-to-bq").is_some());
         assert_eq!(find("Kafka_to_BigQuery_Flex").unwrap().name, "kafka-to-bq");
+        assert_eq!(find("Streaming_Data_Generator").unwrap().name, "streaming-data-generator");
     }
 
     #[test]
