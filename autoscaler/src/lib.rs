@@ -1,38 +1,27 @@
-//! Worker-count decisions from metric snapshots (issue 4: Dataflow's rules and DS2).
+//! Worker-count decisions from metric snapshots: Dataflow's documented rules and
+//! DS2's one-step method.
 //!
-//! This crate is a pure library: metric snapshots in, decisions out; no clocks,
-//! sockets or files. The live runner and the simulator will drive the same code.
-//! It holds only the shared vocabulary so far; the policies are not built yet.
+//! A pure library: a [`Snapshot`] of a window (per worker busy time, records and bytes;
+//! job input rate and backlog; the caller's clock) and [`Limits`] go in, a
+//! [`Decision`] (target workers and a rationale in Dataflow's words) comes out. No
+//! clocks, sockets or files: the live runner and the simulator drive the same code
+//! and get the same decisions for the same inputs.
+//!
+//! Layout:
+//! - [`metrics`]: the snapshot and limits, with the derived signals (utilization,
+//!   backlog seconds, DS2's true processing rate).
+//! - [`decision`]: [`Decision`] and [`Rationale`].
+//! - [`policy`]: the [`Policy`] trait, bounds (partitions, min/max), selection.
+//! - [`dataflow`] and [`ds2`]: the two policies.
 
-use serde::{Deserialize, Serialize};
+pub mod dataflow;
+pub mod decision;
+pub mod ds2;
+pub mod metrics;
+pub mod policy;
 
-/// Why the worker count changed or stayed, in Dataflow's words (reference §3.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Rationale {
-    /// Scale up: the backlog would take too long to drain.
-    HighBacklog,
-    /// Scale up: CPU is above the utilization hint.
-    HighWorkerUtilization,
-    /// Scale down: CPU is well below the hint and the backlog is low.
-    LowWorkerUtilization,
-    /// No change: recent signals disagree or are too new.
-    WaitingForSignalsToStabilize,
-    /// No change: a limit other than resources (partitions, min/max).
-    HitNonResourceRelatedLimit,
-    /// No change: converged.
-    LowBacklogAndHighWorkerUtilization,
-}
-
-impl Rationale {
-    /// The rationale text as Dataflow's autoscaling chart shows it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rationale::HighBacklog => "High backlog",
-            Rationale::HighWorkerUtilization => "High worker utilization",
-            Rationale::LowWorkerUtilization => "Low worker utilization",
-            Rationale::WaitingForSignalsToStabilize => "Waiting for the signals to stabilize",
-            Rationale::HitNonResourceRelatedLimit => "Hit non-resource related limit",
-            Rationale::LowBacklogAndHighWorkerUtilization => "Low backlog and high worker utilization",
-        }
-    }
-}
+pub use dataflow::{DataflowConfig, DataflowPolicy};
+pub use decision::{Decision, Rationale};
+pub use ds2::{Ds2Config, Ds2Policy};
+pub use metrics::{Limits, Snapshot, WorkerMetrics, DEFAULT_UTILIZATION_HINT};
+pub use policy::{make, Algorithm, Policy, PolicyError, PolicyKind};
