@@ -116,12 +116,33 @@ pub enum SinkArg {
 /// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
 #[derive(Debug, Args, Default, Clone)]
 pub struct JobFlags {
-    /// gcloud: initial worker count (recorded).
-    #[arg(long)]
+    /// gcloud: workers at the start (default 1; a worker runs whole shards).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub num_workers: Option<u32>,
-    /// gcloud: maximum worker count (recorded).
-    #[arg(long)]
+    /// gcloud: the autoscaling ceiling (default 100; the shard count caps it too).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_workers: Option<u32>,
+    /// The autoscaling floor (Dataflow's min_num_workers service option; default 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub min_num_workers: Option<u32>,
+    /// Target worker utilization, 0.1 to 0.9 (Dataflow's worker_utilization_hint; default 0.8).
+    #[arg(long, value_parser = hint_in_range)]
+    pub worker_utilization_hint: Option<f64>,
+    /// THROUGHPUT_BASED (default) or NONE (stay at --num-workers).
+    #[arg(long, default_value = "THROUGHPUT_BASED", value_parser = ["THROUGHPUT_BASED", "NONE"])]
+    pub autoscaling_algorithm: String,
+    /// Which policy decides under THROUGHPUT_BASED: dataflow (Dataflow's rules) or ds2 (one step).
+    #[arg(long, default_value = "dataflow", value_parser = ["dataflow", "ds2"])]
+    pub autoscaling_policy: String,
+    /// Emulate a worker of this capacity (e.g. 2MB/s or 2000msg/s), so autoscaling shows at laptop scale.
+    #[arg(long, value_parser = crate::pipeline::worker::Capacity::parse)]
+    pub worker_capacity: Option<crate::pipeline::worker::Capacity>,
+    /// How often the autoscaler decides (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub autoscaling_interval: Duration,
+    /// Divide the Dataflow policy's waits (2 min and so on) by this, for laptop-scale runs.
+    #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
+    pub autoscaling_time_scale: f64,
     /// gcloud: worker machine type, e.g. e2-standard-2 (recorded).
     #[arg(long)]
     pub worker_machine_type: Option<String>,
@@ -184,15 +205,32 @@ impl JobFlags {
         }
     }
 
+    /// The worker pool these flags describe, or why they are inconsistent.
+    pub fn pool(&self) -> Result<crate::config::PoolConfig, String> {
+        let d = crate::config::PoolConfig::default();
+        let p = crate::config::PoolConfig {
+            num_workers: self.num_workers.unwrap_or(d.num_workers),
+            min_workers: self.min_num_workers.unwrap_or(d.min_workers),
+            max_workers: self.max_workers.unwrap_or(d.max_workers),
+            utilization_hint: self.worker_utilization_hint.unwrap_or(d.utilization_hint),
+            algorithm: self.autoscaling_algorithm.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
+            policy: self.autoscaling_policy.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
+            capacity: self.worker_capacity,
+            interval: self.autoscaling_interval,
+            time_scale: self.autoscaling_time_scale,
+        };
+        if p.min_workers > p.max_workers {
+            return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));
+        }
+        if p.num_workers > p.max_workers || p.num_workers < p.min_workers {
+            return Err(format!("--num-workers={} is outside --min-num-workers={} .. --max-workers={}", p.num_workers, p.min_workers, p.max_workers));
+        }
+        Ok(p)
+    }
+
     /// Notes on gcloud flags that are recorded but do not change a local run.
     pub fn notes(&self) -> Vec<String> {
         let mut n = Vec::new();
-        if let Some(w) = self.num_workers {
-            n.push(format!("--num-workers={w}: recorded; this local run executes every shard in this one process"));
-        }
-        if let Some(w) = self.max_workers {
-            n.push(format!("--max-workers={w}: recorded; there is no autoscaling in a local run yet"));
-        }
         if let Some(m) = &self.worker_machine_type {
             n.push(format!("--worker-machine-type={m}: recorded; a local run uses this machine's cores"));
         }
@@ -330,6 +368,22 @@ pub enum LocalAction {
     },
 }
 
+/// Parse a utilization hint in 0.1..=0.9.
+pub fn hint_in_range(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.1..=0.9).contains(&v) => Ok(v),
+        _ => Err(format!("invalid utilization hint {s:?}: expected a number from 0.1 to 0.9")),
+    }
+}
+
+/// Parse a positive number.
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("invalid value {s:?}: expected a positive number")),
+    }
+}
+
 /// Parse a whole number in `[MIN, MAX]`.
 pub fn usize_in<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
@@ -382,7 +436,9 @@ mod tests {
         assert_eq!(a.job_name, "my-job");
         assert!(a.flags.at_least_once_experiment());
         let notes = a.flags.notes().join("\n");
-        for f in ["--num-workers=2", "--max-workers=10", "--worker-machine-type", "--project", "--region", "--enable-streaming-engine"] {
+        assert_eq!(a.flags.pool().unwrap().num_workers, 2);
+        assert_eq!(a.flags.pool().unwrap().max_workers, 10);
+        for f in ["--worker-machine-type", "--project", "--region", "--enable-streaming-engine"] {
             assert!(notes.contains(f), "{f} not reported: {notes}");
         }
     }
@@ -399,6 +455,26 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["flexrun", "--no-such-flag"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn pool_flags_are_checked() {
+        let p = |args: &[&str]| {
+            let mut v = vec!["flexrun", "--template", "x"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v)
+        };
+        assert_eq!(p(&["--worker-utilization-hint", "0.95"]).unwrap_err().exit_code(), 2);
+        assert_eq!(p(&["--autoscaling-algorithm", "FAST"]).unwrap_err().exit_code(), 2);
+        assert_eq!(p(&["--autoscaling-policy", "ds3"]).unwrap_err().exit_code(), 2);
+        assert!(p(&["--worker-capacity", "lots"]).unwrap_err().to_string().contains("expected a positive number with a unit"));
+        assert_eq!(p(&["--num-workers", "0"]).unwrap_err().exit_code(), 2);
+        let cli = p(&["--num-workers", "9", "--max-workers", "4"]).unwrap();
+        assert!(cli.run.flags.pool().unwrap_err().contains("outside"));
+        let cli = p(&["--worker-capacity", "2MB/s", "--autoscaling-policy", "ds2", "--autoscaling-interval", "3s"]).unwrap();
+        let pool = cli.run.flags.pool().unwrap();
+        assert_eq!(pool.policy, flexrun_autoscaler::PolicyKind::Ds2);
+        assert_eq!(pool.interval, Duration::from_secs(3));
     }
 
     #[test]

@@ -72,6 +72,47 @@ pub struct KafkaToBqConfig {
     pub max_messages: Option<u64>,
     /// The sink.
     pub sink: SinkKind,
+    /// Worker pool and autoscaling.
+    pub pool: PoolConfig,
+}
+
+/// The live worker pool and its autoscaler (`--num-workers`, `--max-workers`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// Workers at the start.
+    pub num_workers: u32,
+    /// Autoscaling floor.
+    pub min_workers: u32,
+    /// Autoscaling ceiling (the shard count caps it too).
+    pub max_workers: u32,
+    /// Target busy fraction (Dataflow's worker utilization hint).
+    pub utilization_hint: f64,
+    /// THROUGHPUT_BASED or NONE.
+    pub algorithm: flexrun_autoscaler::Algorithm,
+    /// dataflow or ds2.
+    pub policy: flexrun_autoscaler::PolicyKind,
+    /// Emulated per-worker capacity.
+    pub capacity: Option<crate::pipeline::worker::Capacity>,
+    /// How often the autoscaler decides.
+    pub interval: Duration,
+    /// Dataflow policy durations are divided by this (laptop-scale runs).
+    pub time_scale: f64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            num_workers: 1,
+            min_workers: 1,
+            max_workers: 100,
+            utilization_hint: flexrun_autoscaler::DEFAULT_UTILIZATION_HINT,
+            algorithm: flexrun_autoscaler::Algorithm::ThroughputBased,
+            policy: flexrun_autoscaler::PolicyKind::Dataflow,
+            capacity: None,
+            interval: Duration::from_secs(10),
+            time_scale: 1.0,
+        }
+    }
 }
 
 /// Shards used when numStorageWriteApiStreams is 0: one per partition, at most this many.
@@ -101,6 +142,8 @@ pub struct RunFlags {
     pub max_messages: Option<u64>,
     /// `--sink`.
     pub sink: SinkKind,
+    /// Worker pool flags.
+    pub pool: PoolConfig,
 }
 
 impl KafkaToBqConfig {
@@ -190,6 +233,7 @@ impl KafkaToBqConfig {
             idle_timeout: flags.idle_timeout,
             max_messages: flags.max_messages,
             sink: flags.sink.clone(),
+            pool: flags.pool.clone(),
         })
     }
 
@@ -206,7 +250,7 @@ mod tests {
     use flexrun_templates::{find, parse_parameter_list, validate};
 
     fn flags() -> RunFlags {
-        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery }
+        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default() }
     }
 
     fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {

@@ -134,7 +134,9 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
         return run_generator(&resolved, flags).await;
     }
     let sink = flags.sink().map_err(usage)?;
+    let pool = flags.pool().map_err(usage)?;
     let run_flags = RunFlags {
+        pool,
         job_name: job_name.to_string(),
         at_least_once_experiment: flags.at_least_once_experiment(),
         max_row_bytes: flags.max_row_bytes,
@@ -158,14 +160,23 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
     let report = pipeline::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx).await?;
-    println!("kafka-to-bq job {} ({}, {} shards) finished", job_name, cfg.delivery.as_str(), report.shards);
+    println!("kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished", job_name, cfg.delivery.as_str(), report.shards, report.workers);
     print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
+    if report.decisions.iter().any(|d| d.is_change()) {
+        println!("autoscaling ({} policy):", flags.autoscaling_policy);
+        println!("{:>9}  {:>7}  {:<40} detail", "time s", "workers", "rationale");
+        for d in &report.decisions {
+            println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
+        }
+    }
     if let Some(path) = &flags.summary_json {
         let j = serde_json::json!({
             "job_name": job_name,
             "delivery": cfg.delivery.as_str(),
             "shards": report.shards,
             "elapsed_s": report.elapsed.as_secs_f64(),
+            "workers": report.workers,
+            "decisions": report.decisions,
             "summary": report.summary,
         });
         std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;

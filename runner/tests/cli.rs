@@ -83,7 +83,6 @@ fn the_gcloud_form_maps_the_template_path_and_reports_recorded_flags() {
     ]);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("--num-workers=3: recorded"), "{e}");
     assert!(e.contains("--worker-machine-type=e2-standard-2: recorded"), "{e}");
     assert!(e.contains("Kafka 127.0.0.1:1 topic t"), "{e}");
 }

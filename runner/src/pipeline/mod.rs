@@ -6,6 +6,9 @@
 //!   table, shards, drain and the summary.
 //! - [`shard`]: one shard's loop (recover, collect a batch, process it).
 //! - [`sink`]: a write target with reconnect and retry.
+//! - [`pool`] and [`worker`]: the live worker pool (shards on workers, moves on a
+//!   rescale) and a worker's emulated CPU; the autoscaler loop in [`run`] feeds
+//!   `flexrun-autoscaler` a snapshot per interval and applies its decisions.
 //!
 //! # Shards
 //! The topic's partitions are split into shards (`numStorageWriteApiStreams`, or one
@@ -54,8 +57,10 @@
 //! it holds through step 4 and the job exits 0. A restart with the same job name
 //! resumes from the logs.
 
+pub mod pool;
 pub mod shard;
 pub mod sink;
+pub mod worker;
 
 use crate::bigquery::{proto, rest, write::WriteClient, Endpoints};
 use crate::config::{Delivery, KafkaToBqConfig, SinkKind};
@@ -107,8 +112,8 @@ pub struct JobCtx {
     pub write_client: Option<WriteClient>,
     /// Counters and latencies.
     pub stats: Arc<JobStats>,
-    /// Becomes true to drain.
-    pub cancel: watch::Receiver<bool>,
+    /// Committed position of every partition (for the backlog signal).
+    pub positions: std::sync::Mutex<BTreeMap<i32, i64>>,
     /// Wall-clock ms of the last message read or batch finished (idle detection).
     pub last_read_ms: AtomicI64,
     /// Shards processing a batch right now; the job is only idle when this is 0.
@@ -124,6 +129,10 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// Shards used.
     pub shards: usize,
+    /// Autoscaling decisions that changed the count or the rationale.
+    pub decisions: Vec<flexrun_autoscaler::Decision>,
+    /// Workers at the end.
+    pub workers: u32,
 }
 
 fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
@@ -201,20 +210,15 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
         initial_positions,
         write_client,
         stats: stats.clone(),
-        cancel: cancel_tx.subscribe(),
+        positions: std::sync::Mutex::new(BTreeMap::new()),
         last_read_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
         busy: AtomicUsize::new(0),
     });
 
-    let mut set = tokio::task::JoinSet::new();
-    for id in 0..shards {
-        let mine: Vec<i32> = partitions.iter().copied().filter(|p| (*p as usize) % shards == id).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let ctx = ctx.clone();
-        set.spawn(async move { shard::Shard::open(id, ctx, mine).await?.run().await.with_context(|| format!("shard {id}")) });
-    }
+    let shard_list: Vec<(usize, Vec<i32>)> = (0..shards)
+        .map(|id| (id, partitions.iter().copied().filter(|p| (*p as usize) % shards == id).collect::<Vec<i32>>()))
+        .filter(|(_, parts)| !parts.is_empty())
+        .collect();
     if let Some(idle) = ctx.cfg.idle_timeout {
         let (ctx, tx) = (ctx.clone(), cancel_tx.clone());
         tokio::spawn(async move {
@@ -237,20 +241,94 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
             }
         });
     }
-    let mut first_err = None;
-    while let Some(r) = set.join_next().await {
-        let r = r.map_err(anyhow::Error::from).and_then(|r| r);
-        if let Err(e) = r {
-            tracing::error!(error = format!("{e:#}"), "a shard failed; draining the others");
-            let _ = cancel_tx.send(true);
-            first_err.get_or_insert(e);
-        }
-    }
-    if let Some(e) = first_err {
-        return Err(e);
-    }
+    let (decisions, workers) = run_pool(&ctx, shard_list, &partitions, started, cancel_tx).await?;
     if ctx.cfg.delivery == Delivery::AtLeastOnce {
         tracing::info!("at-least-once: rows replayed after a crash can appear twice");
     }
-    Ok(RunReport { summary: stats.summary(), elapsed: started.elapsed(), shards })
+    Ok(RunReport { summary: stats.summary(), elapsed: started.elapsed(), shards, decisions, workers })
+}
+
+/// Run the shards on the worker pool until a drain, autoscaling every interval.
+async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partitions: &[i32], started: Instant, cancel_tx: watch::Sender<bool>) -> Result<(Vec<flexrun_autoscaler::Decision>, u32)> {
+    use flexrun_autoscaler::{Algorithm, DataflowConfig, DataflowPolicy, Ds2Policy, Limits, PolicyKind, Snapshot};
+    let pc = ctx.cfg.pool.clone();
+    let mut pool = pool::Pool::new(ctx.clone(), shard_list, pc.capacity);
+    let limits = Limits { min_workers: pc.min_workers, max_workers: pc.max_workers, max_parallelism: pool.max_parallelism(), utilization_hint: pc.utilization_hint };
+    let initial = pc.num_workers.clamp(pc.min_workers, pc.max_workers).min(pool.max_parallelism());
+    if initial < pc.num_workers {
+        tracing::warn!(asked = pc.num_workers, running = initial, shards = pool.max_parallelism(), "more workers than shards: each shard runs on one worker at a time");
+    }
+    pool.resize(initial).await?;
+    let mut policy: Box<dyn flexrun_autoscaler::Policy> = match (pc.algorithm, pc.policy) {
+        (Algorithm::None, _) => Box::new(flexrun_autoscaler::policy::Fixed),
+        (Algorithm::ThroughputBased, PolicyKind::Ds2) => Box::new(Ds2Policy::default()),
+        (Algorithm::ThroughputBased, PolicyKind::Dataflow) => Box::new(DataflowPolicy::new(DataflowConfig::time_scaled(pc.time_scale))),
+    };
+    let mut decisions: Vec<flexrun_autoscaler::Decision> = Vec::new();
+    let mut cancel = cancel_tx.subscribe();
+    let mut next_decision = Instant::now() + pc.interval;
+    let mut last_window = Instant::now();
+    let mut last_hw: Option<i64> = None;
+    let result: Result<()> = loop {
+        tokio::select! {
+            _ = cancel.changed() => break Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if let Some(e) = pool.reap().await {
+            tracing::error!(error = format!("{e:#}"), "a shard failed; draining the others");
+            let _ = cancel_tx.send(true);
+            break Err(e);
+        }
+        if Instant::now() < next_decision || pc.algorithm == Algorithm::None {
+            continue;
+        }
+        next_decision = Instant::now() + pc.interval;
+        let hw = match ctx.cfg.source.high_watermarks(partitions).await {
+            Ok(hw) => hw,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the topic's high watermarks; skipping this autoscaling window");
+                continue;
+            }
+        };
+        let window_s = last_window.elapsed().as_secs_f64();
+        last_window = Instant::now();
+        let total_hw: i64 = hw.values().sum();
+        let input_records_per_s = last_hw.map_or(0.0, |l| (total_hw - l).max(0) as f64 / window_s);
+        last_hw = Some(total_hw);
+        let backlog_records: i64 = {
+            let pos = ctx.positions.lock().expect("positions lock");
+            hw.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(ctx.initial_positions[p])).max(0)).sum()
+        };
+        let s = ctx.stats.summary();
+        let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 1000.0 };
+        let snap = Snapshot {
+            time_s: started.elapsed().as_secs_f64(),
+            window_s,
+            workers: pool.window(),
+            input_records_per_s,
+            input_bytes_per_s: input_records_per_s * avg,
+            backlog_records: backlog_records as u64,
+            backlog_bytes: (backlog_records as f64 * avg) as u64,
+        };
+        let d = policy.decide(&snap, &limits);
+        tracing::info!(
+            time_s = format!("{:.1}", d.time_s), from = d.from, to = d.to, rationale = d.rationale.as_str(), detail = %d.detail,
+            utilization = format!("{:.2}", snap.utilization()), input_per_s = input_records_per_s as u64, backlog = backlog_records,
+            "autoscaler decision"
+        );
+        let changed_rationale = decisions.last().is_none_or(|l| l.rationale != d.rationale);
+        if d.is_change() || changed_rationale {
+            decisions.push(d.clone());
+        }
+        if d.is_change() {
+            if let Err(e) = pool.resize(d.to).await {
+                let _ = cancel_tx.send(true);
+                break Err(e);
+            }
+        }
+    };
+    let workers = pool.workers();
+    let stopped = pool.stop_all().await;
+    result.and(stopped)?;
+    Ok((decisions, workers))
 }

@@ -1,6 +1,7 @@
 //! One shard: a set of partitions, its consumer, its write streams and its logs.
 
 use super::sink::Target;
+use super::worker::WorkerSlot;
 use super::JobCtx;
 use crate::bigquery::write::{AppendOutcome, WriteClient};
 use crate::config::Delivery;
@@ -41,6 +42,14 @@ pub struct Shard {
     next_batch: u64,
     writer: Writer,
     stages: StageStats,
+    slot: Arc<WorkerSlot>,
+}
+
+/// A batch mapped to rows: table rows (with the message each came from), dead-letter rows.
+struct Mapped {
+    rows: Vec<Vec<u8>>,
+    row_src: Vec<usize>,
+    dlq_rows: Vec<Vec<u8>>,
 }
 
 /// A batch as it was cut: its messages, ranges and the positions after it.
@@ -52,7 +61,7 @@ struct Cut {
 
 impl Shard {
     /// Open the shard's logs, recover, and get its streams ready.
-    pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>) -> Result<Shard> {
+    pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>, slot: Arc<WorkerSlot>) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
         let log = ShardLog::open(&dir)?;
         let recovery = log.recover()?;
@@ -81,12 +90,12 @@ impl Shard {
                 Writer::Bq { client: client.clone(), main, dlq }
             }
         };
-        let mut shard = Shard { id, ctx, log, consumer, positions, next_batch, writer, stages: StageStats::default() };
+        let mut shard = Shard { id, ctx, log, consumer, positions, next_batch, writer, stages: StageStats::default(), slot };
         if let Some(e) = replay {
             shard.replay(e).await?;
         }
         kafka::assign(&shard.consumer, &shard.ctx.cfg.source.topic, &shard.positions)?;
-        tracing::info!(shard = id, partitions = ?partitions, next_batch = shard.next_batch, "shard ready");
+        tracing::info!(shard = id, worker = shard.slot.id, partitions = ?partitions, next_batch = shard.next_batch, "shard ready");
         Ok(shard)
     }
 
@@ -119,18 +128,19 @@ impl Shard {
         Ok(())
     }
 
-    /// Read, batch and write until the job is cancelled, then finish the open batch.
-    pub async fn run(mut self) -> Result<()> {
-        let mut cancel = self.ctx.cancel.clone();
+    /// Read, batch and write until `stop` becomes true (a drain, or a move to another
+    /// worker), then finish the open batch through its commit.
+    pub async fn run(mut self, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+        let cancel = &mut stop;
         loop {
-            let cut = self.collect(&mut cancel).await?;
+            let cut = self.collect(cancel).await?;
             let draining = *cancel.borrow();
             if !cut.msgs.is_empty() {
                 let batch = self.next_batch;
                 self.process(batch, cut, None).await?;
             }
             if draining {
-                tracing::info!(shard = self.id, "drained");
+                tracing::info!(shard = self.id, worker = self.slot.id, "drained");
                 return Ok(());
             }
         }
@@ -207,33 +217,10 @@ impl Shard {
         // Replays must map to the same rows in the same order.
         cut.msgs.sort_by_key(|m| (m.partition(), m.offset()));
         let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
-        let mut rows: Vec<Vec<u8>> = Vec::with_capacity(cut.msgs.len());
-        let mut row_src: Vec<usize> = Vec::with_capacity(cut.msgs.len());
-        let mut dlq_rows: Vec<Vec<u8>> = Vec::new();
-        for (i, m) in cut.msgs.iter().enumerate() {
-            let value = m.payload().unwrap_or_default();
-            counts.bytes += value.len() as u64;
-            let t = Instant::now();
-            let mut row = Vec::with_capacity(value.len() + 16);
-            let r = ctx.mapper.map_into(value, &mut row);
-            self.stages.record(1, t.elapsed().as_micros() as u64);
-            match r {
-                Ok(()) => {
-                    rows.push(row);
-                    row_src.push(i);
-                }
-                Err(e) => {
-                    let rec = record_ref(topic, m);
-                    if cfg.dlq.is_none() {
-                        bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
-                    }
-                    let mut out = Vec::new();
-                    dlq::encode(&rec, "transform", &e.to_string(), &mut out);
-                    dlq_rows.push(out);
-                    *counts.by_class.entry(e.class()).or_default() += 1;
-                }
-            }
-        }
+        counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
+        let slot = self.slot.clone();
+        let stages = &mut self.stages;
+        let Mapped { mut rows, mut row_src, mut dlq_rows } = slot.work(counts.read, counts.bytes, || map_batch(&ctx, &cut, stages, &mut counts)).await?;
         let t_write = Instant::now();
         match &mut self.writer {
             Writer::Stats => {
@@ -344,10 +331,43 @@ impl Shard {
         counts.written = rows.len() as u64;
         counts.dead_lettered = dlq_rows.len() as u64;
         ctx.stats.add_batch(&counts, &mut self.stages);
+        ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
         self.positions = cut.positions;
         self.next_batch = batch + 1;
         Ok(())
     }
+}
+
+/// Map every message of a batch (sorted by partition and offset) to a table row or a
+/// dead-letter row. Without a dead-letter table, a bad record stops the job.
+fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut BatchCounts) -> Result<Mapped> {
+    let topic = ctx.cfg.source.topic.as_str();
+    let mut rows: Vec<Vec<u8>> = Vec::with_capacity(cut.msgs.len());
+    let mut row_src: Vec<usize> = Vec::with_capacity(cut.msgs.len());
+    let mut dlq_rows: Vec<Vec<u8>> = Vec::new();
+    for (i, m) in cut.msgs.iter().enumerate() {
+        let value = m.payload().unwrap_or_default();
+        let t = Instant::now();
+        let mut row = Vec::with_capacity(value.len() + 16);
+        let r = ctx.mapper.map_into(value, &mut row);
+        stages.record(1, t.elapsed().as_micros() as u64);
+        match r {
+            Ok(()) => {
+                rows.push(row);
+                row_src.push(i);
+            }
+            Err(e) => {
+                if ctx.cfg.dlq.is_none() {
+                    bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
+                }
+                let mut out = Vec::new();
+                dlq::encode(&record_ref(topic, m), "transform", &e.to_string(), &mut out);
+                dlq_rows.push(out);
+                *counts.by_class.entry(e.class()).or_default() += 1;
+            }
+        }
+    }
+    Ok(Mapped { rows, row_src, dlq_rows })
 }
 
 fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {

@@ -1,0 +1,125 @@
+//! The live worker pool: shards assigned to workers, moved when the count changes.
+//!
+//! Shard `k` (in the order of the job's shard list) runs on worker `k % workers`.
+//! A move follows the rule for exactly-once across a rescale: the old owner is told
+//! to stop, finishes its open batch through the commit log and exits; only then does
+//! the new owner open the shard, which starts with recovery from the shard's logs.
+
+use super::shard::Shard;
+use super::worker::{Capacity, WorkerSlot};
+use super::JobCtx;
+use anyhow::{Context, Result};
+use flexrun_autoscaler::WorkerMetrics;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+struct Running {
+    worker: u32,
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<Result<()>>,
+}
+
+/// Workers and the shards they run.
+pub struct Pool {
+    ctx: Arc<JobCtx>,
+    shards: Vec<(usize, Vec<i32>)>,
+    workers: Vec<Arc<WorkerSlot>>,
+    running: BTreeMap<usize, Running>,
+    capacity: Option<Capacity>,
+}
+
+impl Pool {
+    /// A pool for these shards (id and partitions); nothing runs until [`Pool::resize`].
+    pub fn new(ctx: Arc<JobCtx>, shards: Vec<(usize, Vec<i32>)>, capacity: Option<Capacity>) -> Pool {
+        Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), capacity }
+    }
+
+    /// The number of workers.
+    pub fn workers(&self) -> u32 {
+        self.workers.len() as u32
+    }
+
+    /// The most workers that can have a shard.
+    pub fn max_parallelism(&self) -> u32 {
+        self.shards.len() as u32
+    }
+
+    fn spawn(&mut self, pos: usize) {
+        let n = self.workers.len();
+        let (id, parts) = self.shards[pos].clone();
+        let slot = self.workers[pos % n].clone();
+        let (stop, stop_rx) = watch::channel(false);
+        let ctx = self.ctx.clone();
+        let worker = slot.id;
+        let handle = tokio::spawn(async move { Shard::open(id, ctx, parts, slot).await?.run(stop_rx).await.with_context(|| format!("shard {id}")) });
+        self.running.insert(id, Running { worker, stop, handle });
+    }
+
+    /// Run with `n` workers: start shards that are not running, and move those whose
+    /// worker changes (stop, wait for their commit, reopen on the new worker).
+    pub async fn resize(&mut self, n: u32) -> Result<()> {
+        let n = n.max(1) as usize;
+        while self.workers.len() < n {
+            self.workers.push(Arc::new(WorkerSlot::new(self.workers.len() as u32, self.capacity)));
+        }
+        self.workers.truncate(n);
+        let moving: Vec<usize> = (0..self.shards.len()).filter(|pos| self.running.get(&self.shards[*pos].0).is_some_and(|r| r.worker as usize != pos % n)).collect();
+        let mut stopped = Vec::new();
+        for pos in &moving {
+            if let Some(r) = self.running.remove(&self.shards[*pos].0) {
+                let _ = r.stop.send(true);
+                stopped.push(r.handle);
+            }
+        }
+        for h in stopped {
+            h.await.context("shard task")??;
+        }
+        for pos in 0..self.shards.len() {
+            if !self.running.contains_key(&self.shards[pos].0) {
+                self.spawn(pos);
+            }
+        }
+        Ok(())
+    }
+
+    /// The workers' counters for the window that just ended.
+    pub fn window(&self) -> Vec<WorkerMetrics> {
+        self.workers.iter().map(|w| w.take_window()).collect()
+    }
+
+    /// The first failure of a shard that has ended on its own, if any.
+    pub async fn reap(&mut self) -> Option<anyhow::Error> {
+        let done: Vec<usize> = self.running.iter().filter(|(_, r)| r.handle.is_finished()).map(|(id, _)| *id).collect();
+        for id in done {
+            let r = self.running.remove(&id).expect("listed above");
+            match r.handle.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Some(e),
+                Err(e) => return Some(anyhow::Error::from(e).context(format!("shard {id} panicked"))),
+            }
+        }
+        None
+    }
+
+    /// Stop every shard (each finishes its open batch) and return the first failure.
+    pub async fn stop_all(&mut self) -> Result<()> {
+        for r in self.running.values() {
+            let _ = r.stop.send(true);
+        }
+        let mut first = None;
+        for (_, r) in std::mem::take(&mut self.running) {
+            match r.handle.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first.get_or_insert(e);
+                }
+                Err(e) => {
+                    first.get_or_insert(anyhow::Error::from(e));
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
