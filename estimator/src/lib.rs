@@ -1,5 +1,23 @@
-//! Workers, Streaming Engine compute units and dollars from benchmark baselines (issue 5).
+//! Workers, Streaming Engine compute units and dollars, extrapolated linearly from
+//! benchmark baselines (Google's published sizing rule: scale the baseline's workers
+//! and SECU by the ratio of throughputs).
 //!
-//! A pure library: baselines and prices in, estimates out; no clocks, sockets or
-//! files. Not built yet; the crate exists so that the workspace has the
-//! design's layout from the start.
+//! A pure library: baselines, prices and a request in, an itemised estimate out. No
+//! clocks, sockets or files; the data files ship inside (`data/`), and callers may
+//! parse their own.
+//!
+//! Layout:
+//! - [`units`]: rates and sizes with units (`100MiB/s`, `5000msg/s`, `1KiB`).
+//! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
+//! - [`pricing`]: prices and machine types (us-central1 ships built in).
+//! - [`estimate`](mod@estimate): the extrapolation and the bill.
+
+pub mod baseline;
+pub mod estimate;
+pub mod pricing;
+pub mod units;
+
+pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode};
+pub use estimate::{estimate, CostItem, Estimate, EstimateError, Request};
+pub use pricing::{Commitment, MachineType, Pricing};
+pub use units::{parse_size, Rate, UnitError};

@@ -43,6 +43,8 @@ pub enum Command {
         #[command(subcommand)]
         action: TemplatesAction,
     },
+    /// Workers, Streaming Engine compute units and cost for a throughput, from a baseline.
+    Estimate(EstimateArgs),
     /// Helpers for the local stack (topics, tables, sample data, counts).
     Local {
         /// What to do.
@@ -267,6 +269,32 @@ impl JobFlags {
 
 /// Dataflow's experiment for at-least-once streaming mode.
 pub const AT_LEAST_ONCE_EXPERIMENT: &str = "streaming_mode_at_least_once";
+
+/// `flexrun estimate ...`
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    /// Input throughput: 100MiB/s, 1GB/s, 5000msg/s (with --message-size), ...
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| flexrun_estimator::Rate::parse(s).map_err(|e| e.to_string()))]
+    pub throughput: flexrun_estimator::Rate,
+    /// Message size for a msg/s throughput (default: the baseline's, 1 KiB for Google's).
+    #[arg(long, value_parser = |s: &str| flexrun_estimator::parse_size(s).map_err(|e| e.to_string()))]
+    pub message_size: Option<f64>,
+    /// exactly-once or at-least-once.
+    #[arg(long, default_value = "exactly-once", value_parser = |s: &str| s.parse::<flexrun_estimator::Mode>())]
+    pub mode: flexrun_estimator::Mode,
+    /// Worker machine type (e2-standard-2/4/8, n1-standard-1/2/4, n2-standard-2/4).
+    #[arg(long, default_value = "e2-standard-2")]
+    pub machine_type: String,
+    /// Committed use discount: none, 1y or 3y.
+    #[arg(long, default_value = "none", value_parser = |s: &str| s.parse::<flexrun_estimator::Commitment>())]
+    pub commitment: flexrun_estimator::Commitment,
+    /// A baseline file (YAML, as `flexrun calibrate` writes); default: Google's published one.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
 
 /// `flexrun templates ...`
 #[derive(Debug, Subcommand)]

@@ -74,7 +74,44 @@ async fn dispatch(cli: Cli) -> Result<()> {
         }
         Some(Command::Templates { action }) => templates(action),
         Some(Command::Local { action }) => local_cmd(action).await,
+        Some(Command::Estimate(a)) => estimate_cmd(a),
     }
+}
+
+fn estimate_cmd(a: flexrun::cli::EstimateArgs) -> Result<()> {
+    use flexrun_estimator as est;
+    let (name, baseline) = match &a.baseline {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--baseline {}: {e}", p.display())))?;
+            let name = p.display().to_string();
+            let b = est::BaselineFile::parse(&name, &text).map_err(|e| usage(e.to_string()))?;
+            (name, b)
+        }
+        None => ("google-kafka-to-bq-e2-standard-2.yaml".to_string(), est::google_kafka_to_bq()),
+    };
+    let msg = a.message_size.or(baseline.message_bytes).unwrap_or(1024.0);
+    if matches!(a.throughput, est::Rate::BytesPerSecond(_)) && a.message_size.is_some() {
+        return Err(usage("--message-size only applies to a throughput in msg/s"));
+    }
+    let req = est::Request { throughput_bytes_s: a.throughput.bytes_per_second(msg), mode: a.mode, machine_type: a.machine_type.clone(), commitment: a.commitment };
+    let e = est::estimate(&req, &name, &baseline, &est::Pricing::us_central1()).map_err(|e| usage(e.to_string()))?;
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&e)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&e)?),
+        Format::Table => {
+            println!("{:.1} MiB/s {} on {} ({}): scaling factor {:.4}", e.throughput_mib_s, req.mode.as_str(), req.machine_type, format!("commitment {}", req.commitment.as_str()), e.scaling_factor);
+            println!("workers {:.2} → {} billed ({} vCPU, {} GB memory, {} GB disk), SECU {:.2}/h, at {:.0}% CPU", e.workers_exact, e.workers, e.vcpus, e.memory_gb, e.disk_gb, e.secu_per_hour, e.mean_cpu * 100.0);
+            println!("{:<32} {:>12} {:>8} {:>12} {:>10} {:>12}", "item", "quantity", "unit", "$/unit-h", "$/hour", "$/month");
+            for i in &e.items {
+                println!("{:<32} {:>12.2} {:>8} {:>12.6} {:>10.2} {:>12.2}", i.item, i.quantity, i.unit, i.unit_price, i.per_hour, i.per_month);
+            }
+            println!("{:<32} {:>12} {:>8} {:>12} {:>10.2} {:>12.2}", "total", "", "", "", e.per_hour, e.per_month);
+            for n in &e.notes {
+                println!("note: {n}");
+            }
+        }
+    }
+    Ok(())
 }
 
 fn unknown_template(name: &str) -> anyhow::Error {

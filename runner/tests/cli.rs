@@ -149,3 +149,34 @@ fn generator_writes_the_exact_count_to_stdout_and_a_seed_reproduces_it() {
     let last: serde_json::Value = serde_json::from_str(lines[999]).unwrap();
     assert_eq!(last["id"], 999);
 }
+
+#[test]
+fn estimate_reproduces_the_published_example_and_rejects_bad_input() {
+    let o = flexrun(&["estimate", "--throughput", "100MiB/s", "--mode", "exactly-once", "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!((j["workers_exact"].as_f64().unwrap() - 6.3).abs() < 1e-9);
+    assert!((j["secu_per_hour"].as_f64().unwrap() - 5.8).abs() < 1e-9);
+    assert_eq!(j["workers"], 7);
+    let o = flexrun(&["estimate", "--throughput", "1000MiB/s"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("15.75"), "{out}");
+    let o = flexrun(&["estimate", "--throughput", "5000msg/s", "--message-size", "1KiB", "--mode", "at-least-once", "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!((j["throughput_mib_s"].as_f64().unwrap() - 5000.0 / 1024.0).abs() < 1e-9);
+    for (args, want) in [
+        (vec!["--throughput", "100 lightyears/s"], "expected a positive number with a unit"),
+        (vec!["--throughput", "-5MiB/s"], "expected a positive number with a unit"),
+        (vec!["--throughput", "1MiB/s", "--mode", "twice"], "expected exactly-once or at-least-once"),
+        (vec!["--throughput", "1MiB/s", "--machine-type", "m9-huge"], "unknown machine type \"m9-huge\""),
+        (vec!["--throughput", "1MiB/s", "--commitment", "5y"], "expected none, 1y or 3y"),
+        (vec!["--throughput", "1MiB/s", "--message-size", "1KiB"], "only applies to a throughput in msg/s"),
+        (vec!["--throughput", "1MiB/s", "--baseline", "/nonexistent/b.yaml"], "--baseline /nonexistent/b.yaml"),
+    ] {
+        let mut a = vec!["estimate"];
+        a.extend(args.iter());
+        let o = flexrun(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}

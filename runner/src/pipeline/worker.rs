@@ -18,28 +18,13 @@ pub enum Capacity {
 }
 
 impl Capacity {
-    /// Parse `2MB/s`, `1.5MiB/s`, `500KB/s`, `2000msg/s` (also `B/s`, `GB/s`, `GiB/s`, `KiB/s`).
+    /// Parse `2MB/s`, `1.5MiB/s`, `500KB/s`, `2000msg/s` (the estimator's rate units).
     pub fn parse(s: &str) -> Result<Capacity, String> {
-        let t = s.trim();
-        let bad = || format!("invalid worker capacity {s:?}: expected a positive number with a unit, e.g. 2MB/s, 1.5MiB/s, 500KB/s or 2000msg/s");
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
-        let (num, unit) = t.split_at(split);
-        let v: f64 = num.parse().map_err(|_| bad())?;
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(bad());
+        match flexrun_estimator::Rate::parse(s) {
+            Ok(flexrun_estimator::Rate::BytesPerSecond(b)) => Ok(Capacity::BytesPerSecond(b)),
+            Ok(flexrun_estimator::Rate::MessagesPerSecond(m)) => Ok(Capacity::MessagesPerSecond(m)),
+            Err(e) => Err(format!("invalid worker capacity {s:?}: expected {}", e.expected)),
         }
-        let mult = match unit.trim() {
-            "msg/s" | "msgs/s" | "messages/s" => return Ok(Capacity::MessagesPerSecond(v)),
-            "B/s" => 1.0,
-            "KB/s" | "kB/s" => 1e3,
-            "MB/s" => 1e6,
-            "GB/s" => 1e9,
-            "KiB/s" => 1024.0,
-            "MiB/s" => 1024.0 * 1024.0,
-            "GiB/s" => 1024.0 * 1024.0 * 1024.0,
-            _ => return Err(bad()),
-        };
-        Ok(Capacity::BytesPerSecond(v * mult))
     }
 
     /// How long `records` messages of `bytes` bytes take at this capacity.

@@ -1,0 +1,152 @@
+//! Benchmark baselines: what a known job needed at a known throughput.
+
+use serde::{Deserialize, Serialize};
+
+/// Exactly-once or at-least-once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Storage Write with exactly-once semantics.
+    ExactlyOnce,
+    /// Storage Write at-least-once (the `_default` stream).
+    AtLeastOnce,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "exactly-once" => Ok(Mode::ExactlyOnce),
+            "at-least-once" => Ok(Mode::AtLeastOnce),
+            _ => Err(format!("invalid mode {s:?}: expected exactly-once or at-least-once")),
+        }
+    }
+}
+
+impl Mode {
+    /// The name used in files and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ExactlyOnce => "exactly-once",
+            Mode::AtLeastOnce => "at-least-once",
+        }
+    }
+}
+
+/// Latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Delivery mode.
+    pub mode: Mode,
+    /// Input throughput of the measurement, MiB/s.
+    pub throughput_mib_s: f64,
+    /// Workers it needed.
+    pub workers: f64,
+    /// Their mean CPU utilization (0 to 1).
+    pub mean_cpu: f64,
+    /// Streaming Engine compute units per hour.
+    pub secu_per_hour: f64,
+    /// Throughput per worker, MB/s (informational).
+    #[serde(default)]
+    pub throughput_per_worker_mb_s: Option<f64>,
+    /// Measured latency, when published.
+    #[serde(default)]
+    pub latency_ms: Option<Latency>,
+}
+
+/// A baseline file: where the figures come from and one baseline per mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineFile {
+    /// Who measured it.
+    pub source: String,
+    /// When.
+    pub date: String,
+    /// Template.
+    pub template: String,
+    /// Worker machine type of the measurement.
+    pub machine_type: String,
+    /// Typical message size, bytes.
+    #[serde(default)]
+    pub message_bytes: Option<f64>,
+    /// Free-form description of the machine (for locally measured baselines).
+    #[serde(default)]
+    pub machine: Option<String>,
+    /// The baselines.
+    pub baselines: Vec<Baseline>,
+}
+
+/// A baseline file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    /// Not YAML of the expected shape.
+    #[error("baseline file {name}: {source}")]
+    Yaml {
+        /// File name.
+        name: String,
+        /// Cause.
+        source: serde_yaml::Error,
+    },
+    /// Numbers that cannot be extrapolated from.
+    #[error("baseline file {name}: {message}")]
+    Invalid {
+        /// File name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No baseline for the mode asked for.
+    #[error("baseline file {name} has no {mode} baseline")]
+    NoMode {
+        /// File name.
+        name: String,
+        /// Mode.
+        mode: &'static str,
+    },
+}
+
+impl BaselineFile {
+    /// Parse and check a baseline file.
+    pub fn parse(name: &str, yaml: &str) -> Result<BaselineFile, BaselineError> {
+        let f: BaselineFile = serde_yaml::from_str(yaml).map_err(|source| BaselineError::Yaml { name: name.into(), source })?;
+        for b in &f.baselines {
+            let bad = |m: String| Err(BaselineError::Invalid { name: name.into(), message: m });
+            if !(b.throughput_mib_s > 0.0 && b.throughput_mib_s.is_finite()) {
+                return bad(format!("{} throughput_mib_s must be above 0", b.mode.as_str()));
+            }
+            if !(b.workers > 0.0 && b.workers.is_finite()) {
+                return bad(format!("{} workers must be above 0", b.mode.as_str()));
+            }
+            if !(0.0..=1.0).contains(&b.mean_cpu) {
+                return bad(format!("{} mean_cpu must be between 0 and 1", b.mode.as_str()));
+            }
+            if !(b.secu_per_hour >= 0.0 && b.secu_per_hour.is_finite()) {
+                return bad(format!("{} secu_per_hour must not be negative", b.mode.as_str()));
+            }
+        }
+        if f.baselines.is_empty() {
+            return Err(BaselineError::Invalid { name: name.into(), message: "no baselines".into() });
+        }
+        Ok(f)
+    }
+
+    /// The baseline for `mode`.
+    pub fn for_mode(&self, name: &str, mode: Mode) -> Result<&Baseline, BaselineError> {
+        self.baselines.iter().find(|b| b.mode == mode).ok_or(BaselineError::NoMode { name: name.into(), mode: mode.as_str() })
+    }
+}
+
+/// Google's published kafka-to-bq baselines (e2-standard-2).
+pub fn google_kafka_to_bq() -> BaselineFile {
+    BaselineFile::parse("google-kafka-to-bq-e2-standard-2.yaml", include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml")).expect("the shipped baseline is valid")
+}
