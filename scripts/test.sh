@@ -8,6 +8,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Headless Chromium for the web pages' end-to-end test (Debian's package).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "[test] installing chromium (Debian package) for the browser test" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 bash scripts/stack.sh start test
 trap 'bash scripts/stack.sh stop test' EXIT
 eval "$(bash scripts/stack.sh env test)"

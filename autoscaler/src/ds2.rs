@@ -12,6 +12,13 @@
 //! windows ignored after a change, while new workers start; `activation` [activation_time]:
 //! consecutive windows that must agree before acting; `scale_down_deadband`: a smaller
 //! count is only taken when it saves more than this fraction (noise immunity).
+//!
+//! Scaling down is deliberately more careful than scaling up (a wrong scale-down
+//! builds backlog; a wrong scale-up only costs money): it needs a low backlog (at most
+//! `low_backlog_windows` windows of input waiting) and `scale_down_activation`
+//! consecutive windows that want fewer workers, and it takes the largest of their
+//! counts. A single window with a noisy input rate (a slow producer, a busy broker)
+//! therefore cannot shrink the pool under load.
 
 use crate::decision::{Decision, Rationale};
 use crate::metrics::{Limits, Snapshot};
@@ -28,11 +35,15 @@ pub struct Ds2Config {
     pub activation: u32,
     /// Fraction of the current count a scale-down must save to be taken.
     pub scale_down_deadband: f64,
+    /// Consecutive windows that must want fewer workers before scaling down.
+    pub scale_down_activation: u32,
+    /// Scale down only when at most this many windows' worth of input is waiting.
+    pub low_backlog_windows: f64,
 }
 
 impl Default for Ds2Config {
     fn default() -> Self {
-        Ds2Config { catch_up_s: 60.0, warm_up_windows: 1, activation: 1, scale_down_deadband: 0.15 }
+        Ds2Config { catch_up_s: 60.0, warm_up_windows: 1, activation: 1, scale_down_deadband: 0.15, scale_down_activation: 2, low_backlog_windows: 1.0 }
     }
 }
 
@@ -44,6 +55,8 @@ pub struct Ds2Policy {
     warm_up_left: u32,
     agree: u32,
     last_direction: i8,
+    /// Consecutive windows wanting fewer workers, and the largest count they wanted.
+    down_wish: Option<(u32, u32)>,
 }
 
 impl Ds2Policy {
@@ -79,12 +92,27 @@ impl Policy for Ds2Policy {
             "true rate {capacity:.0} rec/s per worker, input {:.0} rec/s, backlog {} rec (drain in {:.0} s), hint {hint}: {wanted} workers",
             s.input_records_per_s, s.backlog_records, self.config.catch_up_s
         );
+        let low_backlog = s.backlog_records as f64 <= self.config.low_backlog_windows * s.input_records_per_s.max(1.0) * s.window_s;
+        if !(wanted < cur && low_backlog) {
+            self.down_wish = None;
+        }
         if wanted > cur {
             let r = if s.backlog_records as f64 / self.config.catch_up_s > 0.1 * s.input_records_per_s { Rationale::HighBacklog } else { Rationale::HighWorkerUtilization };
             return self.act(decide_bounded(s, limits, wanted, r, detail));
         }
         if wanted < cur && (cur - wanted) as f64 > self.config.scale_down_deadband * cur as f64 {
-            return self.act(decide_bounded(s, limits, wanted, Rationale::LowWorkerUtilization, detail));
+            if !low_backlog {
+                return stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; not scaling down while {} records are waiting", s.backlog_records));
+            }
+            let (n, most) = self.down_wish.map_or((1, wanted), |(n, m)| (n + 1, m.max(wanted)));
+            if n < self.config.scale_down_activation {
+                self.down_wish = Some((n, most));
+                return stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; a smaller pool must be wanted for {} windows in a row", self.config.scale_down_activation));
+            }
+            self.down_wish = None;
+            if most < cur {
+                return self.act(decide_bounded(s, limits, most, Rationale::LowWorkerUtilization, format!("{detail}; {most} over the last {n} windows")));
+            }
         }
         self.agree = 0;
         self.last_direction = 0;

@@ -216,3 +216,25 @@ fn dataflow_scales_down_only_after_two_minutes_of_low_backlog() {
     let d = p.decide(&snap(140.0, 0), &LIMITS);
     assert_eq!((d.from, d.to, d.rationale), (10, 3, Rationale::LowWorkerUtilization), "{d:?}");
 }
+
+#[test]
+fn ds2_does_not_shrink_under_load_on_one_noisy_window() {
+    // 8 workers carrying 10k rec/s with a backlog; one window reports a low input rate.
+    let mut p = Ds2Policy::default();
+    let snap = |t: f64, input: f64, backlog: u64| Snapshot {
+        time_s: t,
+        window_s: 3.0,
+        workers: vec![WorkerMetrics { busy_s: 2.4, records: 3750, bytes: 3_750_000 }; 8],
+        input_records_per_s: input,
+        input_bytes_per_s: input * 1000.0,
+        backlog_records: backlog,
+        backlog_bytes: backlog * 1000,
+    };
+    let limits = Limits { max_parallelism: 8, ..LIMITS };
+    let d = p.decide(&snap(3.0, 8100.0, 33_000), &limits);
+    assert!(!d.is_change(), "a backlog of 33k blocks scale-down: {d:?}");
+    let d = p.decide(&snap(6.0, 2000.0, 100), &limits);
+    assert!(!d.is_change(), "one low window is not enough: {d:?}");
+    let d = p.decide(&snap(9.0, 2000.0, 100), &limits);
+    assert!(d.is_change() && d.to < 8, "two low windows scale down: {d:?}");
+}

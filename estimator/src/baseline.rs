@@ -146,7 +146,8 @@ impl BaselineFile {
     }
 }
 
-/// Google's published kafka-to-bq baselines (e2-standard-2).
+/// Google's published kafka-to-bq baselines (e2-standard-2), parsed once.
 pub fn google_kafka_to_bq() -> BaselineFile {
-    BaselineFile::parse("google-kafka-to-bq-e2-standard-2.yaml", include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml")).expect("the shipped baseline is valid")
+    static CELL: std::sync::OnceLock<BaselineFile> = std::sync::OnceLock::new();
+    CELL.get_or_init(|| BaselineFile::parse("google-kafka-to-bq-e2-standard-2.yaml", include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml")).expect("the shipped baseline is valid")).clone()
 }

@@ -45,6 +45,12 @@ pub enum Command {
     },
     /// Workers, Streaming Engine compute units and cost for a throughput, from a baseline.
     Estimate(EstimateArgs),
+    /// Serve the cost-estimate page, job pages and /metrics.
+    Web {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: String,
+    },
     /// Helpers for the local stack (topics, tables, sample data, counts).
     Local {
         /// What to do.
@@ -191,6 +197,9 @@ pub struct JobFlags {
     /// Random seed for streaming-data-generator (the same seed gives the same messages).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Serve the job's dashboard, the cost page and /metrics at this address (e.g. 127.0.0.1:8080).
+    #[arg(long)]
+    pub web: Option<String>,
     /// Also write the end-of-job summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -220,6 +229,10 @@ impl JobFlags {
             capacity: self.worker_capacity,
             interval: self.autoscaling_interval,
             time_scale: self.autoscaling_time_scale,
+            vcpus_per_worker: {
+                let m = self.worker_machine_type.as_deref().unwrap_or("e2-standard-2");
+                flexrun_estimator::Pricing::us_central1().machine_types.get(m).map(|t| t.vcpus).ok_or_else(|| format!("unknown --worker-machine-type {m:?}: expected one of {}", flexrun_estimator::Pricing::us_central1().machine_types.keys().cloned().collect::<Vec<_>>().join(", ")))?
+            },
         };
         if p.min_workers > p.max_workers {
             return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));
@@ -234,7 +247,7 @@ impl JobFlags {
     pub fn notes(&self) -> Vec<String> {
         let mut n = Vec::new();
         if let Some(m) = &self.worker_machine_type {
-            n.push(format!("--worker-machine-type={m}: recorded; a local run uses this machine's cores"));
+            n.push(format!("--worker-machine-type={m}: recorded (its vCPUs count in job_current_num_vcpus); a local run uses this machine's cores"));
         }
         if let Some(p) = &self.project {
             n.push(format!("--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"));

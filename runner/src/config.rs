@@ -97,6 +97,8 @@ pub struct PoolConfig {
     pub interval: Duration,
     /// Dataflow policy durations are divided by this (laptop-scale runs).
     pub time_scale: f64,
+    /// vCPUs of the (recorded) worker machine type, for the vCPU metric.
+    pub vcpus_per_worker: f64,
 }
 
 impl Default for PoolConfig {
@@ -111,6 +113,7 @@ impl Default for PoolConfig {
             capacity: None,
             interval: Duration::from_secs(10),
             time_scale: 1.0,
+            vcpus_per_worker: 2.0,
         }
     }
 }

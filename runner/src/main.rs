@@ -75,6 +75,15 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Templates { action }) => templates(action),
         Some(Command::Local { action }) => local_cmd(action).await,
         Some(Command::Estimate(a)) => estimate_cmd(a),
+        Some(Command::Web { addr }) => {
+            let (bound, h) = flexrun_web::serve(&addr, flexrun_web::JobRegistry::default()).await.map_err(|e| usage(format!("--addr {addr}: cannot listen: {e}")))?;
+            println!("flexrun web: http://{bound}/estimate (jobs: http://{bound}/jobs, metrics: http://{bound}/metrics)");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = h => {}
+            }
+            Ok(())
+        }
     }
 }
 
@@ -194,9 +203,18 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     if !resolved.was_given("useStorageWriteApiAtLeastOnce") && flags.at_least_once_experiment() {
         eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
     }
+    let web = match &flags.web {
+        Some(addr) => {
+            let jobs = flexrun_web::JobRegistry::default();
+            let (bound, _) = flexrun_web::serve(addr, jobs.clone()).await.map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
+            eprintln!("dashboard: http://{bound}/jobs/{job_name}  (cost estimate: http://{bound}/estimate, metrics: http://{bound}/metrics)");
+            Some(jobs)
+        }
+        None => None,
+    };
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
-    let report = pipeline::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx).await?;
+    let report = pipeline::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await?;
     println!("kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished", job_name, cfg.delivery.as_str(), report.shards, report.workers);
     print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
     if report.decisions.iter().any(|d| d.is_change()) {

@@ -65,6 +65,7 @@ pub struct JobStats {
 #[derive(Debug, Default)]
 struct Inner {
     stages: StageStats,
+    window: StageStats,
     read: u64,
     written: u64,
     dead_lettered: u64,
@@ -172,20 +173,26 @@ impl JobStats {
         g.replayed_batches += counts.replayed as u64;
         g.already_existed += counts.already_existed;
         g.last_commit = Some(Instant::now());
+        for (a, b) in g.window.hists.iter_mut().zip(stages.hists.iter()) {
+            let _ = a.add(b);
+        }
         stages.drain_into(&mut g.stages);
+    }
+
+    /// Stage percentiles since the last call (for dashboards), then reset.
+    pub fn take_window(&self) -> Vec<StageSummary> {
+        let mut g = self.inner.lock().expect("stats lock");
+        let out = summarize(&g.window);
+        for h in g.window.hists.iter_mut() {
+            h.reset();
+        }
+        out
     }
 
     /// A snapshot of everything so far.
     pub fn summary(&self) -> Summary {
         let g = self.inner.lock().expect("stats lock");
-        let stages = STAGES
-            .iter()
-            .zip(g.stages.hists.iter())
-            .map(|(name, h)| {
-                let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1000.0 };
-                StageSummary { stage: name.to_string(), count: h.len(), p50_ms: q(0.5), p95_ms: q(0.95), p99_ms: q(0.99), max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 } }
-            })
-            .collect();
+        let stages = summarize(&g.stages);
         let active_s = match (self.first_read.get(), g.last_commit) {
             (Some(a), Some(b)) if b > *a => (b - *a).as_secs_f64(),
             _ => 0.0,
@@ -206,6 +213,17 @@ impl JobStats {
             stages,
         }
     }
+}
+
+fn summarize(st: &StageStats) -> Vec<StageSummary> {
+    STAGES
+        .iter()
+        .zip(st.hists.iter())
+        .map(|(name, h)| {
+            let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1000.0 };
+            StageSummary { stage: name.to_string(), count: h.len(), p50_ms: q(0.5), p95_ms: q(0.95), p99_ms: q(0.99), max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 } }
+        })
+        .collect()
 }
 
 impl Summary {

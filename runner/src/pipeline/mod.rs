@@ -165,7 +165,7 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
 }
 
 /// Run a kafka-to-bq job until it is cancelled (or idle for `--idle-timeout`).
-pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option<Endpoints>, cancel_tx: watch::Sender<bool>) -> Result<RunReport> {
+pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option<Endpoints>, cancel_tx: watch::Sender<bool>, web: Option<flexrun_web::JobRegistry>) -> Result<RunReport> {
     let started = Instant::now();
     let partitions = cfg.source.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
@@ -241,7 +241,14 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
             }
         });
     }
-    let (decisions, workers) = run_pool(&ctx, shard_list, &partitions, started, cancel_tx).await?;
+    if let Some(w) = &web {
+        w.register(&ctx.cfg.job_name, "kafka-to-bq", ctx.cfg.delivery.as_str());
+    }
+    let r = run_pool(&ctx, shard_list, &partitions, started, cancel_tx, web.clone()).await;
+    if let Some(w) = &web {
+        w.set_status(&ctx.cfg.job_name, if r.is_ok() { "drained" } else { "failed" });
+    }
+    let (decisions, workers) = r?;
     if ctx.cfg.delivery == Delivery::AtLeastOnce {
         tracing::info!("at-least-once: rows replayed after a crash can appear twice");
     }
@@ -249,7 +256,14 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
 }
 
 /// Run the shards on the worker pool until a drain, autoscaling every interval.
-async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partitions: &[i32], started: Instant, cancel_tx: watch::Sender<bool>) -> Result<(Vec<flexrun_autoscaler::Decision>, u32)> {
+async fn run_pool(
+    ctx: &Arc<JobCtx>,
+    shard_list: Vec<(usize, Vec<i32>)>,
+    partitions: &[i32],
+    started: Instant,
+    cancel_tx: watch::Sender<bool>,
+    web: Option<flexrun_web::JobRegistry>,
+) -> Result<(Vec<flexrun_autoscaler::Decision>, u32)> {
     use flexrun_autoscaler::{Algorithm, DataflowConfig, DataflowPolicy, Ds2Policy, Limits, PolicyKind, Snapshot};
     let pc = ctx.cfg.pool.clone();
     let mut pool = pool::Pool::new(ctx.clone(), shard_list, pc.capacity);
@@ -269,6 +283,8 @@ async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partiti
     let mut next_decision = Instant::now() + pc.interval;
     let mut last_window = Instant::now();
     let mut last_hw: Option<i64> = None;
+    let mut publisher = web.map(|w| Publisher::new(w, ctx.cfg.job_name.clone(), ctx.cfg.pool.vcpus_per_worker));
+    let mut last_utilization = 0.0;
     let result: Result<()> = loop {
         tokio::select! {
             _ = cancel.changed() => break Ok(()),
@@ -278,6 +294,9 @@ async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partiti
             tracing::error!(error = format!("{e:#}"), "a shard failed; draining the others");
             let _ = cancel_tx.send(true);
             break Err(e);
+        }
+        if let Some(p) = publisher.as_mut() {
+            p.maybe_publish(ctx, partitions, started, pool.workers(), decisions.last().map_or(pool.workers(), |d| d.to), last_utilization).await;
         }
         if Instant::now() < next_decision || pc.algorithm == Algorithm::None {
             continue;
@@ -310,6 +329,7 @@ async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partiti
             backlog_records: backlog_records as u64,
             backlog_bytes: (backlog_records as f64 * avg) as u64,
         };
+        last_utilization = snap.utilization();
         let d = policy.decide(&snap, &limits);
         tracing::info!(
             time_s = format!("{:.1}", d.time_s), from = d.from, to = d.to, rationale = d.rationale.as_str(), detail = %d.detail,
@@ -319,6 +339,9 @@ async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partiti
         let changed_rationale = decisions.last().is_none_or(|l| l.rationale != d.rationale);
         if d.is_change() || changed_rationale {
             decisions.push(d.clone());
+            if let Some(p) = &publisher {
+                p.jobs.push_decision(&ctx.cfg.job_name, flexrun_web::DecisionView { t_s: d.time_s, from: d.from, to: d.to, rationale: d.rationale.as_str().into(), detail: d.detail.clone() });
+            }
         }
         if d.is_change() {
             if let Err(e) = pool.resize(d.to).await {
@@ -331,4 +354,62 @@ async fn run_pool(ctx: &Arc<JobCtx>, shard_list: Vec<(usize, Vec<i32>)>, partiti
     let stopped = pool.stop_all().await;
     result.and(stopped)?;
     Ok((decisions, workers))
+}
+
+/// Publishes a job's state to the web registry about once a second.
+struct Publisher {
+    jobs: flexrun_web::JobRegistry,
+    job: String,
+    vcpus_per_worker: f64,
+    last: Instant,
+    last_read: u64,
+    last_bytes: u64,
+}
+
+impl Publisher {
+    fn new(jobs: flexrun_web::JobRegistry, job: String, vcpus_per_worker: f64) -> Publisher {
+        Publisher { jobs, job, vcpus_per_worker, last: Instant::now(), last_read: 0, last_bytes: 0 }
+    }
+
+    async fn maybe_publish(&mut self, ctx: &JobCtx, partitions: &[i32], started: Instant, workers: u32, target: u32, utilization: f64) {
+        let dt = self.last.elapsed().as_secs_f64();
+        if dt < 1.0 {
+            return;
+        }
+        self.last = Instant::now();
+        let s = ctx.stats.summary();
+        let backlog: i64 = match ctx.cfg.source.high_watermarks(partitions).await {
+            Ok(hw) => {
+                let pos = ctx.positions.lock().expect("positions lock");
+                hw.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(ctx.initial_positions[p])).max(0)).sum()
+            }
+            Err(_) => 0,
+        };
+        let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 0.0 };
+        let stages = ctx
+            .stats
+            .take_window()
+            .into_iter()
+            .filter(|st| st.count > 0)
+            .map(|st| (st.stage, flexrun_web::StageLatency { p50_ms: st.p50_ms, p95_ms: st.p95_ms, p99_ms: st.p99_ms }))
+            .collect();
+        let p = flexrun_web::MetricsPoint {
+            t_s: started.elapsed().as_secs_f64(),
+            workers,
+            target_workers: target,
+            vcpus: workers as f64 * self.vcpus_per_worker,
+            throughput_msgs: (s.messages_read - self.last_read) as f64 / dt,
+            throughput_bytes: (s.bytes_read - self.last_bytes) as f64 / dt,
+            backlog_elements: backlog as u64,
+            backlog_bytes: (backlog as f64 * avg) as u64,
+            utilization,
+            elements_read: s.messages_read,
+            rows_written: s.rows_written,
+            dead_lettered: s.dead_lettered,
+            stages,
+        };
+        self.last_read = s.messages_read;
+        self.last_bytes = s.bytes_read;
+        self.jobs.push_point(&self.job, p);
+    }
 }

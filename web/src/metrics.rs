@@ -1,0 +1,72 @@
+//! `/metrics` in Prometheus text format, named after Dataflow's job metrics
+//! (`dataflow.googleapis.com/job/...`, reference §3.5) with `/` as `_`.
+
+use crate::state::JobRegistry;
+use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+
+/// vCPUs in use (workers × vCPUs per worker).
+pub const JOB_CURRENT_NUM_VCPUS: &str = "job_current_num_vcpus";
+/// Running workers.
+pub const JOB_ACTIVE_WORKER_INSTANCES: &str = "job_active_worker_instances";
+/// Workers the autoscaler wants.
+pub const JOB_TARGET_WORKER_INSTANCES: &str = "job_target_worker_instances";
+/// Mean worker utilization, 0 to 1.
+pub const JOB_AGGREGATED_WORKER_UTILIZATION: &str = "job_aggregated_worker_utilization";
+/// Bytes waiting at the source.
+pub const JOB_BACKLOG_BYTES: &str = "job_backlog_bytes";
+/// Messages waiting at the source.
+pub const JOB_BACKLOG_ELEMENTS: &str = "job_backlog_elements";
+/// Messages read so far.
+pub const JOB_ELEMENTS_PRODUCED_COUNT: &str = "job_elements_produced_count";
+/// Rows written to BigQuery so far.
+pub const JOB_BIGQUERY_WRITE_COUNT: &str = "job_bigquery_write_count";
+/// Rows written to the dead-letter table so far.
+pub const JOB_DEAD_LETTER_COUNT: &str = "job_dead_letter_count";
+/// Stage latency over the last interval, milliseconds, by stage and quantile.
+pub const JOB_STAGE_END_TO_END_LATENCIES: &str = "job_stage_end_to_end_latencies";
+/// Messages per second read over the last interval.
+pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
+
+fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    reg.register(Box::new(g.clone())).expect("metric registered once");
+    g
+}
+
+/// The text exposition of every job's latest point.
+pub fn render(jobs: &JobRegistry) -> String {
+    let reg = Registry::new();
+    let vcpus = gauge(&reg, JOB_CURRENT_NUM_VCPUS, "vCPUs in use", &["job"]);
+    let active = gauge(&reg, JOB_ACTIVE_WORKER_INSTANCES, "Running workers", &["job"]);
+    let target = gauge(&reg, JOB_TARGET_WORKER_INSTANCES, "Workers the autoscaler wants", &["job"]);
+    let util = gauge(&reg, JOB_AGGREGATED_WORKER_UTILIZATION, "Mean worker busy fraction (0-1)", &["job"]);
+    let bb = gauge(&reg, JOB_BACKLOG_BYTES, "Bytes waiting in Kafka", &["job"]);
+    let be = gauge(&reg, JOB_BACKLOG_ELEMENTS, "Messages waiting in Kafka", &["job"]);
+    let read = gauge(&reg, JOB_ELEMENTS_PRODUCED_COUNT, "Messages read so far", &["job"]);
+    let written = gauge(&reg, JOB_BIGQUERY_WRITE_COUNT, "Rows written to BigQuery so far", &["job"]);
+    let dlq = gauge(&reg, JOB_DEAD_LETTER_COUNT, "Rows written to the dead-letter table so far", &["job"]);
+    let tput = gauge(&reg, JOB_THROUGHPUT_ELEMENTS, "Messages read per second over the last interval", &["job"]);
+    let lat = gauge(&reg, JOB_STAGE_END_TO_END_LATENCIES, "Stage latency over the last interval, ms", &["job", "stage", "quantile"]);
+    for j in jobs.all() {
+        let Some(p) = j.points.back() else { continue };
+        let l = [j.id.as_str()];
+        vcpus.with_label_values(&l).set(p.vcpus);
+        active.with_label_values(&l).set(p.workers as f64);
+        target.with_label_values(&l).set(p.target_workers as f64);
+        util.with_label_values(&l).set(p.utilization);
+        bb.with_label_values(&l).set(p.backlog_bytes as f64);
+        be.with_label_values(&l).set(p.backlog_elements as f64);
+        read.with_label_values(&l).set(p.elements_read as f64);
+        written.with_label_values(&l).set(p.rows_written as f64);
+        dlq.with_label_values(&l).set(p.dead_lettered as f64);
+        tput.with_label_values(&l).set(p.throughput_msgs);
+        for (stage, s) in &p.stages {
+            for (q, v) in [("0.5", s.p50_ms), ("0.95", s.p95_ms), ("0.99", s.p99_ms)] {
+                lat.with_label_values(&[j.id.as_str(), stage.as_str(), q]).set(v);
+            }
+        }
+    }
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&reg.gather(), &mut buf).expect("text encoding");
+    String::from_utf8(buf).expect("Prometheus text is UTF-8")
+}

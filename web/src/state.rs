@@ -1,0 +1,130 @@
+//! What the web server shows about running jobs: a registry the runner publishes to.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+/// Points kept per job (at one a second, an hour).
+pub const MAX_POINTS: usize = 3600;
+
+/// Latency percentiles of one stage over one interval, milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageLatency {
+    /// Median.
+    pub p50_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+}
+
+/// A job's state at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsPoint {
+    /// Seconds since the job started.
+    pub t_s: f64,
+    /// Running workers.
+    pub workers: u32,
+    /// Workers the autoscaler wants.
+    pub target_workers: u32,
+    /// vCPUs in use (workers × vCPUs per worker).
+    pub vcpus: f64,
+    /// Messages per second read over the interval.
+    pub throughput_msgs: f64,
+    /// Bytes per second read over the interval.
+    pub throughput_bytes: f64,
+    /// Messages waiting in Kafka.
+    pub backlog_elements: u64,
+    /// Bytes waiting in Kafka.
+    pub backlog_bytes: u64,
+    /// Mean worker busy fraction.
+    pub utilization: f64,
+    /// Total messages read so far.
+    pub elements_read: u64,
+    /// Total rows written so far.
+    pub rows_written: u64,
+    /// Total dead-letter rows so far.
+    pub dead_lettered: u64,
+    /// Per-stage latency over the interval, by stage name (read, transform, write, end_to_end).
+    pub stages: BTreeMap<String, StageLatency>,
+}
+
+/// An autoscaling decision, as shown on the job page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionView {
+    /// Seconds since the job started.
+    pub t_s: f64,
+    /// Workers before.
+    pub from: u32,
+    /// Workers after.
+    pub to: u32,
+    /// Dataflow's rationale text.
+    pub rationale: String,
+    /// The numbers behind it.
+    pub detail: String,
+}
+
+/// One job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Job name.
+    pub id: String,
+    /// Template.
+    pub template: String,
+    /// Delivery mode.
+    pub delivery: String,
+    /// running, drained or failed.
+    pub status: String,
+    /// Time series, oldest first.
+    pub points: VecDeque<MetricsPoint>,
+    /// Autoscaling decisions that changed the count or the rationale.
+    pub decisions: Vec<DecisionView>,
+}
+
+/// All jobs this process knows, shared between the runner and the web server.
+#[derive(Debug, Clone, Default)]
+pub struct JobRegistry {
+    inner: Arc<RwLock<BTreeMap<String, JobView>>>,
+}
+
+impl JobRegistry {
+    /// Register a job (replacing one with the same id).
+    pub fn register(&self, id: &str, template: &str, delivery: &str) {
+        let v = JobView { id: id.into(), template: template.into(), delivery: delivery.into(), status: "running".into(), points: VecDeque::new(), decisions: Vec::new() };
+        self.inner.write().expect("registry lock").insert(id.into(), v);
+    }
+
+    /// Add a point to a job's series.
+    pub fn push_point(&self, id: &str, p: MetricsPoint) {
+        if let Some(j) = self.inner.write().expect("registry lock").get_mut(id) {
+            if j.points.len() >= MAX_POINTS {
+                j.points.pop_front();
+            }
+            j.points.push_back(p);
+        }
+    }
+
+    /// Add a decision to a job.
+    pub fn push_decision(&self, id: &str, d: DecisionView) {
+        if let Some(j) = self.inner.write().expect("registry lock").get_mut(id) {
+            j.decisions.push(d);
+        }
+    }
+
+    /// Set a job's status.
+    pub fn set_status(&self, id: &str, status: &str) {
+        if let Some(j) = self.inner.write().expect("registry lock").get_mut(id) {
+            j.status = status.into();
+        }
+    }
+
+    /// A copy of one job.
+    pub fn get(&self, id: &str) -> Option<JobView> {
+        self.inner.read().expect("registry lock").get(id).cloned()
+    }
+
+    /// A copy of every job.
+    pub fn all(&self) -> Vec<JobView> {
+        self.inner.read().expect("registry lock").values().cloned().collect()
+    }
+}

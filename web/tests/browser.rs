@@ -1,0 +1,88 @@
+//! End to end in headless Chromium (Debian's package; scripts/test.sh installs it):
+//! the real server on loopback, the estimate form submitted and the job page loaded,
+//! the rendered results and the charts checked in the final DOM, screenshots saved
+//! under `test-artifacts/`.
+
+use flexrun_web::{serve, DecisionView, JobRegistry, MetricsPoint, StageLatency};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn chromium() -> String {
+    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if std::path::Path::new(c).exists() {
+            return c.to_string();
+        }
+    }
+    panic!("headless Chromium is needed for this test: scripts/test.sh installs Debian's chromium package");
+}
+
+fn artifacts() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test-artifacts");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const FLAGS: &[&str] = &[
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--virtual-time-budget=8000", "--window-size=1280,1600",
+];
+
+/// Load `url` and return the DOM after the page's scripts ran; also save a screenshot.
+fn render(url: &str, shot: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = FLAGS.iter().map(|s| s.to_string()).collect();
+    args.push(format!("--user-data-dir={}", profile.path().display()));
+    let dom = Command::new(chromium()).args(&args).arg("--dump-dom").arg(url).output().expect("run chromium");
+    assert!(dom.status.success(), "chromium failed: {}", String::from_utf8_lossy(&dom.stderr));
+    let path = artifacts().join(shot);
+    let s = Command::new(chromium()).args(&args).arg(format!("--screenshot={}", path.display())).arg(url).output().expect("run chromium");
+    assert!(s.status.success() && path.exists(), "screenshot failed: {}", String::from_utf8_lossy(&s.stderr));
+    String::from_utf8(dom.stdout).unwrap()
+}
+
+fn job() -> JobRegistry {
+    let jobs = JobRegistry::default();
+    jobs.register("demo-job", "kafka-to-bq", "exactly-once");
+    for i in 0..60 {
+        let t = i as f64;
+        let mut p = MetricsPoint { t_s: t, workers: if i < 20 { 2 } else { 7 }, target_workers: if i < 20 { 2 } else { 7 }, vcpus: 4.0, throughput_msgs: 2000.0 + 80.0 * t, backlog_elements: (600.0 - 10.0 * t).max(0.0) as u64, utilization: 0.6 + 0.003 * t, ..Default::default() };
+        for (k, st) in ["read", "transform", "write", "end_to_end"].iter().enumerate() {
+            let base = 4.0 + k as f64 * 10.0 + (t / 10.0).sin() * 2.0;
+            p.stages.insert(st.to_string(), StageLatency { p50_ms: base, p95_ms: base * 2.0, p99_ms: base * 3.0 });
+        }
+        jobs.push_point("demo-job", p);
+    }
+    jobs.push_decision("demo-job", DecisionView { t_s: 20.0, from: 2, to: 7, rationale: "High backlog".into(), detail: "true rate 1960 rec/s per worker".into() });
+    jobs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_estimate_page_and_a_job_page_render_with_charts() {
+    let (addr, _h) = serve("127.0.0.1:0", job()).await.unwrap();
+    let base = format!("http://{addr}");
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || render(&format!("{base}/estimate?throughput=100&unit=MiB/s&mode=exactly-once&machine_type=e2-standard-2&submit=1"), "estimate.png")
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains(r#"data-result="ok""#), "the form was submitted and answered:\n{dom}");
+    assert!(dom.contains(r#"<b id="workers">7</b>"#), "7 workers billed");
+    assert!(dom.contains(r#"<b id="per_hour">$1.69</b>"#), "the itemised total");
+    assert!(dom.contains("Streaming Engine compute units"));
+    assert!(dom.contains(r#"data-chart-drawn="1""#), "the cost chart drew");
+
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || render(&format!("{base}/estimate?throughput=lots&unit=MiB/s&submit=1"), "estimate-error.png")
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains(r#"data-result="error""#), "{dom}");
+    assert!(dom.contains("throughput: invalid rate"), "the error names the field");
+
+    let dom = tokio::task::spawn_blocking(move || render(&format!("{base}/jobs/demo-job"), "job.png")).await.unwrap();
+    assert!(dom.contains(r#"data-points="60""#), "{dom}");
+    assert!(dom.contains(r#"data-charts-drawn="8""#), "4 latency charts + workers, throughput, backlog, utilization");
+    assert!(dom.contains("High backlog") && dom.contains("2 → 7"), "the decision is listed");
+}

@@ -1,0 +1,128 @@
+//! Handlers without a socket: the router answers requests in-process.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use flexrun_web::{router, JobRegistry, MetricsPoint, StageLatency};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+async fn get(jobs: &JobRegistry, uri: &str) -> (StatusCode, String) {
+    let r = router(jobs.clone()).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+    let status = r.status();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn estimate_api_answers_and_names_bad_fields() {
+    let jobs = JobRegistry::default();
+    let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&mode=exactly-once").await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!((j["estimate"]["workers_exact"].as_f64().unwrap() - 6.3).abs() < 1e-9);
+    assert_eq!(j["curve"].as_array().unwrap().len(), 20);
+    for (q, field) in [
+        ("throughput=100parsecs/s", "throughput"),
+        ("", "throughput"),
+        ("throughput=-1MiB/s", "throughput"),
+        ("throughput=1MiB/s&mode=twice", "mode"),
+        ("throughput=1MiB/s&machine_type=m9", "machine_type"),
+        ("throughput=1MiB/s&commitment=forever", "commitment"),
+        ("throughput=1msg/s&message_size=huge", "message_size"),
+        ("throughput=1MiB/s&baseline=mine", "baseline"),
+        ("throughput=1MiB/s&colour=red", "colour"),
+    ] {
+        let (s, body) = get(&jobs, &format!("/api/estimate?{q}")).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {body}");
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(j["field"], field, "{q}: {body}");
+        assert!(!j["error"].as_str().unwrap().is_empty());
+    }
+}
+
+fn point(t: f64) -> MetricsPoint {
+    let mut p = MetricsPoint { t_s: t, workers: 3, target_workers: 4, vcpus: 6.0, throughput_msgs: 1000.0, backlog_elements: 42, backlog_bytes: 42_000, utilization: 0.7, elements_read: 10, rows_written: 9, dead_lettered: 1, ..Default::default() };
+    p.stages.insert("end_to_end".into(), StageLatency { p50_ms: 12.0, p95_ms: 30.0, p99_ms: 55.0 });
+    p
+}
+
+#[tokio::test]
+async fn jobs_api_and_prometheus_metrics() {
+    let jobs = JobRegistry::default();
+    let (_, body) = get(&jobs, "/api/jobs").await;
+    assert_eq!(body, "[]");
+    jobs.register("j1", "kafka-to-bq", "exactly-once");
+    jobs.push_point("j1", point(1.0));
+    jobs.push_point("j1", point(2.0));
+    let (s, body) = get(&jobs, "/api/jobs/j1/metrics").await;
+    assert_eq!(s, StatusCode::OK);
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["points"].as_array().unwrap().len(), 2);
+    let (s, body) = get(&jobs, "/api/jobs/nope/metrics").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(body.contains("no job"));
+    let (_, m) = get(&jobs, "/metrics").await;
+    for want in [
+        "job_current_num_vcpus{job=\"j1\"} 6",
+        "job_active_worker_instances{job=\"j1\"} 3",
+        "job_target_worker_instances{job=\"j1\"} 4",
+        "job_backlog_bytes{job=\"j1\"} 42000",
+        "job_backlog_elements{job=\"j1\"} 42",
+        "job_stage_end_to_end_latencies{job=\"j1\",quantile=\"0.99\",stage=\"end_to_end\"} 55",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+}
+
+#[tokio::test]
+async fn pages_and_assets_are_served() {
+    let jobs = JobRegistry::default();
+    for (uri, want) in [("/estimate", "Price a Kafka"), ("/jobs", "id=\"jobs\""), ("/jobs/some%20job", "Job some job"), ("/assets/uplot.js", "uPlot")] {
+        let (s, body) = get(&jobs, uri).await;
+        assert_eq!(s, StatusCode::OK, "{uri}");
+        assert!(body.contains(want), "{uri}");
+    }
+    let (_, body) = get(&jobs, "/jobs/%3Cscript%3E").await;
+    assert!(!body.contains("<h1>Job <script>"), "the job id is escaped");
+}
+
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_we_export() {
+    let d: serde_json::Value = serde_json::from_str(include_str!("../grafana/flexrun-dashboard.json")).unwrap();
+    let exported = [
+        flexrun_web::metrics::JOB_CURRENT_NUM_VCPUS,
+        flexrun_web::metrics::JOB_ACTIVE_WORKER_INSTANCES,
+        flexrun_web::metrics::JOB_TARGET_WORKER_INSTANCES,
+        flexrun_web::metrics::JOB_AGGREGATED_WORKER_UTILIZATION,
+        flexrun_web::metrics::JOB_BACKLOG_BYTES,
+        flexrun_web::metrics::JOB_BACKLOG_ELEMENTS,
+        flexrun_web::metrics::JOB_ELEMENTS_PRODUCED_COUNT,
+        flexrun_web::metrics::JOB_BIGQUERY_WRITE_COUNT,
+        flexrun_web::metrics::JOB_DEAD_LETTER_COUNT,
+        flexrun_web::metrics::JOB_STAGE_END_TO_END_LATENCIES,
+        flexrun_web::metrics::JOB_THROUGHPUT_ELEMENTS,
+    ];
+    let re = regex_lite_names(&d);
+    assert!(!re.is_empty());
+    for name in re {
+        assert!(exported.contains(&name.as_str()), "the dashboard queries {name}, which /metrics does not export");
+    }
+}
+
+/// Metric names (job_...) used in the dashboard's queries.
+fn regex_lite_names(d: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let e = t["expr"].as_str().unwrap();
+            for (i, _) in e.match_indices("job_") {
+                if i > 0 && (e.as_bytes()[i - 1].is_ascii_alphanumeric() || e.as_bytes()[i - 1] == b'_') {
+                    continue;
+                }
+                let name: String = e[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                out.push(name);
+            }
+        }
+    }
+    out
+}
