@@ -197,6 +197,16 @@ pub struct JobFlags {
     /// Random seed for streaming-data-generator (the same seed gives the same messages).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Persist progress in the background every --progress-checkpoint-interval instead of
+    /// after every batch (at-least-once only: a crash replays up to one interval).
+    #[arg(long)]
+    pub async_progress_tracking: bool,
+    /// How often asynchronous progress is persisted.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub progress_checkpoint_interval: Duration,
+    /// Delete old progress-log segments on a background thread (true) or inline (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub async_log_purge: bool,
     /// Serve the job's dashboard, the cost page and /metrics at this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     pub web: Option<String>,
@@ -241,6 +251,15 @@ impl JobFlags {
             return Err(format!("--num-workers={} is outside --min-num-workers={} .. --max-workers={}", p.num_workers, p.min_workers, p.max_workers));
         }
         Ok(p)
+    }
+
+    /// The progress-recording settings.
+    pub fn progress(&self) -> crate::config::ProgressConfig {
+        crate::config::ProgressConfig {
+            async_progress: self.async_progress_tracking,
+            interval: self.progress_checkpoint_interval,
+            purge: if self.async_log_purge { crate::progress::Purge::Async } else { crate::progress::Purge::Sync },
+        }
     }
 
     /// Notes on gcloud flags that are recorded but do not change a local run.

@@ -74,6 +74,8 @@ pub struct KafkaToBqConfig {
     pub sink: SinkKind,
     /// Worker pool and autoscaling.
     pub pool: PoolConfig,
+    /// Progress recording.
+    pub progress: ProgressConfig,
 }
 
 /// The live worker pool and its autoscaler (`--num-workers`, `--max-workers`, ...).
@@ -118,6 +120,26 @@ impl Default for PoolConfig {
     }
 }
 
+/// How progress is recorded (Spark's asynchronous progress tracking and log purge).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressConfig {
+    /// Persist progress in the background every `interval` (at-least-once only).
+    pub async_progress: bool,
+    /// How often asynchronous progress is persisted.
+    pub interval: Duration,
+    /// How old log segments are deleted.
+    pub purge: crate::progress::Purge,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        ProgressConfig { async_progress: false, interval: Duration::from_secs(1), purge: crate::progress::Purge::Async }
+    }
+}
+
+/// Why asynchronous progress tracking and exactly-once do not mix.
+pub const ASYNC_PROGRESS_WITH_EXACTLY_ONCE: &str = "--async-progress-tracking persists progress off the critical path, once per --progress-checkpoint-interval, so after a crash up to one interval of data is replayed: that is at-least-once delivery. It cannot be combined with exactly-once; set useStorageWriteApiAtLeastOnce=true (or --additional-experiments=streaming_mode_at_least_once), or drop --async-progress-tracking";
+
 /// Shards used when numStorageWriteApiStreams is 0: one per partition, at most this many.
 pub const AUTO_MAX_SHARDS: usize = 8;
 
@@ -147,6 +169,8 @@ pub struct RunFlags {
     pub sink: SinkKind,
     /// Worker pool flags.
     pub pool: PoolConfig,
+    /// Progress flags.
+    pub progress: ProgressConfig,
 }
 
 impl KafkaToBqConfig {
@@ -217,6 +241,9 @@ impl KafkaToBqConfig {
             errs.push(format!("storageWriteApiTriggeringFrequencySec={freq}: expected a number of seconds above 0 and at most 3600"));
         }
         let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") { p.flag("useStorageWriteApiAtLeastOnce") } else { flags.at_least_once_experiment };
+        if flags.progress.async_progress && !at_least_once {
+            errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE.into());
+        }
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -237,6 +264,7 @@ impl KafkaToBqConfig {
             max_messages: flags.max_messages,
             sink: flags.sink.clone(),
             pool: flags.pool.clone(),
+            progress: flags.progress.clone(),
         })
     }
 
@@ -253,7 +281,7 @@ mod tests {
     use flexrun_templates::{find, parse_parameter_list, validate};
 
     fn flags() -> RunFlags {
-        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default() }
+        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default(), progress: ProgressConfig::default() }
     }
 
     fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {
@@ -298,6 +326,12 @@ mod tests {
         assert!(e[0].contains("requires consumerGroupId"), "{e:?}");
         let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t").unwrap_err();
         assert!(e[0].contains("kafkaReadAuthenticationMode=SASL_PLAIN needs kafkaReadUsernameSecretId"), "{e:?}");
+        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(OK).unwrap()).unwrap();
+        let f = RunFlags { progress: ProgressConfig { async_progress: true, ..Default::default() }, ..flags() };
+        let e = KafkaToBqConfig::from_params(&p, &f).unwrap_err();
+        assert!(e[0].contains("cannot be combined with exactly-once"), "{e:?}");
+        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=true")).unwrap()).unwrap();
+        assert!(KafkaToBqConfig::from_params(&p, &f).is_ok());
         let e = cfg(&format!("{OK},storageWriteApiTriggeringFrequencySec=0")).unwrap_err();
         assert!(e[0].contains("above 0"), "{e:?}");
         let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS").unwrap_err();

@@ -183,6 +183,7 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     let pool = flags.pool().map_err(usage)?;
     let run_flags = RunFlags {
         pool,
+        progress: flags.progress(),
         job_name: job_name.to_string(),
         at_least_once_experiment: flags.at_least_once_experiment(),
         max_row_bytes: flags.max_row_bytes,

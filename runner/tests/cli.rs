@@ -180,3 +180,15 @@ fn estimate_reproduces_the_published_example_and_rejects_bad_input() {
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn async_progress_tracking_is_refused_with_exactly_once() {
+    let o = flexrun(&["--template", "kafka-to-bq", "--async-progress-tracking", "--parameters", GOOD, "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--async-progress-tracking") && e.contains("at-least-once") && e.contains("cannot be combined with exactly-once"), "{e}");
+    let o = flexrun(&["--template", "kafka-to-bq", "--progress-checkpoint-interval", "never", "--parameters", GOOD]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = flexrun(&["--template", "kafka-to-bq", "--async-log-purge", "maybe", "--parameters", GOOD]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -7,7 +7,7 @@ use crate::bigquery::write::{AppendOutcome, WriteClient};
 use crate::config::Delivery;
 use crate::dlq::{self, RecordRef};
 use crate::kafka;
-use crate::progress::{CommitEntry, OffsetEntry, Recovery, ShardLog, StreamSlot};
+use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog, StreamSlot};
 use crate::stats::{BatchCounts, StageStats};
 use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::consumer::StreamConsumer;
@@ -36,7 +36,10 @@ enum Writer {
 pub struct Shard {
     id: usize,
     ctx: Arc<JobCtx>,
-    log: ShardLog,
+    /// The logs (None when asynchronous progress tracking owns them).
+    log: Option<ShardLog>,
+    /// Asynchronous progress tracking, when on.
+    progress: Option<AsyncProgress>,
     consumer: StreamConsumer,
     positions: BTreeMap<i32, i64>,
     next_batch: u64,
@@ -63,7 +66,7 @@ impl Shard {
     /// Open the shard's logs, recover, and get its streams ready.
     pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>, slot: Arc<WorkerSlot>) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
-        let log = ShardLog::open(&dir)?;
+        let log = ShardLog::open_with(&dir, ctx.cfg.progress.purge)?;
         let recovery = log.recover()?;
         let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, ctx.initial_positions[p])).collect();
         let (last, replay, next_batch) = match &recovery {
@@ -90,7 +93,12 @@ impl Shard {
                 Writer::Bq { client: client.clone(), main, dlq }
             }
         };
-        let mut shard = Shard { id, ctx, log, consumer, positions, next_batch, writer, stages: StageStats::default(), slot };
+        let (log, progress) = if ctx.cfg.progress.async_progress && ctx.cfg.delivery == Delivery::AtLeastOnce {
+            (None, Some(AsyncProgress::start(log, ctx.cfg.progress.interval)))
+        } else {
+            (Some(log), None)
+        };
+        let mut shard = Shard { id, ctx, log, progress, consumer, positions, next_batch, writer, stages: StageStats::default(), slot };
         if let Some(e) = replay {
             shard.replay(e).await?;
         }
@@ -140,6 +148,9 @@ impl Shard {
                 self.process(batch, cut, None).await?;
             }
             if draining {
+                if let Some(p) = self.progress.take() {
+                    p.finish()?;
+                }
                 tracing::info!(shard = self.id, worker = self.slot.id, "drained");
                 return Ok(());
             }
@@ -227,7 +238,7 @@ impl Shard {
                 // Keep the write-ahead log as exactly-once would, so the stats sink
                 // measures the runner's full cost.
                 if cfg.delivery == Delivery::ExactlyOnce && replay.is_none() {
-                    self.log.log_offsets(&OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), main: None, dlq: None })?;
+                    self.log.as_mut().expect(OWNS_LOGS).log_offsets(&OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), main: None, dlq: None })?;
                 }
             }
             Writer::Bq { client, main, dlq } => {
@@ -249,7 +260,7 @@ impl Shard {
                             main: Some(StreamSlot { stream: main.stream.clone(), offset: x, rows: rows.len() as i64 }),
                             dlq: dlq.as_ref().map(|d| StreamSlot { stream: d.stream.clone(), offset: y.unwrap_or(0), rows: dlq_rows.len() as i64 }),
                         };
-                        self.log.log_offsets(&entry)?;
+                        self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
                     }
                     if rows.is_empty() {
                         break;
@@ -316,7 +327,11 @@ impl Shard {
                 }
             }
         }
-        self.log.log_commit(&CommitEntry { batch, positions: cut.positions.clone() })?;
+        let entry = CommitEntry { batch, positions: cut.positions.clone() };
+        match &self.progress {
+            Some(p) => p.update(entry),
+            None => self.log.as_mut().expect(OWNS_LOGS).log_commit(&entry)?,
+        }
         let acked = now_ms();
         let write_us = t_write.elapsed().as_micros() as u64;
         self.stages.record(2, write_us);
@@ -369,6 +384,10 @@ fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut Batc
     }
     Ok(Mapped { rows, row_src, dlq_rows })
 }
+
+/// A shard writes its logs itself except under asynchronous progress tracking, which
+/// only applies to at-least-once, where the shard writes no offset entries.
+const OWNS_LOGS: &str = "the shard owns its logs unless asynchronous progress tracking (at-least-once) does";
 
 fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {
     RecordRef { topic, partition: m.partition(), offset: m.offset(), timestamp_ms: m.timestamp().to_millis(), key: m.key(), value: m.payload().unwrap_or_default() }
