@@ -273,28 +273,22 @@ impl Shard {
                             break;
                         }
                         Ok(AppendOutcome::RowErrors(errs)) => {
+                            if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= rows.len()) {
+                                bail!("BigQuery reported an error for row {i} of a {}-row append to {}", rows.len(), main.table);
+                            }
                             if cfg.dlq.is_none() {
                                 let (i, msg) = &errs[0];
                                 let m = &cut.msgs[row_src[*i]];
                                 bail!("BigQuery rejected record {topic}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", m.partition(), m.offset());
                             }
                             let rejected: BTreeMap<usize, String> = errs.into_iter().collect();
-                            let mut kept = Vec::with_capacity(rows.len());
-                            let mut kept_src = Vec::with_capacity(rows.len());
-                            for (i, row) in rows.into_iter().enumerate() {
-                                match rejected.get(&i) {
-                                    Some(msg) => {
-                                        let m = &cut.msgs[row_src[i]];
-                                        let mut out = Vec::new();
-                                        dlq::encode(&record_ref(topic, m), "write", &format!("BigQuery rejected the row: {msg}"), &mut out);
-                                        dlq_rows.push(out);
-                                        *counts.by_class.entry("rejected").or_default() += 1;
-                                    }
-                                    None => {
-                                        kept.push(row);
-                                        kept_src.push(row_src[i]);
-                                    }
-                                }
+                            let (kept, kept_src, refused) = split_rejected(rows, row_src, &rejected);
+                            for (msg_idx, why) in refused {
+                                let m = &cut.msgs[msg_idx];
+                                let mut out = Vec::new();
+                                dlq::encode(&record_ref(topic, m), "write", &format!("BigQuery rejected the row: {why}"), &mut out);
+                                dlq_rows.push(out);
+                                *counts.by_class.entry("rejected").or_default() += 1;
                             }
                             tracing::warn!(shard = self.id, batch, rejected = rejected.len(), "BigQuery rejected rows; they go to the dead-letter table");
                             rows = kept;
@@ -385,6 +379,24 @@ fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut Batc
     Ok(Mapped { rows, row_src, dlq_rows })
 }
 
+/// Split a batch after BigQuery refused some rows (by row index): the rows to append
+/// again with the messages they came from, and the refused rows' messages with the reason.
+fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: &BTreeMap<usize, String>) -> (Vec<Vec<u8>>, Vec<usize>, Vec<(usize, String)>) {
+    let mut kept = Vec::with_capacity(rows.len());
+    let mut kept_src = Vec::with_capacity(rows.len());
+    let mut refused = Vec::new();
+    for (i, (row, src)) in rows.into_iter().zip(row_src).enumerate() {
+        match rejected.get(&i) {
+            Some(why) => refused.push((src, why.clone())),
+            None => {
+                kept.push(row);
+                kept_src.push(src);
+            }
+        }
+    }
+    (kept, kept_src, refused)
+}
+
 /// A shard writes its logs itself except under asynchronous progress tracking, which
 /// only applies to at-least-once, where the shard writes no offset entries.
 const OWNS_LOGS: &str = "the shard owns its logs unless asynchronous progress tracking (at-least-once) does";
@@ -420,4 +432,23 @@ async fn open_target(
     }
     let stream = client.create_committed_stream(table).await.with_context(|| format!("creating a COMMITTED write stream on {table}"))?;
     Ok(Target::new(table.clone(), stream, 0, descriptor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_bigquery_refuses_leave_the_batch_with_their_source_message() {
+        // bqemulator never returns per-row errors, so this split is tested here.
+        let rows = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()];
+        let src = vec![0, 2, 3, 5];
+        let rejected = BTreeMap::from([(1, "bad field".to_string()), (3, "too big".to_string())]);
+        let (kept, kept_src, refused) = split_rejected(rows, src, &rejected);
+        assert_eq!(kept, vec![b"a".to_vec(), b"c".to_vec()]);
+        assert_eq!(kept_src, vec![0, 3]);
+        assert_eq!(refused, vec![(2, "bad field".to_string()), (5, "too big".to_string())]);
+        let (kept, _, refused) = split_rejected(vec![b"x".to_vec()], vec![7], &BTreeMap::new());
+        assert_eq!((kept.len(), refused.len()), (1, 0));
+    }
 }
