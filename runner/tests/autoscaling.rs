@@ -44,8 +44,13 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
     let peak = changes.iter().map(|c| c.2).max().unwrap_or(1);
     // 10 MB/s at 80% of 2 MB/s needs 7 workers; 8 partitions cap it at 8.
     assert!((7..=8).contains(&peak), "peak {peak}: {changes:?}");
-    let up_steps = changes.iter().take_while(|c| c.2 < peak).count() + 1;
-    assert!(up_steps <= 3, "ds2 reached the peak in {up_steps} decisions: {changes:?}");
+    // 2 MB/s at 80% of 2 MB/s per worker needs 2 workers: count the decisions that took the
+    // pool from that level to the peak after the step (a window straddling the step may
+    // add one partial step; the DS2 goal is at most 3).
+    let level = 2;
+    let first_peak = changes.iter().position(|c| c.2 == peak).unwrap();
+    let up_steps = changes[..=first_peak].iter().filter(|c| c.2 > c.1 && c.2 > level).count();
+    assert!(up_steps <= 3, "ds2 reached the peak in {up_steps} decisions after the step: {changes:?}");
     let after_peak: Vec<_> = changes.iter().skip_while(|c| c.2 < peak).skip(1).collect();
     assert!(after_peak.iter().any(|c| c.2 <= 3 && c.3 == "LowWorkerUtilization"), "the pool shrinks when the load drops: {changes:?}");
     assert!(after_peak.iter().all(|c| c.2 < c.1), "no growth after the peak (no oscillation): {changes:?}");
