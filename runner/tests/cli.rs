@@ -192,3 +192,66 @@ fn async_progress_tracking_is_refused_with_exactly_once() {
     let o = flexrun(&["--template", "kafka-to-bq", "--async-log-purge", "maybe", "--parameters", GOOD]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn remaining_flags_and_files_reject_garbage_clearly() {
+    let dir = std::env::temp_dir().join(format!("flexrun-cli-garbage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = ["--template", "kafka-to-bq", "--parameters", GOOD, "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"];
+    let with = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        flexrun(&a)
+    };
+    for (extra, want) in [
+        (vec!["--autoscaling-time-scale", "0"], "expected a positive number"),
+        (vec!["--autoscaling-interval", "often"], "invalid duration"),
+        (vec!["--worker-machine-type", "m9-huge"], "unknown --worker-machine-type \"m9-huge\""),
+        (vec!["--web", "not-an-address"], "--web not-an-address: cannot listen"),
+        (vec!["--sink", "stats"], "--sink stats needs --schema-file"),
+    ] {
+        let o = with(&extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+    let o = flexrun(&["web", "--addr", "nowhere:xyz"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot listen"), "{}", stderr(&o));
+    let o = flexrun(&["local", "create-topic", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--partitions", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let bad_schema = dir.join("schema.json");
+    std::fs::write(&bad_schema, r#"[{"name": "a", "type": "WIDGET"}]"#).unwrap();
+    let o = flexrun(&["local", "create-table", "--table", "p:d.t", "--schema-file", bad_schema.to_str().unwrap(), "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unsupported type \"WIDGET\""), "{}", stderr(&o));
+}
+
+#[test]
+fn estimate_reads_a_locally_measured_baseline_and_rejects_a_broken_one() {
+    let dir = std::env::temp_dir().join(format!("flexrun-baseline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("local.yaml");
+    std::fs::write(
+        &good,
+        "source: this machine\ndate: 2026-11-30\ntemplate: kafka-to-bq\nmachine_type: e2-standard-2\nmessage_bytes: 1024\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: 40, workers: 2, mean_cpu: 0.8, secu_per_hour: 1}\n",
+    )
+    .unwrap();
+    let o = flexrun(&["estimate", "--throughput", "100MiB/s", "--baseline", good.to_str().unwrap(), "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!((j["workers_exact"].as_f64().unwrap() - 5.0).abs() < 1e-9, "100/40 x 2 workers");
+    assert!(j["notes"][0].as_str().unwrap().contains("this machine"));
+    let o = flexrun(&["estimate", "--throughput", "1MiB/s", "--mode", "at-least-once", "--baseline", good.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("has no at-least-once baseline"), "{}", stderr(&o));
+    for (name, text, want) in [
+        ("garbage.yaml", "{{{ not yaml", "baseline file"),
+        ("negative.yaml", "source: s\ndate: d\ntemplate: t\nmachine_type: e2-standard-2\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: 10, workers: -3, mean_cpu: 0.5, secu_per_hour: 1}\n", "workers must be above 0"),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        let o = flexrun(&["estimate", "--throughput", "1MiB/s", "--baseline", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{name}: {}", stderr(&o));
+    }
+}
