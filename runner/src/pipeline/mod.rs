@@ -120,6 +120,15 @@ pub struct JobCtx {
     pub busy: AtomicUsize,
 }
 
+impl JobCtx {
+    /// Messages waiting in Kafka: each partition's high watermark minus its committed
+    /// position (or its start position before the first commit).
+    pub fn backlog(&self, high_watermarks: &BTreeMap<i32, i64>) -> i64 {
+        let pos = self.positions.lock().expect("positions lock");
+        high_watermarks.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(self.initial_positions[p])).max(0)).sum()
+    }
+}
+
 /// A finished run.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -314,10 +323,7 @@ async fn run_pool(
         let total_hw: i64 = hw.values().sum();
         let input_records_per_s = last_hw.map_or(0.0, |l| (total_hw - l).max(0) as f64 / window_s);
         last_hw = Some(total_hw);
-        let backlog_records: i64 = {
-            let pos = ctx.positions.lock().expect("positions lock");
-            hw.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(ctx.initial_positions[p])).max(0)).sum()
-        };
+        let backlog_records = ctx.backlog(&hw);
         let s = ctx.stats.summary();
         let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 1000.0 };
         let snap = Snapshot {
@@ -379,10 +385,7 @@ impl Publisher {
         self.last = Instant::now();
         let s = ctx.stats.summary();
         let backlog: i64 = match ctx.cfg.source.high_watermarks(partitions).await {
-            Ok(hw) => {
-                let pos = ctx.positions.lock().expect("positions lock");
-                hw.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(ctx.initial_positions[p])).max(0)).sum()
-            }
+            Ok(hw) => ctx.backlog(&hw),
             Err(_) => 0,
         };
         let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 0.0 };
