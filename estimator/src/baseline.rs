@@ -65,6 +65,15 @@ pub struct Baseline {
     pub latency_ms: Option<Latency>,
 }
 
+impl Baseline {
+    /// Bytes per second one worker of the baseline's machine processes at 100% CPU:
+    /// the throughput divided by workers × mean CPU (assumes CPU grows linearly with
+    /// throughput, the same assumption as Google's linear sizing rule).
+    pub fn worker_capacity_bytes_s(&self) -> f64 {
+        self.throughput_mib_s * crate::units::MIB / (self.workers * self.mean_cpu.max(1e-9))
+    }
+}
+
 /// A baseline file: where the figures come from and one baseline per mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineFile {

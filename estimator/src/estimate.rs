@@ -105,19 +105,8 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
     let workers = (workers_exact - 1e-9).ceil().max(1.0) as u32;
     let w = workers as f64;
     let secu = b.secu_per_hour * factor;
-    let p = pricing.streaming_for(req.commitment);
+    let (items, per_hour) = bill(w, machine, secu, req.commitment, pricing);
     let months = pricing.hours_per_month;
-    let item = |item: &str, quantity: f64, unit: &str, unit_price: f64| {
-        let per_hour = quantity * unit_price;
-        CostItem { item: item.into(), quantity, unit: unit.into(), unit_price, per_hour, per_month: per_hour * months }
-    };
-    let items = vec![
-        item("worker vCPU", w * machine.vcpus, "vCPU", p.vcpu_hour),
-        item("worker memory", w * machine.memory_gb, "GB", p.memory_gb_hour),
-        item("persistent disk (standard)", w * pricing.default_disk_gb, "GB", pricing.disk.standard_gb_hour),
-        item("Streaming Engine compute units", secu, "SECU", p.secu_hour),
-    ];
-    let per_hour: f64 = items.iter().map(|i| i.per_hour).sum();
     let mut notes = vec![
         format!("baseline: {} ({}), {} on {}, {:.0} MiB/s with {} workers at {:.0}% CPU", baseline.source, baseline.date, req.mode.as_str(), baseline.machine_type, b.throughput_mib_s, b.workers, b.mean_cpu * 100.0),
         format!("prices: {} {} ({})", pricing.region, pricing.source, pricing.date),
@@ -153,6 +142,26 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
         per_month: per_hour * months,
         notes,
     })
+}
+
+/// The hourly bill of `workers` workers of `machine` and `secu_per_hour` Streaming Engine
+/// compute units: one [`CostItem`] per billed resource, and the total per hour. Workers may
+/// be fractional (a time-averaged pool, as the simulator reports).
+pub fn bill(workers: f64, machine: &crate::pricing::MachineType, secu_per_hour: f64, commitment: Commitment, pricing: &Pricing) -> (Vec<CostItem>, f64) {
+    let p = pricing.streaming_for(commitment);
+    let months = pricing.hours_per_month;
+    let item = |item: &str, quantity: f64, unit: &str, unit_price: f64| {
+        let per_hour = quantity * unit_price;
+        CostItem { item: item.into(), quantity, unit: unit.into(), unit_price, per_hour, per_month: per_hour * months }
+    };
+    let items = vec![
+        item("worker vCPU", workers * machine.vcpus, "vCPU", p.vcpu_hour),
+        item("worker memory", workers * machine.memory_gb, "GB", p.memory_gb_hour),
+        item("persistent disk (standard)", workers * pricing.default_disk_gb, "GB", pricing.disk.standard_gb_hour),
+        item("Streaming Engine compute units", secu_per_hour, "SECU", p.secu_hour),
+    ];
+    let per_hour = items.iter().map(|i| i.per_hour).sum();
+    (items, per_hour)
 }
 
 #[cfg(test)]

@@ -18,6 +18,6 @@ pub mod pricing;
 pub mod units;
 
 pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode};
-pub use estimate::{estimate, CostItem, Estimate, EstimateError, Request};
+pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request};
 pub use pricing::{Commitment, MachineType, Pricing};
 pub use units::{parse_size, Rate, UnitError};

@@ -121,9 +121,10 @@ pub enum SinkArg {
     Stats,
 }
 
-/// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
+/// Worker pool, autoscaling and gcloud job flags: the same for `flexrun run` and
+/// `flexrun simulate`, so a simulated job is configured exactly as a real one.
 #[derive(Debug, Args, Default, Clone)]
-pub struct JobFlags {
+pub struct ScalingFlags {
     /// gcloud: workers at the start (default 1; a worker runs whole shards).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub num_workers: Option<u32>,
@@ -142,9 +143,6 @@ pub struct JobFlags {
     /// Which policy decides under THROUGHPUT_BASED: dataflow (Dataflow's rules) or ds2 (one step).
     #[arg(long, default_value = "dataflow", value_parser = ["dataflow", "ds2"])]
     pub autoscaling_policy: String,
-    /// Emulate a worker of this capacity (e.g. 2MB/s or 2000msg/s), so autoscaling shows at laptop scale.
-    #[arg(long, value_parser = crate::pipeline::worker::Capacity::parse)]
-    pub worker_capacity: Option<crate::pipeline::worker::Capacity>,
     /// How often the autoscaler decides (e.g. 10s).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub autoscaling_interval: Duration,
@@ -166,6 +164,75 @@ pub struct JobFlags {
     /// gcloud: experiments, comma-separated; streaming_mode_at_least_once selects at-least-once.
     #[arg(long, value_delimiter = ',')]
     pub additional_experiments: Vec<String>,
+}
+
+impl ScalingFlags {
+    /// The worker pool these flags describe (with an emulated capacity for live runs), or why they are inconsistent.
+    pub fn pool(&self, capacity: Option<crate::pipeline::worker::Capacity>) -> Result<crate::config::PoolConfig, String> {
+        let d = crate::config::PoolConfig::default();
+        let p = crate::config::PoolConfig {
+            num_workers: self.num_workers.unwrap_or(d.num_workers),
+            min_workers: self.min_num_workers.unwrap_or(d.min_workers),
+            max_workers: self.max_workers.unwrap_or(d.max_workers),
+            utilization_hint: self.worker_utilization_hint.unwrap_or(d.utilization_hint),
+            algorithm: self.autoscaling_algorithm.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
+            policy: self.autoscaling_policy.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
+            capacity,
+            interval: self.autoscaling_interval,
+            time_scale: self.autoscaling_time_scale,
+            vcpus_per_worker: {
+                let m = self.worker_machine_type.as_deref().unwrap_or("e2-standard-2");
+                flexrun_estimator::Pricing::us_central1().machine_types.get(m).map(|t| t.vcpus).ok_or_else(|| format!("unknown --worker-machine-type {m:?}: expected one of {}", flexrun_estimator::Pricing::us_central1().machine_types.keys().cloned().collect::<Vec<_>>().join(", ")))?
+            },
+        };
+        if p.min_workers > p.max_workers {
+            return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));
+        }
+        if p.num_workers > p.max_workers || p.num_workers < p.min_workers {
+            return Err(format!("--num-workers={} is outside --min-num-workers={} .. --max-workers={}", p.num_workers, p.min_workers, p.max_workers));
+        }
+        Ok(p)
+    }
+
+    /// Notes on gcloud flags that are recorded but do not change a local run.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = Vec::new();
+        if let Some(m) = &self.worker_machine_type {
+            n.push(format!("--worker-machine-type={m}: recorded (its vCPUs count in job_current_num_vcpus); a local run uses this machine's cores"));
+        }
+        if let Some(p) = &self.project {
+            n.push(format!("--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"));
+        }
+        if let Some(r) = &self.region {
+            n.push(format!("--region={r}: recorded; a local run has no region"));
+        }
+        if self.enable_streaming_engine {
+            n.push("--enable-streaming-engine: recorded (Google's kafka-to-bq always enables it); a local run has no Streaming Engine backend".into());
+        }
+        for e in &self.additional_experiments {
+            if e != AT_LEAST_ONCE_EXPERIMENT {
+                n.push(format!("--additional-experiments={e}: recorded; not applied by flexrun"));
+            }
+        }
+        n
+    }
+
+    /// Whether the at-least-once streaming mode experiment is on.
+    pub fn at_least_once_experiment(&self) -> bool {
+        self.additional_experiments.iter().any(|e| e == AT_LEAST_ONCE_EXPERIMENT)
+    }
+
+}
+
+/// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
+#[derive(Debug, Args, Default, Clone)]
+pub struct JobFlags {
+    /// Worker pool and autoscaling flags (shared with `flexrun simulate`).
+    #[command(flatten)]
+    pub scaling: ScalingFlags,
+    /// Emulate a worker of this capacity (e.g. 2MB/s or 2000msg/s), so autoscaling shows at laptop scale.
+    #[arg(long, value_parser = crate::pipeline::worker::Capacity::parse)]
+    pub worker_capacity: Option<crate::pipeline::worker::Capacity>,
     /// Where job checkpoints live [env: FLEXRUN_CHECKPOINT_DIR; default ~/.local/state/flexrun/jobs].
     #[arg(long, env = "FLEXRUN_CHECKPOINT_DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -228,29 +295,17 @@ impl JobFlags {
 
     /// The worker pool these flags describe, or why they are inconsistent.
     pub fn pool(&self) -> Result<crate::config::PoolConfig, String> {
-        let d = crate::config::PoolConfig::default();
-        let p = crate::config::PoolConfig {
-            num_workers: self.num_workers.unwrap_or(d.num_workers),
-            min_workers: self.min_num_workers.unwrap_or(d.min_workers),
-            max_workers: self.max_workers.unwrap_or(d.max_workers),
-            utilization_hint: self.worker_utilization_hint.unwrap_or(d.utilization_hint),
-            algorithm: self.autoscaling_algorithm.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
-            policy: self.autoscaling_policy.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
-            capacity: self.worker_capacity,
-            interval: self.autoscaling_interval,
-            time_scale: self.autoscaling_time_scale,
-            vcpus_per_worker: {
-                let m = self.worker_machine_type.as_deref().unwrap_or("e2-standard-2");
-                flexrun_estimator::Pricing::us_central1().machine_types.get(m).map(|t| t.vcpus).ok_or_else(|| format!("unknown --worker-machine-type {m:?}: expected one of {}", flexrun_estimator::Pricing::us_central1().machine_types.keys().cloned().collect::<Vec<_>>().join(", ")))?
-            },
-        };
-        if p.min_workers > p.max_workers {
-            return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));
-        }
-        if p.num_workers > p.max_workers || p.num_workers < p.min_workers {
-            return Err(format!("--num-workers={} is outside --min-num-workers={} .. --max-workers={}", p.num_workers, p.min_workers, p.max_workers));
-        }
-        Ok(p)
+        self.scaling.pool(self.worker_capacity)
+    }
+
+    /// Notes on gcloud flags that are recorded but do not change a local run.
+    pub fn notes(&self) -> Vec<String> {
+        self.scaling.notes()
+    }
+
+    /// Whether the at-least-once streaming mode experiment is on.
+    pub fn at_least_once_experiment(&self) -> bool {
+        self.scaling.at_least_once_experiment()
     }
 
     /// The progress-recording settings.
@@ -260,34 +315,6 @@ impl JobFlags {
             interval: self.progress_checkpoint_interval,
             purge: if self.async_log_purge { crate::progress::Purge::Async } else { crate::progress::Purge::Sync },
         }
-    }
-
-    /// Notes on gcloud flags that are recorded but do not change a local run.
-    pub fn notes(&self) -> Vec<String> {
-        let mut n = Vec::new();
-        if let Some(m) = &self.worker_machine_type {
-            n.push(format!("--worker-machine-type={m}: recorded (its vCPUs count in job_current_num_vcpus); a local run uses this machine's cores"));
-        }
-        if let Some(p) = &self.project {
-            n.push(format!("--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"));
-        }
-        if let Some(r) = &self.region {
-            n.push(format!("--region={r}: recorded; a local run has no region"));
-        }
-        if self.enable_streaming_engine {
-            n.push("--enable-streaming-engine: recorded (Google's kafka-to-bq always enables it); a local run has no Streaming Engine backend".into());
-        }
-        for e in &self.additional_experiments {
-            if e != AT_LEAST_ONCE_EXPERIMENT {
-                n.push(format!("--additional-experiments={e}: recorded; not applied by flexrun"));
-            }
-        }
-        n
-    }
-
-    /// Whether the at-least-once streaming mode experiment is on.
-    pub fn at_least_once_experiment(&self) -> bool {
-        self.additional_experiments.iter().any(|e| e == AT_LEAST_ONCE_EXPERIMENT)
     }
 
     /// The checkpoint root.

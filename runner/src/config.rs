@@ -103,6 +103,26 @@ pub struct PoolConfig {
     pub vcpus_per_worker: f64,
 }
 
+impl PoolConfig {
+    /// The autoscaling policy these settings select, fresh. The live pool and the
+    /// simulator both build their policy here, so they make the same decisions for the
+    /// same snapshots.
+    pub fn policy(&self) -> Box<dyn flexrun_autoscaler::Policy> {
+        use flexrun_autoscaler::{Algorithm, DataflowConfig, DataflowPolicy, Ds2Policy, PolicyKind};
+        match (self.algorithm, self.policy) {
+            (Algorithm::None, _) => Box::new(flexrun_autoscaler::policy::Fixed),
+            (Algorithm::ThroughputBased, PolicyKind::Ds2) => Box::new(Ds2Policy::default()),
+            (Algorithm::ThroughputBased, PolicyKind::Dataflow) => Box::new(DataflowPolicy::new(DataflowConfig::time_scaled(self.time_scale))),
+        }
+    }
+
+    /// The bounds the policy works within, for a job whose useful parallelism is
+    /// `max_parallelism` workers.
+    pub fn limits(&self, max_parallelism: u32) -> flexrun_autoscaler::Limits {
+        flexrun_autoscaler::Limits { min_workers: self.min_workers, max_workers: self.max_workers, max_parallelism, utilization_hint: self.utilization_hint }
+    }
+}
+
 impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {

@@ -219,7 +219,7 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     println!("kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished", job_name, cfg.delivery.as_str(), report.shards, report.workers);
     print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
     if report.decisions.iter().any(|d| d.is_change()) {
-        println!("autoscaling ({} policy):", flags.autoscaling_policy);
+        println!("autoscaling ({} policy):", flags.scaling.autoscaling_policy);
         println!("{:>9}  {:>7}  {:<40} detail", "time s", "workers", "rationale");
         for d in &report.decisions {
             println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);

@@ -273,20 +273,16 @@ async fn run_pool(
     cancel_tx: watch::Sender<bool>,
     web: Option<flexrun_web::JobRegistry>,
 ) -> Result<(Vec<flexrun_autoscaler::Decision>, u32)> {
-    use flexrun_autoscaler::{Algorithm, DataflowConfig, DataflowPolicy, Ds2Policy, Limits, PolicyKind, Snapshot};
+    use flexrun_autoscaler::{Algorithm, Snapshot};
     let pc = ctx.cfg.pool.clone();
     let mut pool = pool::Pool::new(ctx.clone(), shard_list, pc.capacity);
-    let limits = Limits { min_workers: pc.min_workers, max_workers: pc.max_workers, max_parallelism: pool.max_parallelism(), utilization_hint: pc.utilization_hint };
+    let limits = pc.limits(pool.max_parallelism());
     let initial = pc.num_workers.clamp(pc.min_workers, pc.max_workers).min(pool.max_parallelism());
     if initial < pc.num_workers {
         tracing::warn!(asked = pc.num_workers, running = initial, shards = pool.max_parallelism(), "more workers than shards: each shard runs on one worker at a time");
     }
     pool.resize(initial).await?;
-    let mut policy: Box<dyn flexrun_autoscaler::Policy> = match (pc.algorithm, pc.policy) {
-        (Algorithm::None, _) => Box::new(flexrun_autoscaler::policy::Fixed),
-        (Algorithm::ThroughputBased, PolicyKind::Ds2) => Box::new(Ds2Policy::default()),
-        (Algorithm::ThroughputBased, PolicyKind::Dataflow) => Box::new(DataflowPolicy::new(DataflowConfig::time_scaled(pc.time_scale))),
-    };
+    let mut policy = pc.policy();
     let mut decisions: Vec<flexrun_autoscaler::Decision> = Vec::new();
     let mut cancel = cancel_tx.subscribe();
     let mut next_decision = Instant::now() + pc.interval;
