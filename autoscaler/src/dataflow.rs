@@ -8,8 +8,10 @@
 //!   drains the backlog within `backlog_scale_up_s`.
 //! - Scale up for **High worker utilization** when utilization exceeds the hint.
 //! - Scale down for **Low worker utilization** only after the backlog estimate has
-//!   stayed under `scale_down_backlog_s` (10 s) for `scale_down_sustain_s` (2 min),
-//!   aiming at `min(hint, 0.75)` utilization; too small a reduction is skipped.
+//!   stayed under `scale_down_backlog_s` (10 s) and utilization under the target for
+//!   `scale_down_sustain_s` (2 min), aiming at `min(hint, 0.75)` utilization for the
+//!   *highest* utilization seen in that period (one quiet window among busy ones is
+//!   not a reason to shrink); too small a reduction is skipped.
 //! - After any change, **Waiting for the signals to stabilize** for `stabilize_s`.
 //! - One decision moves at most `max_step_factor` × the current count: utilization
 //!   saturates at 100%, so an observed-rate policy cannot see how far short it is
@@ -81,6 +83,10 @@ pub struct DataflowPolicy {
     last_change_s: Option<f64>,
     backlog_high_since: Option<f64>,
     backlog_low_since: Option<f64>,
+    /// Since when utilization has stayed under the scale-down target.
+    util_low_since: Option<f64>,
+    /// Recent (time, utilization), covering the scale-down sustain period.
+    recent: std::collections::VecDeque<(f64, f64)>,
 }
 
 impl DataflowPolicy {
@@ -109,6 +115,12 @@ impl Policy for DataflowPolicy {
         } else {
             self.backlog_low_since = None;
         }
+        let target = hint.min(c.scale_down_target);
+        self.util_low_since = if u < target { Some(self.util_low_since.unwrap_or(t)) } else { None };
+        self.recent.push_back((t, u));
+        while self.recent.front().is_some_and(|(at, _)| t - at > c.scale_down_sustain_s) {
+            self.recent.pop_front();
+        }
         let detail = format!("utilization {:.0}% (hint {:.0}%), backlog {}", u * 100.0, hint * 100.0, if backlog_s.is_finite() { format!("{backlog_s:.1} s") } else { "growing with no throughput".into() });
         let stay = |rationale, detail: String| Decision { time_s: t, from: cur, to: cur, rationale, detail };
         if self.last_change_s.is_some_and(|l| t - l < c.stabilize_s) {
@@ -124,22 +136,25 @@ impl Policy for DataflowPolicy {
         } else if u > hint + c.utilization_tolerance {
             let wanted = ((cur as f64 * u / hint).ceil() as u32).max(cur + 1).min(step_cap);
             decide_bounded(s, limits, wanted, Rationale::HighWorkerUtilization, detail)
-        } else if self.backlog_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s) && u < hint.min(c.scale_down_target) {
-            let target = hint.min(c.scale_down_target);
-            let wanted = ((cur as f64 * u / target).ceil() as u32).max(1);
+        } else if self.util_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s) && self.backlog_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s) {
+            let peak = self.recent.iter().map(|(_, u)| *u).fold(u, f64::max);
+            let wanted = ((cur as f64 * peak / target).ceil() as u32).max(1);
             if wanted < cur {
                 decide_bounded(s, limits, wanted, Rationale::LowWorkerUtilization, detail)
             } else {
                 stay(Rationale::LowBacklogAndHighWorkerUtilization, format!("{detail}; a smaller pool would exceed {:.0}%", target * 100.0))
             }
-        } else if u < hint.min(c.scale_down_target) && backlog_s < c.scale_down_backlog_s {
-            stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; low backlog not yet sustained for {:.0} s", c.scale_down_sustain_s))
+        } else if u < target && backlog_s < c.scale_down_backlog_s {
+            stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; low backlog and utilization not yet sustained for {:.0} s", c.scale_down_sustain_s))
         } else {
             decide_bounded(s, limits, cur, Rationale::LowBacklogAndHighWorkerUtilization, detail)
         };
         // The backlog timers describe the source, not the pool: they carry across changes.
         if d.is_change() {
             self.last_change_s = Some(t);
+            // Utilization on a pool of another size says nothing about this one.
+            self.util_low_since = None;
+            self.recent.clear();
         }
         d
     }

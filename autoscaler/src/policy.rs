@@ -71,6 +71,16 @@ impl std::str::FromStr for PolicyKind {
     }
 }
 
+impl PolicyKind {
+    /// The name used in flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Dataflow => "dataflow",
+            PolicyKind::Ds2 => "ds2",
+        }
+    }
+}
+
 impl Limits {
     /// Check that the limits make sense (min ≤ max, hint in 0.1..=0.9, at least 1 worker).
     pub fn validate(&self) -> Result<(), PolicyError> {

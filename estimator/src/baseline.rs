@@ -63,6 +63,13 @@ pub struct Baseline {
     /// Measured latency, when published.
     #[serde(default)]
     pub latency_ms: Option<Latency>,
+    /// CPU per message whatever its size, vCPU-microseconds (measured by `flexrun
+    /// calibrate` at two message sizes; absent in Google's figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_us_per_message: Option<f64>,
+    /// CPU per byte, vCPU-nanoseconds (with `vcpu_us_per_message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_ns_per_byte: Option<f64>,
 }
 
 impl Baseline {
@@ -91,6 +98,9 @@ pub struct BaselineFile {
     /// Free-form description of the machine (for locally measured baselines).
     #[serde(default)]
     pub machine: Option<String>,
+    /// vCPUs per worker, for a machine type the pricing file does not know (a local machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus_per_worker: Option<f64>,
     /// The baselines.
     pub baselines: Vec<Baseline>,
 }

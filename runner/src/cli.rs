@@ -45,6 +45,8 @@ pub enum Command {
     },
     /// Workers, Streaming Engine compute units and cost for a throughput, from a baseline.
     Estimate(EstimateArgs),
+    /// The same job at cloud scale in virtual time, with the real autoscaler in the loop.
+    Simulate(Box<crate::simulate::command::SimulateArgs>),
     /// Serve the cost-estimate page, job pages and /metrics.
     Web {
         /// Address to listen on.

@@ -14,6 +14,8 @@
 //! - Sink: [`bigquery`] (REST via gcp-bigquery-client, Storage Write over gRPC).
 //! - [`generator`]: the streaming-data-generator template (JSON Data Generator
 //!   schemas at a steady rate into Kafka).
+//! - [`simulate`]: `flexrun simulate`, the same job at cloud scale in virtual time
+//!   with the real autoscaler in the loop.
 //! - Execution: [`pipeline`] (shards, batches, the exactly-once protocol, drain) on
 //!   top of [`progress`] (the offset log and commit log) and [`stats`] (per-stage
 //!   latency histograms and counters).
@@ -31,5 +33,24 @@ pub mod local;
 pub mod pipeline;
 pub mod progress;
 pub mod schema;
+pub mod simulate;
 pub mod stats;
 pub mod transform;
+
+/// A problem with the user's input (flags, parameters, files): the binary prints it and
+/// exits with status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Wrap a message as a [`UsageError`] in an `anyhow::Error`.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}

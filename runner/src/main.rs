@@ -12,17 +12,7 @@ use flexrun_templates::{find, find_by_gcs_path, parse_parameter_list, validate, 
 use std::process::ExitCode;
 use tokio::sync::watch;
 
-/// A problem with the user's input: printed and exit status 2.
-#[derive(Debug)]
-struct UsageError(String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+use flexrun::UsageError;
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
@@ -75,6 +65,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Templates { action }) => templates(action),
         Some(Command::Local { action }) => local_cmd(action).await,
         Some(Command::Estimate(a)) => estimate_cmd(a),
+        Some(Command::Simulate(a)) => flexrun::simulate::command::run(&a),
         Some(Command::Web { addr }) => {
             let (bound, h) = flexrun_web::serve(&addr, flexrun_web::JobRegistry::default()).await.map_err(|e| usage(format!("--addr {addr}: cannot listen: {e}")))?;
             println!("flexrun web: http://{bound}/estimate (jobs: http://{bound}/jobs, metrics: http://{bound}/metrics)");

@@ -1,0 +1,175 @@
+//! `flexrun simulate` against Google's published benchmark (seed 001), a
+//! partition-limited job, a load step, determinism, and its command line.
+//!
+//! Pure: no services. The simulator is calibrated only with the per-worker capacity
+//! derived from the publication (throughput ÷ workers × CPU); the worker counts and CPU
+//! below come out of the autoscaler's decisions.
+
+use clap::Parser;
+use flexrun::cli::{Cli, Command};
+use flexrun::simulate::{self, Bottleneck, SimConfig};
+use flexrun_autoscaler::Rationale;
+use std::process::Command as Process;
+
+fn config(args: &[&str]) -> SimConfig {
+    let argv: Vec<&str> = ["flexrun", "simulate"].iter().chain(args).copied().collect();
+    match Cli::try_parse_from(argv).expect("flags parse").command {
+        Some(Command::Simulate(a)) => simulate::command::config(&a).expect("valid config"),
+        other => panic!("not a simulate command: {other:?}"),
+    }
+}
+
+/// The seed's setup: ~1,000,000 msg/s of ~1 KiB (1 GiB/s as the publication sizes it:
+/// 1000 MiB/s), 1,000 partitions, e2-standard-2, at most 120 workers, 24 h, 400 streams.
+fn seed_setup(partitions: &str, duration: &str, extra: &[&str]) -> SimConfig {
+    let mut args = vec!["--qps", "1000000", "--message-size", "1048.576", "--partitions", partitions, "--max-workers", "120", "--worker-machine-type", "e2-standard-2", "--duration", duration, "--parameters", "numStorageWriteApiStreams=400"];
+    args.extend_from_slice(extra);
+    config(&args)
+}
+
+fn within(got: f64, published: f64, tolerance: f64) -> bool {
+    (got - published).abs() <= published * tolerance
+}
+
+#[test]
+fn exactly_once_lands_near_the_published_workers_cpu_and_latency() {
+    let r = simulate::run(&seed_setup("1000", "24h", &[]), &mut |_| {});
+    let s = &r.summary;
+    eprintln!("exactly-once: {:.1} workers, {:.1}% CPU, latency {:?} ms, SECU {:.1}/h", s.workers_mean, s.mean_cpu * 100.0, s.latency_ms, s.secu_per_hour);
+    assert!(within(s.workers_mean, 63.0, 0.10), "workers {:.1} not within 10% of 63", s.workers_mean);
+    assert!(within(s.mean_cpu, 0.70, 0.10), "CPU {:.3} not within 10% of 0.70", s.mean_cpu);
+    for (got, published) in s.latency_ms.iter().zip([1200.0, 3000.0, 5400.0]) {
+        assert!(within(*got, published, 0.25), "latency {got} ms not within 25% of {published} ms: {:?}", s.latency_ms);
+    }
+    assert!(within(s.secu_per_hour, 58.0, 0.05), "SECU {}", s.secu_per_hour);
+    assert_eq!(s.bottleneck, Bottleneck::None);
+    // The estimator prices the simulated pool: about $15/h like the published 63-worker job.
+    assert!(s.cost_per_hour > 12.0 && s.cost_per_hour < 17.0, "{}", s.cost_per_hour);
+}
+
+#[test]
+fn at_least_once_lands_near_the_published_workers_and_cpu() {
+    let r = simulate::run(&seed_setup("1000", "24h", &["--additional-experiments", "streaming_mode_at_least_once"]), &mut |_| {});
+    let s = &r.summary;
+    eprintln!("at-least-once: {:.1} workers, {:.1}% CPU, latency {:?} ms", s.workers_mean, s.mean_cpu * 100.0, s.latency_ms);
+    assert!(within(s.workers_mean, 53.0, 0.10), "workers {:.1} not within 10% of 53", s.workers_mean);
+    assert!(within(s.mean_cpu, 0.75, 0.10), "CPU {:.3} not within 10% of 0.75", s.mean_cpu);
+    assert_eq!(s.secu_per_hour, 0.0, "as published");
+    // No Storage Write batching or Streaming Engine persist: far lower latency than exactly-once.
+    assert!(s.latency_ms[2] < 2000.0, "{:?}", s.latency_ms);
+}
+
+#[test]
+fn too_few_partitions_plateau_and_are_reported() {
+    // 40 partitions × one vCPU (11.3 MiB/s) carry ~454 MiB/s of the 1000 offered.
+    let cfg = seed_setup("40", "6h", &[]);
+    let r = simulate::run(&cfg, &mut |_| {});
+    let s = &r.summary;
+    match &s.bottleneck {
+        Bottleneck::Partitions { partitions, max_mib_s, backlog_growth_mib_s } => {
+            assert_eq!(*partitions, 40);
+            assert!(within(s.throughput_mib_s, *max_mib_s, 0.02), "plateau {} vs {}", s.throughput_mib_s, max_mib_s);
+            assert!(within(*backlog_growth_mib_s, 1000.0 - max_mib_s, 0.05), "growth {backlog_growth_mib_s}");
+        }
+        other => panic!("expected a partition bottleneck, got {other:?}"),
+    }
+    assert_eq!(s.max_parallelism, 20, "40 partitions on 2-vCPU workers");
+    assert!(s.workers_max <= 20, "no worker beyond the partitions' parallelism: {}", s.workers_max);
+    let capped = r.decisions.iter().any(|d| d.rationale == Rationale::HitNonResourceRelatedLimit && d.detail.contains("partitions"));
+    assert!(capped, "a decision names the partition limit: {:#?}", r.decisions);
+    assert!(s.bottleneck.describe().contains("Insufficient Apache Kafka source partitions"));
+}
+
+/// A 2× load step at 3 h: the pool follows it, and a fresh policy built the way the
+/// live pool builds it (PoolConfig::policy) makes exactly the same decisions for the
+/// same snapshots.
+#[test]
+fn a_load_step_is_followed_with_the_live_pools_decisions() {
+    for policy in ["dataflow", "ds2"] {
+        let mut cfg = config(&["--qps", "200000", "--partitions", "200", "--duration", "6h", "--profile", "steps:0=1,3h=2", "--autoscaling-policy", policy, "--max-workers", "100"]);
+        cfg.record_snapshots = true;
+        let r = simulate::run(&cfg, &mut |_| {});
+        let at = |t: f64| r.series.iter().find(|p| p.time_s >= t).unwrap().workers;
+        let (before, after) = (at(3.0 * 3600.0 - 60.0), at(6.0 * 3600.0 - 60.0));
+        assert!(after / before > 1.7 && after / before < 2.3, "{policy}: {before} → {after} workers for a 2× step");
+        let after_step: Vec<_> = r.decisions.iter().filter(|d| d.is_change() && d.time_s > 3.0 * 3600.0).collect();
+        let dirs: Vec<bool> = after_step.iter().map(|d| d.to > d.from).collect();
+        let reversals = dirs.windows(2).filter(|w| w[0] != w[1]).count();
+        // DS2: one step to carry the input; with 90 s of start-up the backlog built
+        // meanwhile can take one more up and one back down, and noise one more. Dataflow:
+        // saturated utilization hides how far short the pool is, so it climbs in several
+        // steps and may overshoot once. Neither flaps.
+        let most = if policy == "ds2" { 4 } else { 8 };
+        assert!((1..=most).contains(&after_step.len()) && reversals <= 2, "{policy}: {} changes, {reversals} reversals: {after_step:#?}", after_step.len());
+        let mut live = cfg.pool.policy();
+        let limits = cfg.pool.limits(r.summary.max_parallelism);
+        assert!(!r.snapshots.is_empty());
+        for (snap, decided) in &r.snapshots {
+            assert_eq!(&live.decide(snap, &limits), decided, "{policy} at t={}", snap.time_s);
+        }
+    }
+}
+
+#[test]
+fn the_same_inputs_and_seed_give_the_same_output() {
+    let run = |seed: &str| {
+        let cfg = config(&["--qps", "50000", "--partitions", "100", "--duration", "3h", "--profile", "sine:amplitude=0.3,period=1h", "--seed", seed]);
+        let r = simulate::run(&cfg, &mut |_| {});
+        (serde_json::to_string(&r).unwrap(), r.series)
+    };
+    let (a, sa) = run("7");
+    let (b, sb) = run("7");
+    assert_eq!(a, b);
+    assert_eq!(sa, sb);
+    let (c, _) = run("8");
+    assert_ne!(a, c, "another seed draws other noise");
+}
+
+fn flexrun(args: &[&str]) -> std::process::Output {
+    Process::new(env!("CARGO_BIN_EXE_flexrun")).args(args).output().expect("runs")
+}
+
+#[test]
+fn bad_simulate_flags_exit_2_with_a_message() {
+    for (args, needle) in [
+        (vec!["simulate"], "--qps N"),
+        (vec!["simulate", "--qps", "0"], "positive"),
+        (vec!["simulate", "--qps", "10", "--profile", "zigzag"], "unknown kind"),
+        (vec!["simulate", "--qps", "10", "--partitions", "0"], "--partitions"),
+        (vec!["simulate", "--qps", "10", "--duration", "2h", "--warm-up", "3h"], "must be shorter than --duration"),
+        (vec!["simulate", "--qps", "10", "--template", "streaming-data-generator"], "supports kafka-to-bq"),
+        (vec!["simulate", "--qps", "10", "--parameters", "numStorageWriteApiStream=4"], "numStorageWriteApiStreams"),
+        (vec!["simulate", "--qps", "10", "--message-size", "uniform:10..5"], "below MIN"),
+        (vec!["simulate", "--qps", "10", "--worker-machine-type", "z9"], "unknown --worker-machine-type"),
+        (vec!["simulate", "--qps", "10", "--baseline", "/nonexistent.yaml"], "/nonexistent.yaml"),
+        (vec!["simulate", "--qps", "10", "--noise", "2"], "fraction"),
+    ] {
+        let out = flexrun(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn simulate_writes_json_series_and_a_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("series.csv");
+    let svg = dir.path().join("plot.svg");
+    let profile = dir.path().join("profile.yaml");
+    std::fs::write(&profile, "kind: spikes\nevery: 30m\nlength: 5m\nheight: 2\n").unwrap();
+    let out = flexrun(&["simulate", "--qps", "100000", "--partitions", "64", "--duration", "2h", "--profile-file", profile.to_str().unwrap(), "--format", "json", "--series", csv.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["summary"]["workers_mean"].as_f64().unwrap() > 1.0, "{v}");
+    assert!(v["decisions"].as_array().unwrap().len() > 1);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<_> = text.lines().collect();
+    assert!(lines[0].starts_with("time_s,input_records_per_s"));
+    assert_eq!(lines.len(), 1 + 120, "one row a minute for 2 h");
+    // The spikes show in the input column: 2× at the start of each half hour.
+    let input = |row: &str| row.split(',').nth(1).unwrap().parse::<f64>().unwrap();
+    assert!(input(lines[2]) > 1.8 * input(lines[10]), "{} vs {}", lines[2], lines[10]);
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains("<svg") && chart.contains("workers") && chart.contains("P99"));
+}
