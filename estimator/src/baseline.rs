@@ -58,10 +58,10 @@ pub struct Baseline {
     /// Streaming Engine compute units per hour.
     pub secu_per_hour: f64,
     /// Throughput per worker, MB/s (informational).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput_per_worker_mb_s: Option<f64>,
     /// Measured latency, when published.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<Latency>,
     /// CPU per message whatever its size, vCPU-microseconds (measured by `flexrun
     /// calibrate` at two message sizes; absent in Google's figures).

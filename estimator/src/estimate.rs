@@ -96,12 +96,14 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
         .machine_types
         .get(&req.machine_type)
         .ok_or_else(|| EstimateError::MachineType { given: req.machine_type.clone(), known: pricing.machine_types.keys().cloned().collect::<Vec<_>>().join(", ") })?;
-    let base_machine = pricing.machine_types.get(&baseline.machine_type).copied().unwrap_or(*machine);
+    // vCPUs per worker of the baseline: its machine type's, or what the file says
+    // (a locally measured baseline describes one core), or else the requested machine's.
+    let base_vcpus = pricing.machine_types.get(&baseline.machine_type).map(|m| m.vcpus).or(baseline.vcpus_per_worker).unwrap_or(machine.vcpus);
     let b = baseline.for_mode(baseline_name, req.mode)?;
     let mib_s = req.throughput_bytes_s / MIB;
     let factor = mib_s / b.throughput_mib_s;
     // Throughput per vCPU is assumed to carry over between machine types.
-    let workers_exact = b.workers * factor * base_machine.vcpus / machine.vcpus;
+    let workers_exact = b.workers * factor * base_vcpus / machine.vcpus;
     let workers = (workers_exact - 1e-9).ceil().max(1.0) as u32;
     let w = workers as f64;
     let secu = b.secu_per_hour * factor;
@@ -112,7 +114,7 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
         format!("prices: {} {} ({})", pricing.region, pricing.source, pricing.date),
     ];
     if req.machine_type != baseline.machine_type {
-        notes.push(format!("{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over", req.machine_type, machine.vcpus, base_machine.vcpus, baseline.machine_type));
+        notes.push(format!("{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over", req.machine_type, machine.vcpus, base_vcpus, baseline.machine_type));
     }
     if workers_exact < 1.0 {
         notes.push(format!(

@@ -11,13 +11,17 @@
 //! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
 //! - [`estimate`](mod@estimate): the extrapolation and the bill.
+//! - [`boundary`]: the capacity-boundary search (binary search on the offered rate
+//!   against a caller-supplied probe), as `flexrun capacity` runs it.
 
 pub mod baseline;
+pub mod boundary;
 pub mod estimate;
 pub mod pricing;
 pub mod units;
 
 pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode};
+pub use boundary::{search, Boundary, SearchError, SearchSpace, Trial};
 pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request};
 pub use pricing::{Commitment, MachineType, Pricing};
 pub use units::{parse_size, Rate, UnitError};

@@ -47,6 +47,10 @@ pub enum Command {
     Estimate(EstimateArgs),
     /// The same job at cloud scale in virtual time, with the real autoscaler in the loop.
     Simulate(Box<crate::simulate::command::SimulateArgs>),
+    /// Measure what one core of this machine carries through kafka-to-bq's processing path; write a baseline.
+    Calibrate(crate::sizing::command::CalibrateArgs),
+    /// Find where a Kafka setup saturates: binary search on the offered rate per message size.
+    Capacity(crate::sizing::command::CapacityArgs),
     /// Serve the cost-estimate page, job pages and /metrics.
     Web {
         /// Address to listen on.

@@ -16,6 +16,8 @@
 //!   schemas at a steady rate into Kafka).
 //! - [`simulate`]: `flexrun simulate`, the same job at cloud scale in virtual time
 //!   with the real autoscaler in the loop.
+//! - [`sizing`]: `flexrun calibrate` (a baseline measured on this machine) and
+//!   `flexrun capacity` (the broker's saturation boundary).
 //! - Execution: [`pipeline`] (shards, batches, the exactly-once protocol, drain) on
 //!   top of [`progress`] (the offset log and commit log) and [`stats`] (per-stage
 //!   latency histograms and counters).
@@ -34,6 +36,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod schema;
 pub mod simulate;
+pub mod sizing;
 pub mod stats;
 pub mod transform;
 

@@ -66,6 +66,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Local { action }) => local_cmd(action).await,
         Some(Command::Estimate(a)) => estimate_cmd(a),
         Some(Command::Simulate(a)) => flexrun::simulate::command::run(&a),
+        Some(Command::Calibrate(a)) => flexrun::sizing::command::calibrate_cmd(&a),
+        Some(Command::Capacity(a)) => flexrun::sizing::command::capacity_cmd(&a).await,
         Some(Command::Web { addr }) => {
             let (bound, h) = flexrun_web::serve(&addr, flexrun_web::JobRegistry::default()).await.map_err(|e| usage(format!("--addr {addr}: cannot listen: {e}")))?;
             println!("flexrun web: http://{bound}/estimate (jobs: http://{bound}/jobs, metrics: http://{bound}/metrics)");

@@ -1,0 +1,246 @@
+//! `flexrun capacity`'s probe: one trial of a producer at a fixed rate and a consumer
+//! reading the same topic, against a real broker, judged by congestion indicators.
+//!
+//! Indicators (the first that trips names the trial's failure):
+//! - **achieved rate below offered**: fewer than `achieved_ratio` × offered messages
+//!   were acknowledged per second over the trial's second half (the first half includes
+//!   connection set-up), or the sender fell more than half a second behind its schedule;
+//! - **p99 produce latency**: send → broker acknowledgement, above `p99_limit`;
+//! - **consumer lag growing**: the consumer fell further behind over the second half of
+//!   the trial by more than `lag_growth_limit_s` seconds' worth of input;
+//! - **p99 end-to-end latency**: send → consumed (a timestamp in the payload), above
+//!   `p99_limit`.
+//!
+//! Each trial uses a fresh producer and consumer and starts at the topic's end, so
+//! trials do not carry each other's backlog.
+
+use anyhow::{anyhow, Context, Result};
+use flexrun_estimator::Trial;
+use hdrhistogram::Histogram;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message as _;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How trials are run and judged.
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    /// Bootstrap servers.
+    pub bootstrap: String,
+    /// Topic (must exist).
+    pub topic: String,
+    /// Length of each trial.
+    pub trial: Duration,
+    /// p99 latency above which a trial fails.
+    pub p99_limit: Duration,
+    /// Lag growth over the second half, in seconds of input, above which a trial fails.
+    pub lag_growth_limit_s: f64,
+    /// Achieved ÷ offered below which a trial fails.
+    pub achieved_ratio: f64,
+}
+
+/// What one trial measured, besides its verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialDetail {
+    /// Message size, bytes.
+    pub message_bytes: usize,
+    /// Offered messages per second.
+    pub offered: f64,
+    /// Acknowledged messages per second.
+    pub achieved: f64,
+    /// Consumed messages per second.
+    pub consumed: f64,
+    /// p99 produce latency, ms.
+    pub produce_p99_ms: f64,
+    /// p99 end-to-end latency, ms.
+    pub end_to_end_p99_ms: f64,
+    /// Lag growth over the second half, messages.
+    pub lag_growth: f64,
+    /// The indicator that tripped.
+    pub tripped: Option<String>,
+}
+
+struct Acks {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    latency_us: Mutex<Histogram<u64>>,
+}
+
+#[derive(Clone)]
+struct Timing(Arc<Acks>);
+
+impl ClientContext for Timing {}
+
+impl ProducerContext for Timing {
+    type DeliveryOpaque = Box<Instant>;
+    fn delivery(&self, r: &DeliveryResult<'_>, sent: Box<Instant>) {
+        match r {
+            Ok(_) => {
+                self.0.ok.fetch_add(1, Ordering::Relaxed);
+                let _ = self.0.latency_us.lock().expect("lock").record(sent.elapsed().as_micros().max(1) as u64);
+            }
+            Err(_) => {
+                self.0.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// The topic's partitions (None when the topic does not exist), or a clear error when
+/// the broker cannot be reached.
+pub fn topic_partitions(bootstrap: &str, topic: &str) -> Result<Option<Vec<i32>>> {
+    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("creating a Kafka client")?;
+    let md = c.fetch_metadata(None, Duration::from_secs(5)).map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e} (is it running? `scripts/stack.sh start` starts the local one)"))?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+    let mut ps: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    if t.error().is_some() || ps.is_empty() {
+        return Ok(None);
+    }
+    ps.sort_unstable();
+    Ok(Some(ps))
+}
+
+/// The topic's partitions; an error when the broker is unreachable or the topic missing.
+pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>> {
+    topic_partitions(bootstrap, topic)?.ok_or_else(|| anyhow!("topic {topic} does not exist on {bootstrap}"))
+}
+
+/// Run one trial at `rate` messages/s of `size` bytes.
+pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialDetail)> {
+    let parts = partitions(&cfg.bootstrap, &cfg.topic)?;
+    let acks = Arc::new(Acks { ok: AtomicU64::new(0), failed: AtomicU64::new(0), latency_us: Mutex::new(histogram()) });
+    let producer: ThreadedProducer<Timing> = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.bootstrap)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "200000")
+        .set("message.timeout.ms", "30000")
+        .create_with_context(Timing(acks.clone()))
+        .context("creating a Kafka producer")?;
+
+    // The consumer starts at the end of every partition.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.bootstrap)
+        .set("group.id", "flexrun-capacity")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .context("creating a Kafka consumer")?;
+    let mut tpl = TopicPartitionList::new();
+    for p in &parts {
+        let (_, high) = consumer.fetch_watermarks(&cfg.topic, *p, Duration::from_secs(10)).map_err(|e| anyhow!("reading the end of {}/{p}: {e}", cfg.topic))?;
+        tpl.add_partition_offset(&cfg.topic, *p, Offset::Offset(high)).map_err(|e| anyhow!("{e}"))?;
+    }
+    consumer.assign(&tpl).map_err(|e| anyhow!("assigning {}: {e}", cfg.topic))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let consumed = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (stop, consumed) = (stop.clone(), consumed.clone());
+        std::thread::spawn(move || {
+            let mut e2e = histogram();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                    if let Some(p) = m.payload().filter(|p| p.len() >= 8) {
+                        let sent = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+                        let _ = e2e.record(now_us().saturating_sub(sent).max(1));
+                    }
+                    consumed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            e2e
+        })
+    };
+
+    let mut payload = vec![b'x'; size.max(8)];
+    let start = Instant::now();
+    let trial_s = cfg.trial.as_secs_f64();
+    let (mut sent, mut next) = (0u64, 0usize);
+    let mut lag_mid: Option<f64> = None;
+    let mut acked_mid: Option<(f64, u64)> = None;
+    let mut behind = false;
+    loop {
+        let elapsed = start.elapsed().as_secs_f64();
+        if elapsed >= trial_s {
+            break;
+        }
+        if lag_mid.is_none() && elapsed >= trial_s / 2.0 {
+            let acked = acks.ok.load(Ordering::Relaxed);
+            lag_mid = Some(acked as f64 - consumed.load(Ordering::Relaxed) as f64);
+            acked_mid = Some((elapsed, acked));
+        }
+        let due = (elapsed * rate).floor() as u64 + 1;
+        if sent >= due {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        if (due - sent) as f64 > rate * 0.5 {
+            behind = true; // more than half a second behind: the sender cannot keep up
+        }
+        payload[..8].copy_from_slice(&now_us().to_le_bytes());
+        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new(Instant::now())).payload(&payload[..]).partition(parts[next % parts.len()]);
+        next += 1;
+        match producer.send::<[u8], [u8]>(rec) {
+            Ok(()) => sent += 1,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => std::thread::sleep(Duration::from_millis(1)),
+            Err((e, _)) => return Err(anyhow!("producing to {}: {e}", cfg.topic)),
+        }
+    }
+    let window = start.elapsed().as_secs_f64();
+    let acked_in_window = acks.ok.load(Ordering::Relaxed);
+    let lag_end = acked_in_window as f64 - consumed.load(Ordering::Relaxed) as f64;
+    let consumed_in_window = consumed.load(Ordering::Relaxed);
+    // Let what was sent arrive, so the next trial starts clean.
+    let _ = producer.flush(Duration::from_secs(30));
+    let drain_until = Instant::now() + Duration::from_secs(10);
+    while consumed.load(Ordering::Relaxed) < acks.ok.load(Ordering::Relaxed) && Instant::now() < drain_until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let e2e = reader.join().map_err(|_| anyhow!("the consumer thread panicked"))?;
+    let produce = acks.latency_us.lock().expect("lock").clone();
+    let p99 = |h: &Histogram<u64>| if h.is_empty() { 0.0 } else { h.value_at_quantile(0.99) as f64 / 1000.0 };
+    // The rate over the second half: connection set-up in the first does not count.
+    let achieved = match acked_mid {
+        Some((t, n)) if window > t => (acked_in_window - n) as f64 / (window - t),
+        _ => acked_in_window as f64 / window,
+    };
+    let lag_growth = lag_end - lag_mid.unwrap_or(0.0);
+    let limit_ms = cfg.p99_limit.as_secs_f64() * 1000.0;
+    let tripped = if achieved < cfg.achieved_ratio * rate || behind || acks.failed.load(Ordering::Relaxed) > 0 {
+        Some(format!("achieved rate below offered ({achieved:.0} of {rate:.0} msg/s acknowledged)"))
+    } else if p99(&produce) > limit_ms {
+        Some(format!("p99 produce latency {:.0} ms > {limit_ms:.0} ms", p99(&produce)))
+    } else if lag_growth > cfg.lag_growth_limit_s * rate {
+        Some(format!("consumer lag growing (+{lag_growth:.0} messages over the second half)"))
+    } else if p99(&e2e) > limit_ms {
+        Some(format!("p99 end-to-end latency {:.0} ms > {limit_ms:.0} ms", p99(&e2e)))
+    } else {
+        None
+    };
+    let detail = TrialDetail {
+        message_bytes: size,
+        offered: rate,
+        achieved,
+        consumed: consumed_in_window as f64 / window,
+        produce_p99_ms: p99(&produce),
+        end_to_end_p99_ms: p99(&e2e),
+        lag_growth,
+        tripped: tripped.clone(),
+    };
+    tracing::info!(size, offered = rate as u64, achieved = achieved as u64, produce_p99_ms = detail.produce_p99_ms, e2e_p99_ms = detail.end_to_end_p99_ms, lag_growth = lag_growth as i64, tripped = tripped.as_deref().unwrap_or("-"), "capacity trial");
+    Ok((Trial { offered: rate, achieved, tripped }, detail))
+}

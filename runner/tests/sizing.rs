@@ -1,0 +1,121 @@
+//! `flexrun calibrate` writes a baseline that `estimate` and `simulate` read back, and
+//! `flexrun capacity` finds a boundary against the real local broker.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn flexrun(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flexrun")).args(args).output().expect("runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn calibrate_writes_a_baseline_that_estimate_and_simulate_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("local.yaml");
+    let p = path.to_str().unwrap();
+    let report = json(&flexrun(&["calibrate", "--duration", "300ms", "--output", p, "--format", "json"]));
+    // Both modes at two sizes; every message mapped.
+    let ms = report["measurements"].as_array().unwrap();
+    assert_eq!(ms.len(), 4, "{report}");
+    for m in ms {
+        assert!(m["messages"].as_u64().unwrap() > 1000 && m["messages_per_core_s"].as_f64().unwrap() > 0.0, "{m}");
+        assert_eq!(m["rejected"], 0);
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("# Measured by `flexrun calibrate`"), "{text}");
+    let file = flexrun_estimator::BaselineFile::parse(p, &text).expect("the written baseline parses");
+    let eo = file.for_mode(p, flexrun_estimator::Mode::ExactlyOnce).unwrap();
+    assert_eq!((eo.workers, eo.mean_cpu, file.vcpus_per_worker), (1.0, 0.8, Some(1.0)));
+
+    // estimate: one core carries throughput_mib_s at 80%, an e2-standard-2 has two.
+    let e = json(&flexrun(&["estimate", "--throughput", "100MiB/s", "--baseline", p, "--format", "json"]));
+    let expected = 100.0 / eo.throughput_mib_s / 2.0;
+    assert!((e["workers_exact"].as_f64().unwrap() - expected).abs() < 1e-9, "{e} vs {expected}");
+
+    // simulate: the capacity it uses is the one calibrate measured (per-message + per-byte split).
+    let s = json(&flexrun(&["simulate", "--baseline", p, "--qps", "20000", "--duration", "1h", "--partitions", "16", "--format", "json"]));
+    let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1024.0;
+    let want_mib_s = 1024.0 / per_msg_s / (1024.0 * 1024.0);
+    let got = s["summary"]["vcpu_capacity_mib_s"].as_f64().unwrap();
+    assert!((got - want_mib_s).abs() / want_mib_s < 1e-6, "{got} vs {want_mib_s}");
+}
+
+#[test]
+fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, r#"[{"name": "id", "type": "INTEGER", "mode": "REQUIRED"}]"#).unwrap();
+    let template = dir.path().join("template.json");
+    std::fs::write(&template, r#"{"name": "{{username()}}"}"#).unwrap();
+    let out_file = dir.path().join("b.yaml");
+    for (args, needle) in [
+        (vec!["calibrate", "--target-cpu", "2"], "0.1"),
+        (vec!["calibrate", "--duration", "10ms"], "--duration"),
+        (vec!["calibrate", "--modes", "twice"], "exactly-once or at-least-once"),
+        (vec!["calibrate", "--schema-template", template.to_str().unwrap()], "--table-schema"),
+        (vec!["calibrate", "--duration", "200ms", "--schema-template", template.to_str().unwrap(), "--table-schema", schema.to_str().unwrap(), "--output", out_file.to_str().unwrap()], "did not map onto the table schema"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "0"], "invalid"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "4"], "outside 8 B"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "5000", "--high", "100"], "0 < low < high"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--trial", "100ms"], "--trial"),
+    ] {
+        let out = flexrun(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    assert!(!out_file.exists(), "no baseline is written from rows that did not map");
+}
+
+#[test]
+fn capacity_against_an_unreachable_broker_says_so() {
+    let out = flexrun(&["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "100", "--trial", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot reach the Kafka broker at 127.0.0.1:9"), "{err}");
+}
+
+#[test]
+fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
+    let stack = common::stack();
+    let topic = common::unique("capacity");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("boundary.svg");
+    // 2,000..64,000 msg/s, 8,000 tolerance: at most ⌈log2(62000/8000)⌉ + 1 = 4 trials per size.
+    let out = flexrun(&[
+        "capacity", "--bootstrap-server", &stack.kafka, "--topic", &topic, "--partitions", "4", "--sizes", "100,4KiB", "--low", "2000", "--high", "64000", "--tolerance", "8000", "--trial", "2s", "--format", "json",
+        "--plot", svg.to_str().unwrap(),
+    ]);
+    let v = json(&out);
+    let sizes = v.as_array().unwrap();
+    assert_eq!(sizes.len(), 2, "{v}");
+    for s in sizes {
+        let b = &s["boundary"];
+        let trials = b["trials"].as_array().unwrap().len();
+        assert!((1..=4).contains(&trials), "{s}");
+        let safe = s["messages_per_s"].as_f64().unwrap();
+        assert!((2000.0..=64000.0).contains(&safe), "{s}");
+        // Either a bracket within the tolerance, or a boundary outside the range, said so.
+        let failed = b["failed"].as_f64();
+        let outside = b["above_range"].as_bool().unwrap() || b["below_range"].as_bool().unwrap();
+        assert!(outside || failed.is_some_and(|f| f - safe <= 8000.0 + 1e-9), "{s}");
+        if let Some(why) = b["tripped"].as_str() {
+            assert!(["achieved rate", "p99", "lag", "error"].iter().any(|k| why.contains(k)), "{why}");
+        }
+        // Every trial that was judged sustained delivered what was offered.
+        for t in s["trials"].as_array().unwrap() {
+            if t["tripped"].is_null() {
+                assert!(t["achieved"].as_f64().unwrap() >= 0.95 * t["offered"].as_f64().unwrap(), "{t}");
+            }
+        }
+    }
+    let mb = |i: usize| sizes[i]["mb_per_s"].as_f64().unwrap();
+    eprintln!("boundary: 100 B → {} msg/s ({:.2} MB/s); 4 KiB → {} msg/s ({:.2} MB/s)", sizes[0]["messages_per_s"], mb(0), sizes[1]["messages_per_s"], mb(1));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("MB/s"));
+}
