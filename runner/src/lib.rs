@@ -18,6 +18,8 @@
 //!   with the real autoscaler in the loop.
 //! - [`sizing`]: `flexrun calibrate` (a baseline measured on this machine) and
 //!   `flexrun capacity` (the broker's saturation boundary).
+//! - [`microbatch`]: the `rate-to-stats` and `kafka-to-kafka` templates, Spark-style
+//!   micro-batches on the same offset/commit logs, for the progress-tracking benchmarks.
 //! - Execution: [`pipeline`] (shards, batches, the exactly-once protocol, drain) on
 //!   top of [`progress`] (the offset log and commit log) and [`stats`] (per-stage
 //!   latency histograms and counters).
@@ -32,6 +34,7 @@ pub mod dlq;
 pub mod generator;
 pub mod kafka;
 pub mod local;
+pub mod microbatch;
 pub mod pipeline;
 pub mod progress;
 pub mod schema;

@@ -172,6 +172,9 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     if template.name == "streaming-data-generator" {
         return run_generator(&resolved, flags).await;
     }
+    if template.name == "rate-to-stats" || template.name == "kafka-to-kafka" {
+        return run_microbatch(&template.name, &resolved, job_name, flags).await;
+    }
     let sink = flags.sink().map_err(usage)?;
     let pool = flags.pool().map_err(usage)?;
     let run_flags = RunFlags {
@@ -258,6 +261,49 @@ async fn run_generator(resolved: &flexrun_templates::ResolvedParams, flags: &Job
     }
     if let Some(path) = &flags.summary_json {
         std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// rate-to-stats and kafka-to-kafka: the micro-batch engine with its source and sink.
+async fn run_microbatch(name: &str, p: &flexrun_templates::ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
+    use flexrun::microbatch::{self, kafka::KafkaSink, kafka::KafkaSource, rate::RateSource, rate::StatsSink, MicroBatchConfig, Sink, Source};
+    let cfg = MicroBatchConfig { checkpoint_dir: flags.checkpoint_root().join(job_name), progress: flags.progress(), max_batch: flags.batch_rows, idle_timeout: flags.idle_timeout };
+    let (mut source, mut sink): (Box<dyn Source + Send>, Box<dyn Sink + Send>) = if name == "rate-to-stats" {
+        let num = |k: &str| p.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let rate = num("rowsPerSecond");
+        if rate <= 0.0 {
+            return Err(usage("rowsPerSecond must be above 0"));
+        }
+        let bytes = num("messageBytes") as usize;
+        if bytes < 16 {
+            return Err(usage(format!("messageBytes={bytes}: expected at least 16")));
+        }
+        let limit = num("messagesLimit") as u64;
+        (Box::new(RateSource::new(rate, bytes, (limit > 0).then_some(limit))), Box::new(StatsSink::default()))
+    } else {
+        let split = |k: &str| kafka::parse_server_and_topic(p.get(k).unwrap_or_default()).map_err(|e| usage(format!("{k}: {e}")));
+        let (rb, rt) = split("readBootstrapServerAndTopic")?;
+        let (wb, wt) = split("writeBootstrapServerAndTopic")?;
+        let earliest = p.get("kafkaReadOffset") == Some("earliest");
+        let json = p.get("messageFormat") != Some("RAW");
+        let (source, sink) = tokio::task::spawn_blocking(move || -> Result<(KafkaSource, KafkaSink)> { Ok((KafkaSource::new(&rb, &rt, earliest)?, KafkaSink::new(&wb, &wt, json)?)) }).await??;
+        (Box::new(source), Box::new(sink))
+    };
+    let (cancel_tx, mut cancel_rx) = watch::channel(false);
+    spawn_signal_handler(cancel_tx);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    tokio::spawn(async move {
+        if cancel_rx.changed().await.is_ok() {
+            s2.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let report = tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await??;
+    println!("{name} job {job_name} finished");
+    print!("{}", report.render());
+    if let Some(path) = &flags.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?).map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
 }

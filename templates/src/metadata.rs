@@ -82,6 +82,8 @@ pub enum TemplateError {
 const BUILTIN_SOURCES: &[(&str, &str)] = &[
     ("kafka-to-bq.yaml", include_str!("../kafka-to-bq.yaml")),
     ("streaming-data-generator.yaml", include_str!("../streaming-data-generator.yaml")),
+    ("kafka-to-kafka.yaml", include_str!("../kafka-to-kafka.yaml")),
+    ("rate-to-stats.yaml", include_str!("../rate-to-stats.yaml")),
 ];
 
 /// Parse one template from YAML text and check that its regexes compile.

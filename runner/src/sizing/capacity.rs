@@ -21,12 +21,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use crate::microbatch::kafka::{Acks, Timed};
+use crate::microbatch::now_us;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How trials are run and judged.
 #[derive(Debug, Clone)]
@@ -66,38 +68,8 @@ pub struct TrialDetail {
     pub tripped: Option<String>,
 }
 
-struct Acks {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    latency_us: Mutex<Histogram<u64>>,
-}
-
-#[derive(Clone)]
-struct Timing(Arc<Acks>);
-
-impl ClientContext for Timing {}
-
-impl ProducerContext for Timing {
-    type DeliveryOpaque = Box<Instant>;
-    fn delivery(&self, r: &DeliveryResult<'_>, sent: Box<Instant>) {
-        match r {
-            Ok(_) => {
-                self.0.ok.fetch_add(1, Ordering::Relaxed);
-                let _ = self.0.latency_us.lock().expect("lock").record(sent.elapsed().as_micros().max(1) as u64);
-            }
-            Err(_) => {
-                self.0.failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
-}
-
-fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
 /// The topic's partitions (None when the topic does not exist), or a clear error when
@@ -122,14 +94,14 @@ pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>> {
 /// Run one trial at `rate` messages/s of `size` bytes.
 pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialDetail)> {
     let parts = partitions(&cfg.bootstrap, &cfg.topic)?;
-    let acks = Arc::new(Acks { ok: AtomicU64::new(0), failed: AtomicU64::new(0), latency_us: Mutex::new(histogram()) });
-    let producer: ThreadedProducer<Timing> = ClientConfig::new()
+    let acks = Acks::new();
+    let producer: ThreadedProducer<Timed> = ClientConfig::new()
         .set("bootstrap.servers", &cfg.bootstrap)
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "200000")
         .set("message.timeout.ms", "30000")
-        .create_with_context(Timing(acks.clone()))
+        .create_with_context(Timed(acks.clone()))
         .context("creating a Kafka producer")?;
 
     // The consumer starts at the end of every partition.
@@ -191,7 +163,7 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
             behind = true; // more than half a second behind: the sender cannot keep up
         }
         payload[..8].copy_from_slice(&now_us().to_le_bytes());
-        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new(Instant::now())).payload(&payload[..]).partition(parts[next % parts.len()]);
+        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new(now_us())).payload(&payload[..]).partition(parts[next % parts.len()]);
         next += 1;
         match producer.send::<[u8], [u8]>(rec) {
             Ok(()) => sent += 1,

@@ -1,0 +1,194 @@
+//! The micro-batch engine behind `rate-to-stats` and `kafka-to-kafka`: Spark Structured
+//! Streaming's loop, on flexrun's progress store.
+//!
+//! Per batch: take what the source has (up to `max_batch` records), write the batch's
+//! offset-log entry, hand the records to the sink (which returns once they are durable
+//! there), then write the commit-log entry. That is the synchronous mode: two fsyncs on
+//! every batch's critical path. With `--async-progress-tracking` the batch loop only
+//! hands its positions to a background thread that persists them every
+//! `--progress-checkpoint-interval` (at-least-once: a crash replays at most about one
+//! interval). `--async-log-purge` moves the deletion of old log segments off the loop.
+//!
+//! Latency is measured per record, from its creation time (the rate source's stamp or
+//! the Kafka message timestamp) to the moment the sink has it, into an HDR histogram.
+//!
+//! Layout: this file (the loop, recovery, the report); [`rate`] (the constant-rate
+//! source and the stats sink); [`kafka`] (the Kafka source and sink).
+
+pub mod kafka;
+pub mod rate;
+
+use crate::config::ProgressConfig;
+use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One record: when it was created (µs since the Unix epoch) and its bytes.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Creation time, µs since the Unix epoch.
+    pub created_us: u64,
+    /// Payload.
+    pub payload: Vec<u8>,
+}
+
+/// What a source returned for one batch.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The records.
+    pub records: Vec<Record>,
+    /// Per partition, the `[from, to)` offsets read.
+    pub ranges: BTreeMap<i32, (i64, i64)>,
+}
+
+/// Where records come from.
+pub trait Source {
+    /// Start reading at these positions (partition → next offset); partitions not named
+    /// start where the source starts by default.
+    fn seek(&mut self, positions: &BTreeMap<i32, i64>) -> Result<()>;
+    /// The next batch, waiting at most `wait` for the first record. None when the
+    /// source is exhausted (a limit reached).
+    fn next_batch(&mut self, max: usize, wait: Duration) -> Result<Option<Batch>>;
+}
+
+/// Where records go.
+pub trait Sink {
+    /// Deliver a batch; return when it is durable at the destination. Record each
+    /// record's latency (µs, creation → delivered) into `latency_us`.
+    fn write(&mut self, batch: &Batch, latency_us: &mut Histogram<u64>) -> Result<()>;
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct MicroBatchConfig {
+    /// The job's checkpoint directory (offset and commit logs).
+    pub checkpoint_dir: PathBuf,
+    /// Synchronous or asynchronous progress, and purge.
+    pub progress: ProgressConfig,
+    /// Most records per batch.
+    pub max_batch: usize,
+    /// Stop after no record arrived for this long.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct MicroBatchReport {
+    /// Records delivered.
+    pub records: u64,
+    /// Batches.
+    pub batches: u64,
+    /// Wall seconds.
+    pub elapsed_s: f64,
+    /// Where the run started: replaying an uncommitted batch, resuming, or fresh.
+    pub start: String,
+    /// End-to-end latency P50, P99, P99.9 and max, ms.
+    pub latency_ms: [f64; 4],
+    /// Progress mode: "sync" or "async".
+    pub progress: String,
+    /// Log purge: "sync" or "async".
+    pub purge: String,
+    /// Offset-log and commit-log segment files left at the end.
+    pub log_segments: usize,
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// Run `source` into `sink` until the source ends, the idle timeout passes, or `stop`.
+pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig, stop: &AtomicBool) -> Result<MicroBatchReport> {
+    std::fs::create_dir_all(&cfg.checkpoint_dir).with_context(|| format!("creating {}", cfg.checkpoint_dir.display()))?;
+    let log = ShardLog::open_with(&cfg.checkpoint_dir, cfg.progress.purge)?;
+    let (start_positions, start, mut batch_id) = match log.recover()? {
+        Recovery::Fresh => (BTreeMap::new(), "fresh".to_string(), 0),
+        Recovery::Clean { commit, .. } => (commit.positions.clone(), format!("resumed after batch {}", commit.batch), commit.batch + 1),
+        Recovery::Replay(o) => {
+            let mut p = o.positions.clone();
+            for (part, (from, _)) in &o.ranges {
+                p.insert(*part, *from);
+            }
+            (p, format!("replaying uncommitted batch {}", o.batch), o.batch)
+        }
+    };
+    tracing::info!(dir = %cfg.checkpoint_dir.display(), start = %start, "micro-batch job starting");
+    source.seek(&start_positions)?;
+    let mut positions = start_positions;
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let (mut log, asynchronous) = if cfg.progress.async_progress { (None, Some(AsyncProgress::start(log, cfg.progress.interval))) } else { (Some(log), None) };
+    let started = Instant::now();
+    let (mut records, mut batches) = (0u64, 0u64);
+    let mut last_data = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let Some(batch) = source.next_batch(cfg.max_batch, Duration::from_millis(100))? else { break };
+        if batch.records.is_empty() {
+            if cfg.idle_timeout.is_some_and(|t| last_data.elapsed() >= t) {
+                break;
+            }
+            continue;
+        }
+        last_data = Instant::now();
+        for (p, (_, to)) in &batch.ranges {
+            positions.insert(*p, *to);
+        }
+        if let Some(log) = log.as_mut() {
+            log.log_offsets(&OffsetEntry { batch: batch_id, ranges: batch.ranges.clone(), positions: positions.clone(), main: None, dlq: None })?;
+        }
+        sink.write(&batch, &mut latency)?;
+        let commit = CommitEntry { batch: batch_id, positions: positions.clone() };
+        match (&mut log, &asynchronous) {
+            (Some(log), _) => log.log_commit(&commit)?,
+            (None, Some(a)) => a.update(commit),
+            (None, None) => unreachable!("one progress mode is always set"),
+        }
+        records += batch.records.len() as u64;
+        batches += 1;
+        batch_id += 1;
+    }
+    if let Some(a) = asynchronous {
+        a.finish()?;
+    }
+    drop(log);
+    let q = |p: f64| if latency.is_empty() { 0.0 } else { latency.value_at_quantile(p) as f64 / 1000.0 };
+    let segments = std::fs::read_dir(&cfg.checkpoint_dir).map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".log")).count()).unwrap_or(0);
+    Ok(MicroBatchReport {
+        records,
+        batches,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        start,
+        latency_ms: [q(0.5), q(0.99), q(0.999), latency.max() as f64 / 1000.0],
+        progress: if cfg.progress.async_progress { "async".into() } else { "sync".into() },
+        purge: match cfg.progress.purge {
+            crate::progress::Purge::Async => "async".into(),
+            crate::progress::Purge::Sync => "sync".into(),
+        },
+        log_segments: segments,
+    })
+}
+
+impl MicroBatchReport {
+    /// The end-of-job lines.
+    pub fn render(&self) -> String {
+        format!(
+            "{} records in {} batches over {:.1} s ({:.0} records/s); start: {}\nprogress {} · purge {} · {} log segments on disk\nend-to-end latency ms: p50 {:.2} · p99 {:.2} · p99.9 {:.2} · max {:.2}\n",
+            self.records,
+            self.batches,
+            self.elapsed_s,
+            self.records as f64 / self.elapsed_s.max(1e-9),
+            self.start,
+            self.progress,
+            self.purge,
+            self.log_segments,
+            self.latency_ms[0],
+            self.latency_ms[1],
+            self.latency_ms[2],
+            self.latency_ms[3]
+        )
+    }
+}
