@@ -31,6 +31,8 @@ fn rate_to_stats_reports_latency_in_every_progress_mode() {
         assert!(s["batches"].as_u64().unwrap() > 10, "micro-batches, not one: {s}");
         let [p50, p99] = [s["latency_ms"][0].as_f64().unwrap(), s["latency_ms"][1].as_f64().unwrap()];
         assert!(p50 > 0.0 && p50 <= p99 && p99 < 1000.0, "{s}");
+        let in_job_p99 = s["in_job_latency_ms"][1].as_f64().unwrap();
+        assert!(in_job_p99 <= p99, "the job's share cannot exceed the end-to-end latency: {s}");
         // 20,000 at 20,000/s: about a second, not faster (the rate holds) and not much slower.
         let secs = started.elapsed().as_secs_f64();
         assert!((0.9..10.0).contains(&secs), "{secs} s");

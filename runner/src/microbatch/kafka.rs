@@ -1,7 +1,7 @@
 //! `kafka-to-kafka`: read every partition of a topic, map each message (JSON parse and
 //! re-serialize, or copy), write to another topic and wait for the acknowledgements.
 
-use super::{Batch, Record, Sink, Source};
+use super::{Batch, Latencies, Record, Sink, Source};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use rdkafka::config::ClientConfig;
@@ -68,7 +68,7 @@ impl Source for KafkaSource {
                 Some(Err(e)) => return Err(anyhow!("reading {}: {e}", self.topic)),
                 Some(Ok(m)) => {
                     let created_us = m.timestamp().to_millis().map_or_else(super::now_us, |ms| ms.max(0) as u64 * 1000);
-                    batch.records.push(Record { created_us, payload: m.payload().unwrap_or_default().to_vec() });
+                    batch.records.push(Record { created_us, read_us: super::now_us(), payload: m.payload().unwrap_or_default().to_vec() });
                     let e = batch.ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
                     e.1 = m.offset() + 1;
                     // After the first record, take only what is already here.
@@ -92,12 +92,15 @@ pub struct Acks {
     pub first_error: Mutex<Option<String>>,
     /// Creation → acknowledgement, µs.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Read by the job → acknowledgement, µs (when the opaque carries a read time).
+    pub in_job_us: Mutex<Histogram<u64>>,
 }
 
 impl Acks {
     /// Empty counters.
     pub fn new() -> Arc<Acks> {
-        Arc::new(Acks { ok: AtomicU64::new(0), failed: AtomicU64::new(0), first_error: Mutex::new(None), latency_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds")) })
+        let h = || Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"));
+        Arc::new(Acks { ok: AtomicU64::new(0), failed: AtomicU64::new(0), first_error: Mutex::new(None), latency_us: h(), in_job_us: h() })
     }
 }
 
@@ -108,12 +111,17 @@ pub struct Timed(pub Arc<Acks>);
 impl ClientContext for Timed {}
 
 impl ProducerContext for Timed {
-    type DeliveryOpaque = Box<u64>;
-    fn delivery(&self, r: &DeliveryResult<'_>, created_us: Box<u64>) {
+    /// (created, read by the job) µs since the epoch; read 0 when not applicable.
+    type DeliveryOpaque = Box<(u64, u64)>;
+    fn delivery(&self, r: &DeliveryResult<'_>, times: Box<(u64, u64)>) {
         match r {
             Ok(_) => {
                 self.0.ok.fetch_add(1, Ordering::Relaxed);
-                let _ = self.0.latency_us.lock().expect("lock").record(super::now_us().saturating_sub(*created_us).max(1));
+                let now = super::now_us();
+                let _ = self.0.latency_us.lock().expect("lock").record(now.saturating_sub(times.0).max(1));
+                if times.1 > 0 {
+                    let _ = self.0.in_job_us.lock().expect("lock").record(now.saturating_sub(times.1).max(1));
+                }
             }
             Err((e, _)) => {
                 self.0.failed.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +157,7 @@ impl KafkaSink {
 }
 
 impl Sink for KafkaSink {
-    fn write(&mut self, batch: &Batch, latency_us: &mut Histogram<u64>) -> Result<()> {
+    fn write(&mut self, batch: &Batch, latency: &mut Latencies) -> Result<()> {
         let mut out = Vec::new();
         for (i, r) in batch.records.iter().enumerate() {
             let payload: &[u8] = if self.json {
@@ -163,7 +171,7 @@ impl Sink for KafkaSink {
             } else {
                 &r.payload
             };
-            let mut rec = BaseRecord::with_opaque_to(&self.topic, Box::new(r.created_us)).payload(payload).timestamp((r.created_us / 1000) as i64);
+            let mut rec = BaseRecord::with_opaque_to(&self.topic, Box::new((r.created_us, r.read_us))).payload(payload).timestamp((r.created_us / 1000) as i64);
             loop {
                 match self.producer.send::<[u8], [u8]>(rec) {
                     Ok(()) => break,
@@ -187,9 +195,11 @@ impl Sink for KafkaSink {
         if self.acks.failed.load(Ordering::Relaxed) > 0 {
             bail!("writing to {} failed: {}", self.topic, self.acks.first_error.lock().expect("lock").clone().unwrap_or_default());
         }
-        let mut h = self.acks.latency_us.lock().expect("lock");
-        latency_us.add(&*h).map_err(|e| anyhow!("latency histogram: {e}"))?;
-        h.reset();
+        for (from, to) in [(&self.acks.latency_us, &mut latency.end_to_end_us), (&self.acks.in_job_us, &mut latency.in_job_us)] {
+            let mut h = from.lock().expect("lock");
+            to.add(&*h).map_err(|e| anyhow!("latency histogram: {e}"))?;
+            h.reset();
+        }
         Ok(())
     }
 }

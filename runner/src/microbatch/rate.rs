@@ -1,9 +1,8 @@
 //! `rate-to-stats`: a source that creates records at a constant rate, each stamped with
 //! its scheduled creation time, and a sink that only records latency.
 
-use super::{now_us, Batch, Record, Sink, Source};
+use super::{now_us, Batch, Latencies, Record, Sink, Source};
 use anyhow::Result;
-use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -57,11 +56,12 @@ impl Source for RateSource {
             upto = due(self);
         }
         let to = upto.min(self.next + max as u64);
+        let read_us = now_us();
         let records = (self.next..to)
             .map(|i| {
                 let mut payload = vec![b'r'; self.bytes];
                 payload[..8].copy_from_slice(&i.to_le_bytes());
-                Record { created_us: self.created_us(i), payload }
+                Record { created_us: self.created_us(i), read_us, payload }
             })
             .collect();
         let batch = Batch { records, ranges: BTreeMap::from([(0, (self.next as i64, to as i64))]) };
@@ -80,10 +80,10 @@ pub struct StatsSink {
 }
 
 impl Sink for StatsSink {
-    fn write(&mut self, batch: &Batch, latency_us: &mut Histogram<u64>) -> Result<()> {
+    fn write(&mut self, batch: &Batch, latency: &mut Latencies) -> Result<()> {
         let now = now_us();
         for r in &batch.records {
-            latency_us.saturating_record(now.saturating_sub(r.created_us).max(1));
+            latency.record(r, now);
             self.bytes += r.payload.len() as u64;
         }
         self.records += batch.records.len() as u64;

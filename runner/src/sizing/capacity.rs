@@ -163,7 +163,7 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
             behind = true; // more than half a second behind: the sender cannot keep up
         }
         payload[..8].copy_from_slice(&now_us().to_le_bytes());
-        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new(now_us())).payload(&payload[..]).partition(parts[next % parts.len()]);
+        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new((now_us(), 0))).payload(&payload[..]).partition(parts[next % parts.len()]);
         next += 1;
         match producer.send::<[u8], [u8]>(rec) {
             Ok(()) => sent += 1,
