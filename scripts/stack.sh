@@ -171,5 +171,8 @@ case "$cmd" in
   stop) stop "$@" ;;
   status) status "$@" ;;
   env) env_vars "$@" ;;
-  *) echo "usage: $0 install|start|stop|status|env [NAME]" >&2; exit 2 ;;
+  # The tansu binary (built if missing), for benchmarks that start a broker of their own
+  # (bench-progress.sh runs one with the memory engine: no durability, far faster).
+  tansu-bin) install_tansu; echo "$TANSU_BIN" ;;
+  *) echo "usage: $0 install|start|stop|status|env [NAME] | tansu-bin" >&2; exit 2 ;;
 esac

@@ -283,6 +283,10 @@ pub struct JobFlags {
     /// Serve the job's dashboard, the cost page and /metrics at this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     pub web: Option<String>,
+    /// rate-to-stats and kafka-to-kafka: leave the first stretch after the first record out
+    /// of the latency quantiles (start-up is not steady state), e.g. 2s.
+    #[arg(long, default_value = "0s", value_parser = parse_duration_or_zero)]
+    pub latency_warm_up: Duration,
     /// Also write the end-of-job summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -483,6 +487,14 @@ pub fn usize_in<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, St
         Ok(v) if (MIN..=MAX).contains(&v) => Ok(v),
         _ => Err(format!("invalid value {s:?}: expected a whole number from {MIN} to {MAX}")),
     }
+}
+
+/// A duration as [`parse_duration`] takes it, or zero ("0", "0s").
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<f64>() == Ok(0.0) {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
 }
 
 /// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.

@@ -268,7 +268,7 @@ async fn run_generator(resolved: &flexrun_templates::ResolvedParams, flags: &Job
 /// rate-to-stats and kafka-to-kafka: the micro-batch engine with its source and sink.
 async fn run_microbatch(name: &str, p: &flexrun_templates::ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
     use flexrun::microbatch::{self, kafka::KafkaSink, kafka::KafkaSource, rate::RateSource, rate::StatsSink, MicroBatchConfig, Sink, Source};
-    let cfg = MicroBatchConfig { checkpoint_dir: flags.checkpoint_root().join(job_name), progress: flags.progress(), max_batch: flags.batch_rows, idle_timeout: flags.idle_timeout };
+    let cfg = MicroBatchConfig { checkpoint_dir: flags.checkpoint_root().join(job_name), progress: flags.progress(), max_batch: flags.batch_rows, idle_timeout: flags.idle_timeout, latency_warm_up: flags.latency_warm_up };
     let (mut source, mut sink): (Box<dyn Source + Send>, Box<dyn Sink + Send>) = if name == "rate-to-stats" {
         let num = |k: &str| p.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
         let rate = num("rowsPerSecond");

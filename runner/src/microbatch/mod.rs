@@ -98,6 +98,9 @@ pub struct MicroBatchConfig {
     pub max_batch: usize,
     /// Stop after no record arrived for this long.
     pub idle_timeout: Option<Duration>,
+    /// Leave the batches of this first stretch after the first record out of the latency
+    /// histograms (connections, metadata and the producer's start-up are not steady state).
+    pub latency_warm_up: Duration,
 }
 
 /// What a run did.
@@ -115,6 +118,8 @@ pub struct MicroBatchReport {
     pub latency_ms: [f64; 4],
     /// In-job latency (read by the source → sink) P50, P99, P99.9 and max, ms.
     pub in_job_latency_ms: [f64; 4],
+    /// Seconds after the first record whose batches the latency leaves out.
+    pub latency_warm_up_s: f64,
     /// Progress mode: "sync" or "async".
     pub progress: String,
     /// Log purge: "sync" or "async".
@@ -151,6 +156,8 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
     let started = Instant::now();
     let (mut records, mut batches) = (0u64, 0u64);
     let mut last_data = Instant::now();
+    let mut first_data: Option<Instant> = None;
+    let mut warm_up = Latencies::new();
     while !stop.load(Ordering::Relaxed) {
         let Some(batch) = source.next_batch(cfg.max_batch, Duration::from_millis(100))? else { break };
         if batch.records.is_empty() {
@@ -166,7 +173,8 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
         if let Some(log) = log.as_mut() {
             log.log_offsets(&OffsetEntry { batch: batch_id, ranges: batch.ranges.clone(), positions: positions.clone(), main: None, dlq: None })?;
         }
-        sink.write(&batch, &mut latency)?;
+        let warming = first_data.get_or_insert_with(Instant::now).elapsed() < cfg.latency_warm_up;
+        sink.write(&batch, if warming { &mut warm_up } else { &mut latency })?;
         let commit = CommitEntry { batch: batch_id, positions: positions.clone() };
         match (&mut log, &asynchronous) {
             (Some(log), _) => log.log_commit(&commit)?,
@@ -190,6 +198,7 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
         start,
         latency_ms: q(&latency.end_to_end_us),
         in_job_latency_ms: q(&latency.in_job_us),
+        latency_warm_up_s: cfg.latency_warm_up.as_secs_f64(),
         progress: if cfg.progress.async_progress { "async".into() } else { "sync".into() },
         purge: match cfg.progress.purge {
             crate::progress::Purge::Async => "async".into(),
@@ -272,7 +281,7 @@ mod tests {
     }
 
     fn cfg(dir: &std::path::Path) -> MicroBatchConfig {
-        MicroBatchConfig { checkpoint_dir: dir.to_path_buf(), progress: ProgressConfig { async_progress: false, ..Default::default() }, max_batch: 10, idle_timeout: None }
+        MicroBatchConfig { checkpoint_dir: dir.to_path_buf(), progress: ProgressConfig { async_progress: false, ..Default::default() }, max_batch: 10, idle_timeout: None, latency_warm_up: Duration::ZERO }
     }
 
     #[test]
@@ -292,5 +301,19 @@ mod tests {
         let mut done = Collect { seen: vec![], batches: 0, fail_at: None };
         let r = run(&mut Counter { next: 0, end: 100 }, &mut done, &cfg(dir.path()), &stop).unwrap();
         assert!(done.seen.is_empty() && r.start == "resumed after batch 9", "{}", r.start);
+    }
+
+    #[test]
+    fn warm_up_batches_are_delivered_but_left_out_of_the_latency() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = AtomicBool::new(false);
+        let mut sink = Collect { seen: vec![], batches: 0, fail_at: None };
+        let c = MicroBatchConfig { latency_warm_up: Duration::from_secs(3600), ..cfg(dir.path()) };
+        let r = run(&mut Counter { next: 0, end: 50 }, &mut sink, &c, &stop).unwrap();
+        assert_eq!((r.records, sink.seen.len()), (50, 50));
+        assert_eq!(r.latency_ms, [0.0; 4], "all in the warm-up");
+        let dir = tempfile::tempdir().unwrap();
+        let r = run(&mut Counter { next: 0, end: 50 }, &mut Collect { seen: vec![], batches: 0, fail_at: None }, &cfg(dir.path()), &stop).unwrap();
+        assert!(r.latency_ms[3] > 0.0, "without a warm-up every batch counts");
     }
 }

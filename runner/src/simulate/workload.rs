@@ -98,10 +98,7 @@ fn time_s(text: &str) -> Result<f64, String> {
     if let Ok(v) = t.parse::<f64>() {
         return if v >= 0.0 && v.is_finite() { Ok(v) } else { Err(format!("time {t:?} must not be negative")) };
     }
-    if t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<f64>() == Ok(0.0) {
-        return Ok(0.0);
-    }
-    crate::cli::parse_duration(t).map(|d| d.as_secs_f64())
+    crate::cli::parse_duration_or_zero(t).map(|d| d.as_secs_f64())
 }
 
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
