@@ -206,12 +206,13 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
-        Format::Table => print_table(&cfg, &report, wall),
+        Format::Table => print_table(&cfg, &report, wall, a.baseline.is_none() && a.vcpu_capacity.is_none()),
     }
     Ok(())
 }
 
-fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration) {
+/// The summary table; with Google's published column when the capacity is Google's.
+fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
     let s = &r.summary;
     let w = &cfg.workload;
     println!(
@@ -231,8 +232,8 @@ fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration) {
     );
     println!("after {:.1} h of warm-up:", cfg.warm_up_s / 3600.0);
     let published = flexrun_estimator::google_kafka_to_bq();
-    let p = published.baselines.iter().find(|b| b.mode == cfg.mode);
-    println!("{:<44} {:>14} {:>22}", "result", "simulated", "Google (1 GiB/s, n=3)");
+    let p = published.baselines.iter().find(|b| b.mode == cfg.mode).filter(|_| compare);
+    println!("{:<44} {:>14} {:>22}", "result", "simulated", if compare { "Google (1 GiB/s, n=3)" } else { "" });
     let row = |name: &str, sim: String, publ: Option<String>| println!("{:<44} {:>14} {:>22}", name, sim, publ.unwrap_or_else(|| "-".into()));
     row("input throughput per worker (MB/s)", format!("{:.1}", s.throughput_per_worker_mb_s), p.and_then(|b| b.throughput_per_worker_mb_s).map(|v| format!("{v:.0}")));
     row("mean CPU utilization", format!("{:.0}%", s.mean_cpu * 100.0), p.map(|b| format!("{:.0}%", b.mean_cpu * 100.0)));
