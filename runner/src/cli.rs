@@ -5,6 +5,11 @@
 //! flexrun run --template kafka-to-bq --parameters ...            (same thing)
 //! flexrun dataflow flex-template run JOB --template-file-gcs-location=gs://dataflow-templates-REGION/latest/flex/Kafka_to_BigQuery_Flex --parameters ...
 //! flexrun templates list | describe NAME
+//! flexrun estimate --throughput 100MiB/s [--baseline FILE]
+//! flexrun simulate --qps 1000000 --max-workers 120 [--series F.csv] [--plot F.svg]
+//! flexrun calibrate [--output baseline.yaml]
+//! flexrun capacity --bootstrap-server HOST:PORT --sizes 100,1KiB,4KiB
+//! flexrun web --addr 127.0.0.1:8080
 //! flexrun local create-topic | create-table | produce | count      (local stack helpers)
 //! ```
 //! Bad flags and bad parameters exit with status 2 before anything connects.
