@@ -6,7 +6,7 @@
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
 //!
-//! [`Endpoints::from_env`] decides where both go: `BIGQUERY_EMULATOR_HOST` (REST,
+//! [`Endpoints::resolve`] decides where both go: `BIGQUERY_EMULATOR_HOST` (REST,
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
 //! matching flags; with neither, Google's endpoints.
 
