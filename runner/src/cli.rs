@@ -494,6 +494,17 @@ pub fn usize_in<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, St
     }
 }
 
+/// A progress bar of `len` steps on stderr, drawn only when stderr is a terminal (logs
+/// and CI output stay clean).
+pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(indicatif::ProgressStyle::with_template(template).expect("valid progress template"));
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        b.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    b
+}
+
 /// A duration as [`parse_duration`] takes it, or zero ("0", "0s").
 pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     if s.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<f64>() == Ok(0.0) {

@@ -186,11 +186,7 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
 /// Run `flexrun simulate`.
 pub fn run(a: &SimulateArgs) -> Result<()> {
     let cfg = config(a)?;
-    let bar = indicatif::ProgressBar::new(cfg.workload.duration_s as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("simulating {bar:40} {pos}/{len} virtual s ({elapsed})").expect("valid template"));
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = crate::cli::progress_bar(cfg.workload.duration_s as u64, "simulating {bar:40} {pos}/{len} virtual s ({elapsed})");
     let started = std::time::Instant::now();
     let report = super::run(&cfg, &mut |t| bar.set_position(t as u64));
     bar.finish_and_clear();

@@ -38,15 +38,6 @@ pub struct CalibrateArgs {
     pub format: Format,
 }
 
-fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
-    let b = indicatif::ProgressBar::new(len);
-    b.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        b.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    b
-}
-
 /// Run `flexrun calibrate`.
 pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     let seconds = a.duration.as_secs_f64();
@@ -68,7 +59,7 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
         _ => (Shape::seed(962), Some(Shape::seed(64))),
     };
     let runs = a.modes.len() * if small.is_some() { 2 } else { 1 };
-    let b = bar((runs * 100) as u64, "calibrating {bar:40} {pos}% of {len} ({msg})");
+    let b = crate::cli::progress_bar((runs * 100) as u64, "calibrating {bar:40} {percent}% ({msg})");
     let mut done = 0u64;
     let mut run = |mode: Mode, shape: &Shape| -> Result<Measurement> {
         b.set_message(format!("{} · {:.0} B", mode.as_str(), shape.mean_bytes()));
@@ -206,7 +197,7 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
     let cfg = ProbeConfig { bootstrap: a.bootstrap_server.clone(), topic: a.topic.clone(), trial: a.trial, p99_limit: a.p99_limit, lag_growth_limit_s: a.lag_growth_limit, achieved_ratio: 0.95 };
     let sizes: Vec<usize> = a.sizes.iter().map(|s| *s as usize).collect();
     let per_size = space.max_trials() as u64;
-    let b = bar(per_size * sizes.len() as u64, "capacity search {bar:40} {pos}/{len} trials at most ({msg})");
+    let b = crate::cli::progress_bar(per_size * sizes.len() as u64, "capacity search {bar:40} {pos}/{len} trials at most ({msg})");
     let results = tokio::task::spawn_blocking(move || -> Result<Vec<SizeResult>> {
         let mut out = Vec::new();
         for (i, &size) in sizes.iter().enumerate() {
