@@ -152,6 +152,17 @@ impl BaselineFile {
             if !(b.secu_per_hour >= 0.0 && b.secu_per_hour.is_finite()) {
                 return bad(format!("{} secu_per_hour must not be negative", b.mode.as_str()));
             }
+            for (field, v) in [("vcpu_us_per_message", b.vcpu_us_per_message), ("vcpu_ns_per_byte", b.vcpu_ns_per_byte)] {
+                if v.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
+                    return bad(format!("{} {field} must be a number of 0 or more", b.mode.as_str()));
+                }
+            }
+            if b.vcpu_us_per_message.is_some_and(|us| us <= 0.0) && b.vcpu_ns_per_byte.is_none_or(|ns| ns <= 0.0) {
+                return bad(format!("{} vcpu_us_per_message and vcpu_ns_per_byte cannot both be 0 (a message would cost no CPU)", b.mode.as_str()));
+            }
+        }
+        if f.vcpus_per_worker.is_some_and(|v| !(v > 0.0 && v.is_finite())) {
+            return Err(BaselineError::Invalid { name: name.into(), message: "vcpus_per_worker must be above 0".into() });
         }
         if f.baselines.is_empty() {
             return Err(BaselineError::Invalid { name: name.into(), message: "no baselines".into() });

@@ -233,5 +233,16 @@ mod tests {
         assert!(estimate(&req, "x.yaml", &only_eo, &p).unwrap_err().to_string().contains("no at-least-once baseline"));
         assert!(BaselineFile::parse("b.yaml", "source: s\ndate: d\ntemplate: t\nmachine_type: m\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: -1, workers: 1, mean_cpu: 0.5, secu_per_hour: 1}\n").is_err());
         assert!(BaselineFile::parse("b.yaml", "not: [a baseline").is_err());
+        let local = |extra: &str, top: &str| format!("source: s\ndate: d\ntemplate: t\nmachine_type: local-core\n{top}baselines:\n  - {{mode: exactly-once, throughput_mib_s: 10, workers: 1, mean_cpu: 0.8, secu_per_hour: 0{extra}}}\n");
+        assert!(BaselineFile::parse("l.yaml", &local(", vcpu_us_per_message: 0.3, vcpu_ns_per_byte: 0.5", "vcpus_per_worker: 1\n")).is_ok());
+        for (extra, top, needle) in [
+            (", vcpu_us_per_message: -1", "", "vcpu_us_per_message must be"),
+            (", vcpu_ns_per_byte: .nan", "", "vcpu_ns_per_byte must be"),
+            (", vcpu_us_per_message: 0", "", "cannot both be 0"),
+            ("", "vcpus_per_worker: 0\n", "vcpus_per_worker must be above 0"),
+        ] {
+            let e = BaselineFile::parse("l.yaml", &local(extra, top)).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("l.yaml"), "{extra}{top}: {e}");
+        }
     }
 }

@@ -83,6 +83,35 @@ fn read_ids(bootstrap: &str, topic: &str, expect: usize, limit: Duration) -> Has
     ids
 }
 
+/// A message that is not JSON stops kafka-to-kafka with the record named and its batch
+/// uncommitted; the same job restarted with messageFormat=RAW delivers everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_message_stops_kafka_to_kafka_and_loses_nothing() {
+    let stack = common::stack();
+    let input = common::unique("k2k_bad_in");
+    let output = common::unique("k2k_bad_out");
+    flexrun::kafka::create_topic(&stack.kafka, &input, 1).await.unwrap();
+    flexrun::kafka::create_topic(&stack.kafka, &output, 1).await.unwrap();
+    // 300 good, then one that is not JSON, then 200 good: 501 in one partition.
+    flexrun::local::produce(&stack.kafka, &input, 1, 0, 300, None, 50).await.unwrap();
+    let producer: rdkafka::producer::FutureProducer = ClientConfig::new().set("bootstrap.servers", &stack.kafka).create().unwrap();
+    producer.send(rdkafka::producer::FutureRecord::<(), [u8]>::to(&input).payload(&b"{not json"[..]).partition(0), Duration::from_secs(10)).await.unwrap();
+    flexrun::local::produce(&stack.kafka, &input, 1, 300, 200, None, 50).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().to_str().unwrap();
+    let params = |format: &str| format!("readBootstrapServerAndTopic={};{input},writeBootstrapServerAndTopic={};{output},kafkaReadOffset=earliest,messageFormat={format}", stack.kafka, stack.kafka);
+    let o = flexrun(&["--template", "kafka-to-kafka", "--job-name", "bad", "--checkpoint-dir", ckpt, "--batch-rows", "100", "--idle-timeout", "3s", "--parameters", &params("JSON")]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(err.contains("is not JSON") && err.contains("nothing is lost") && err.contains("messageFormat=RAW"), "{err}");
+    let written = output_count(&stack.kafka, &output);
+    assert!(written <= 300, "only batches before the bad one were written: {written}");
+    let o = flexrun(&["--template", "kafka-to-kafka", "--job-name", "bad", "--checkpoint-dir", ckpt, "--batch-rows", "100", "--idle-timeout", "3s", "--parameters", &params("RAW")]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // The failed batch was not written at all, so its replay adds no duplicates.
+    assert_eq!(output_count(&stack.kafka, &output), 501, "the restart delivers the rest, the bad message included, once");
+}
+
 /// Messages in a topic (sum of high watermarks).
 fn output_count(bootstrap: &str, topic: &str) -> u64 {
     let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
@@ -142,11 +171,19 @@ fn bad_microbatch_parameters_exit_2() {
         ("rowsPerSecond=0", "rowsPerSecond must be above 0"),
         ("rowsPerSecond=100,messageBytes=4", "at least 16"),
         ("rowsPerSecond=fast", "rowsPerSecond"),
+        ("rowsPerSecond=100,messagesLimit=-5", "messagesLimit"),
+        ("rowsPerSecond=100,colour=red", "colour"),
     ] {
         let o = flexrun(&["--template", "rate-to-stats", "--parameters", params]).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{params}: {}", text(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains(needle), "{params}: {}", text(&o));
     }
+    let o = flexrun(&["--template", "rate-to-stats", "--latency-warm-up", "later", "--parameters", "rowsPerSecond=100"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--latency-warm-up"), "{}", text(&o));
+    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t,writeBootstrapServerAndTopic=h:1;u,messageFormat=AVRO"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("messageFormat"), "{}", text(&o));
     let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("writeBootstrapServerAndTopic"), "{}", text(&o));

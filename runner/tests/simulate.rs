@@ -134,6 +134,8 @@ fn bad_simulate_flags_exit_2_with_a_message() {
     for (args, needle) in [
         (vec!["simulate"], "--qps N"),
         (vec!["simulate", "--qps", "0"], "positive"),
+        (vec!["simulate", "--qps", "-5"], "positive"),
+        (vec!["simulate", "--qps", "10", "--noise", "-0.1"], "fraction"),
         (vec!["simulate", "--qps", "10", "--profile", "zigzag"], "unknown kind"),
         (vec!["simulate", "--qps", "10", "--partitions", "0"], "--partitions"),
         (vec!["simulate", "--qps", "10", "--duration", "2h", "--warm-up", "3h"], "must be shorter than --duration"),
@@ -143,12 +145,42 @@ fn bad_simulate_flags_exit_2_with_a_message() {
         (vec!["simulate", "--qps", "10", "--worker-machine-type", "z9"], "unknown --worker-machine-type"),
         (vec!["simulate", "--qps", "10", "--baseline", "/nonexistent.yaml"], "/nonexistent.yaml"),
         (vec!["simulate", "--qps", "10", "--noise", "2"], "fraction"),
+        (vec!["simulate", "--qps", "10", "--profile-file", "/nonexistent/profile.yaml"], "/nonexistent/profile.yaml"),
+        (vec!["simulate", "--qps", "10", "--profile", "steps:0=1", "--profile-file", "x.yaml"], "cannot be used with"),
+        (vec!["simulate", "--qps", "10", "--rate", "1GiB/s"], "cannot be used with"),
+        (vec!["simulate", "--rate", "fast"], "invalid rate"),
+        (vec!["simulate", "--qps", "10", "--vcpu-capacity", "-3MiB/s"], "invalid rate"),
+        (vec!["simulate", "--qps", "10", "--duration", "30s"], "too short"),
+        (vec!["simulate", "--qps", "10", "--series-interval", "0.2s"], "--series-interval"),
+        (vec!["simulate", "--qps", "10", "--format", "xml"], "xml"),
     ] {
         let out = flexrun(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn bad_files_are_named_and_nothing_is_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.yaml");
+    std::fs::write(&profile, "kind: sine\namplitude: [not a number]\nperiod: 1h\n").unwrap();
+    let out = flexrun(&["simulate", "--qps", "10", "--profile-file", profile.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("p.yaml") && err.contains("amplitude"), "{err}");
+    let baseline = dir.path().join("b.yaml");
+    std::fs::write(&baseline, "source: s\ndate: d\ntemplate: t\nmachine_type: mystery-box\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: 10, workers: 1, mean_cpu: 0.8, secu_per_hour: 0}\n").unwrap();
+    let out = flexrun(&["simulate", "--qps", "10", "--baseline", baseline.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("mystery-box") && err.contains("vcpus_per_worker"), "{err}");
+    // An output that cannot be written is a runtime error that names the file.
+    let out = flexrun(&["simulate", "--qps", "10", "--duration", "10m", "--series", "/nonexistent/dir/s.csv"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write --series /nonexistent/dir/s.csv"), "{err}");
 }
 
 #[test]

@@ -54,6 +54,10 @@ fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
     let template = dir.path().join("template.json");
     std::fs::write(&template, r#"{"name": "{{username()}}"}"#).unwrap();
     let out_file = dir.path().join("b.yaml");
+    let template_not_schema = dir.path().join("not-a-schema.json");
+    std::fs::write(&template_not_schema, "{ this is not JSON").unwrap();
+    let broken_template = dir.path().join("broken.json");
+    std::fs::write(&broken_template, r#"{"name": "{{nosuchfunction()}}"}"#).unwrap();
     for (args, needle) in [
         (vec!["calibrate", "--target-cpu", "2"], "0.1"),
         (vec!["calibrate", "--duration", "10ms"], "--duration"),
@@ -64,6 +68,13 @@ fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "4"], "outside 8 B"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "5000", "--high", "100"], "0 < low < high"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--trial", "100ms"], "--trial"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--p99-limit", "soon"], "soon"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "-5"], "positive"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--partitions", "0"], "--partitions"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "100", "--high", "1000", "--tolerance", "5000"], "tolerance"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "20MiB"], "outside 8 B"),
+        (vec!["calibrate", "--schema-template", template.to_str().unwrap(), "--table-schema", template_not_schema.to_str().unwrap()], "--table-schema"),
+        (vec!["calibrate", "--schema-template", broken_template.to_str().unwrap(), "--table-schema", schema.to_str().unwrap()], "--schema-template"),
     ] {
         let out = flexrun(&args);
         let err = String::from_utf8_lossy(&out.stderr);

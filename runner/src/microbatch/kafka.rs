@@ -158,19 +158,26 @@ impl KafkaSink {
 
 impl Sink for KafkaSink {
     fn write(&mut self, batch: &Batch, latency: &mut Latencies) -> Result<()> {
-        let mut out = Vec::new();
-        for (i, r) in batch.records.iter().enumerate() {
-            let payload: &[u8] = if self.json {
-                let v: serde_json::Value = serde_json::from_slice(&r.payload).map_err(|e| anyhow!("record {i} of the batch is not JSON ({e}); kafka-to-kafka has no dead-letter destination, so the job stops here with the batch uncommitted (nothing is lost); use messageFormat=RAW to copy bytes"))?;
-                if !v.is_object() {
-                    bail!("record {i} of the batch is JSON but not an object; the job stops with the batch uncommitted (nothing is lost)");
-                }
-                out.clear();
-                serde_json::to_writer(&mut out, &v).expect("serializing a Value");
-                &out
-            } else {
-                &r.payload
-            };
+        // Map the whole batch first: a bad record fails the batch before any of it is
+        // written, so the restart replays it without duplicates.
+        let mapped: Vec<Option<Vec<u8>>> = if self.json {
+            batch
+                .records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let v: serde_json::Value = serde_json::from_slice(&r.payload).map_err(|e| anyhow!("record {i} of the batch is not JSON ({e}); kafka-to-kafka has no dead-letter destination, so the job stops here with the batch uncommitted (nothing is lost); use messageFormat=RAW to copy bytes"))?;
+                    if !v.is_object() {
+                        bail!("record {i} of the batch is JSON but not an object; the job stops with the batch uncommitted (nothing is lost); use messageFormat=RAW to copy bytes");
+                    }
+                    Ok(Some(serde_json::to_vec(&v).expect("serializing a Value")))
+                })
+                .collect::<Result<_>>()?
+        } else {
+            vec![None; batch.records.len()]
+        };
+        for (r, m) in batch.records.iter().zip(&mapped) {
+            let payload: &[u8] = m.as_deref().unwrap_or(&r.payload);
             let mut rec = BaseRecord::with_opaque_to(&self.topic, Box::new((r.created_us, r.read_us))).payload(payload).timestamp((r.created_us / 1000) as i64);
             loop {
                 match self.producer.send::<[u8], [u8]>(rec) {

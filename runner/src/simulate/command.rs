@@ -24,10 +24,10 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub scaling: ScalingFlags,
     /// Input in messages per second (or give --rate).
-    #[arg(long, conflicts_with = "rate", value_parser = crate::cli::positive_f64)]
+    #[arg(long, conflicts_with = "rate", allow_hyphen_values = true, value_parser = crate::cli::positive_f64)]
     pub qps: Option<f64>,
     /// Input as a rate with a unit: 1GiB/s, 500MB/s, 1000000msg/s.
-    #[arg(long, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub rate: Option<Rate>,
     /// Message size: 1KiB, uniform:512..1536, normal:1024,200 or lognormal:800,0.5.
     #[arg(long, default_value = "1KiB", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
@@ -45,7 +45,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub profile_file: Option<PathBuf>,
     /// Relative noise of the input rate (0 for a perfectly flat input).
-    #[arg(long, default_value_t = DEFAULT_NOISE, value_parser = fraction)]
+    #[arg(long, default_value_t = DEFAULT_NOISE, allow_hyphen_values = true, value_parser = fraction)]
     pub noise: f64,
     /// Time new workers take to boot and join.
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
@@ -57,7 +57,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Override the capacity: what one vCPU processes at 100% CPU (e.g. 11MiB/s or 12000msg/s).
-    #[arg(long, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub vcpu_capacity: Option<Rate>,
     /// Random seed (input noise and latency samples): the same inputs and seed give the same output.
     #[arg(long, default_value_t = 1)]

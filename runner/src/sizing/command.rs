@@ -130,13 +130,13 @@ pub struct CapacityArgs {
     #[arg(long, value_delimiter = ',', default_value = "100,1KiB,10KiB", value_parser = |s: &str| flexrun_estimator::parse_size(s).map_err(|e| e.to_string()))]
     pub sizes: Vec<f64>,
     /// Lowest offered rate, messages/s.
-    #[arg(long, default_value_t = 1000.0, value_parser = crate::cli::positive_f64)]
+    #[arg(long, default_value_t = 1000.0, allow_hyphen_values = true, value_parser = crate::cli::positive_f64)]
     pub low: f64,
     /// Highest offered rate, messages/s.
-    #[arg(long, default_value_t = 200_000.0, value_parser = crate::cli::positive_f64)]
+    #[arg(long, default_value_t = 200_000.0, allow_hyphen_values = true, value_parser = crate::cli::positive_f64)]
     pub high: f64,
     /// Stop when the bracket is within this many messages/s (default: 5% of --high).
-    #[arg(long, value_parser = crate::cli::positive_f64)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::positive_f64)]
     pub tolerance: Option<f64>,
     /// Length of each trial.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -145,7 +145,7 @@ pub struct CapacityArgs {
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pub p99_limit: Duration,
     /// Lag growth over a trial's second half, in seconds of input, that counts as congestion.
-    #[arg(long, default_value_t = 0.25, value_parser = crate::cli::positive_f64)]
+    #[arg(long, default_value_t = 0.25, allow_hyphen_values = true, value_parser = crate::cli::positive_f64)]
     pub lag_growth_limit: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
