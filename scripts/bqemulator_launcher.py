@@ -19,12 +19,43 @@
    AppendRows stream holds one for its lifetime: a job with 8 shards starved. The
    pool is raised to FLEXRUN_BQ_GRPC_THREADS (default 128).
 
+Where flexrun's exactly-once depends on BigQuery's documented behaviour and the
+stock emulator is lenient, the launcher makes it behave as documented:
+
+5. COMMITTED streams report commit_time = create_time, and create_time is the
+   stream's own (stock: commit_time unset, create_time = now on every Get).
+   storage.proto, WriteStream.commit_time: "If a stream is of `COMMITTED` type,
+   then it will have a commit_time same as `create_time`."
+6. Oversize requests: INVALID_ARGUMENT, not RESOURCE_EXHAUSTED. storage.proto,
+   AppendRowsRequest: "The size of a single AppendRowsRequest must be less than
+   10 MB in size. Requests larger than this return an error, typically
+   `INVALID_ARGUMENT`." The message is BigQuery's own ("AppendRows request too
+   large: N limit 10485760", as reported by users of the real service).
+7. Appends to a finalized stream: INVALID_ARGUMENT with a StorageError of code
+   STREAM_FINALIZED in the status details (stock: FAILED_PRECONDITION, no details).
+   storage.proto, StorageErrorCode: "STREAM_FINALIZED = 6; Stream is finalized."
+   The code and message are those the Java client's integration tests see from the
+   real service ("Stream has been finalized").
+8. Fault injection for tests, on loopback HTTP (FLEXRUN_BQ_FAULT_PORT):
+   POST /faults with JSON, any of
+     {"fail_next": N, "code": "UNAVAILABLE"}   the next N Storage Write calls fail
+     {"fail_for_s": S, "code": "RESOURCE_EXHAUSTED"}   every call fails for S s
+     {"reject_rows_containing": "text"}   rows with that text in a STRING column
+                                          get row_errors (nothing written)
+     {"finalize_table": "dataset.table"}  finalize every COMMITTED stream of it
+     {"drop_table_streams": "dataset.table"}  forget them (an expired stream)
+   POST /reset clears all faults; GET /stats returns call counters.
+
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
 """
 import concurrent.futures
+import http.server
+import json
 import os
 import sys
+import threading
+import time
 
 import grpc
 from bqemulator.grpc_api import write_servicer
@@ -49,13 +80,102 @@ def _table_arrow_schema_with_nested_fields(table_meta):
     return _build_arrow_schema([_field_dict(f) for f in table_meta.schema_.fields])
 
 
+class _Faults:
+    """Faults a test asked for, and counters of what the Storage Write API served."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        with self.lock:
+            self.fail_next = 0
+            self.fail_until = 0.0
+            self.code = "UNAVAILABLE"
+            self.reject = None
+            self.stats = {"create_write_stream": 0, "get_write_stream": 0, "append_requests": 0, "injected_failures": 0, "rows_rejected": 0}
+
+    def count(self, key, n=1):
+        with self.lock:
+            self.stats[key] = self.stats.get(key, 0) + n
+
+    def take_failure(self):
+        """The status code to fail this call with, or None."""
+        with self.lock:
+            if self.fail_next > 0:
+                self.fail_next -= 1
+            elif time.monotonic() >= self.fail_until:
+                return None
+            self.stats["injected_failures"] += 1
+            return getattr(grpc.StatusCode, self.code)
+
+
+FAULTS = _Faults()
+HANDLER = {}
+
+
+def _maybe_fail(context):
+    code = FAULTS.take_failure()
+    if code is not None:
+        context.abort(code, f"injected fault ({code.name}) from the flexrun launcher")
+
+
+def _storage_error_status(code, message, storage_code, entity):
+    from google.cloud.bigquery_storage_v1 import types
+    from google.protobuf import any_pb2
+    from google.rpc import status_pb2
+
+    detail = any_pb2.Any()
+    detail.Pack(types.StorageError.pb(types.StorageError(code=storage_code, entity=entity, error_message=message)))
+    return status_pb2.Status(code=code.value[0], message=message, details=[detail])
+
+
+def _response_with_status(stream_name, status):
+    from google.cloud.bigquery_storage_v1 import types
+
+    return types.AppendRowsResponse.serialize(types.AppendRowsResponse(write_stream=stream_name, error=status))
+
+
+def _rows_to_reject(rows_table):
+    marker = FAULTS.reject
+    if not marker:
+        return []
+    import pyarrow as pa
+
+    hits = set()
+    for name in rows_table.column_names:
+        col = rows_table.column(name)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            for i, v in enumerate(col.to_pylist()):
+                if v is not None and marker in v:
+                    hits.add(i)
+    return sorted(hits)
+
+
+def _row_errors_response(stream_name, indices):
+    from google.cloud.bigquery_storage_v1 import types
+
+    errs = [types.RowError(index=i, code=types.RowError.RowErrorCode.FIELDS_ERROR, message=f"row {i} rejected by an injected fault") for i in indices]
+    return types.AppendRowsResponse.serialize(types.AppendRowsResponse(write_stream=stream_name, row_errors=errs))
+
+
 def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_rows):
-    """bqemulator 1.4.0's `_perform_append`, with the offset restored if the insert fails."""
+    """bqemulator 1.4.0's `_perform_append`, with the offset restored if the insert
+    fails, injected row errors, and finalized streams answered as BigQuery does."""
+    from google.cloud.bigquery_storage_v1 import types
+
     ws = write_servicer
     strategy = ws.select_strategy(bound_stream.stream_type)
     with bound_stream.lock:
+        rejected = _rows_to_reject(rows_table)
+        if rejected:
+            FAULTS.count("rows_rejected", len(rejected))
+            return _row_errors_response(bound_stream.name, rejected)
         before = (bound_stream.next_offset, bound_stream.row_count)
         outcome = strategy.append(bound_stream, rows_table, offset, max_buffered_rows=max_buffered_rows)
+        if outcome.status is ws.AppendStatus.STREAM_FINALIZED:
+            st = _storage_error_status(grpc.StatusCode.INVALID_ARGUMENT, "Stream has been finalized", types.StorageError.StorageErrorCode.STREAM_FINALIZED, bound_stream.name)
+            return _response_with_status(bound_stream.name, st)
         if outcome.status is not ws.AppendStatus.OK:
             return ws._error_response(bound_stream.name, outcome.detail, status_code=ws._proto_to_grpc_status(outcome.status))
         if outcome.committed_rows is not None and outcome.committed_rows.num_rows > 0:
@@ -65,6 +185,132 @@ def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_
                 bound_stream.next_offset, bound_stream.row_count = before
                 raise
     return ws._ok_response(bound_stream.name, outcome)
+
+
+def _oversize_invalid_argument(*, request_bytes_len, max_bytes, bound_ctx):
+    stream_name = bound_ctx[0].name if bound_ctx else ""
+    return write_servicer._error_response(
+        stream_name,
+        f"AppendRows request too large: {request_bytes_len} limit {max_bytes}",
+        status_code=grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+_CREATE_TIMES = {}
+
+
+def _with_commit_time(response_bytes):
+    """Give a WriteStream response its stable create_time, and commit_time = create_time
+    for COMMITTED streams."""
+    from google.cloud.bigquery_storage_v1 import types
+
+    if not response_bytes:
+        return response_bytes
+    ws = types.WriteStream.deserialize(response_bytes)
+    created = _CREATE_TIMES.setdefault(ws.name, ws.create_time)
+    ws.create_time = created
+    if ws.type_ == types.WriteStream.Type.COMMITTED:
+        ws.commit_time = created
+    return types.WriteStream.serialize(ws)
+
+
+_orig_init = write_servicer.BigQueryWriteHandler.__init__
+_orig_create = write_servicer.BigQueryWriteHandler._handle_create_write_stream
+_orig_get = write_servicer.BigQueryWriteHandler._handle_get_write_stream
+_orig_append = write_servicer.BigQueryWriteHandler._handle_append_rows
+
+
+def _init(self, *args, **kwargs):
+    _orig_init(self, *args, **kwargs)
+    HANDLER["write"] = self
+
+
+def _create(self, request_bytes, context):
+    FAULTS.count("create_write_stream")
+    _maybe_fail(context)
+    return _with_commit_time(_orig_create(self, request_bytes, context))
+
+
+def _get(self, request_bytes, context):
+    FAULTS.count("get_write_stream")
+    _maybe_fail(context)
+    return _with_commit_time(_orig_get(self, request_bytes, context))
+
+
+def _append(self, request_iterator, context):
+    def requests():
+        for r in request_iterator:
+            FAULTS.count("append_requests")
+            _maybe_fail(context)
+            yield r
+
+    yield from _orig_append(self, requests(), context)
+
+
+def _streams_of(table):
+    handler = HANDLER.get("write")
+    if handler is None:
+        return []
+    dataset, _, name = table.partition(".")
+    suffix = f"/datasets/{dataset}/tables/{name}/streams/"
+    return [s for s in handler.manager.list_active() if suffix in s.name and not s.name.endswith("/_default")]
+
+
+class _FaultServer(http.server.BaseHTTPRequestHandler):
+    def _reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        with FAULTS.lock:
+            self._reply(200, dict(FAULTS.stats))
+
+    def do_POST(self):
+        if self.path == "/reset":
+            FAULTS.reset()
+            return self._reply(200, {"ok": True})
+        if self.path != "/faults":
+            return self._reply(404, {"error": "POST /faults or /reset"})
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        done = {}
+        with FAULTS.lock:
+            if "code" in body:
+                if not hasattr(grpc.StatusCode, body["code"]):
+                    return self._reply(400, {"error": f"unknown status code {body['code']}"})
+                FAULTS.code = body["code"]
+            if "fail_next" in body:
+                FAULTS.fail_next = int(body["fail_next"])
+            if "fail_for_s" in body:
+                FAULTS.fail_until = time.monotonic() + float(body["fail_for_s"])
+            if "reject_rows_containing" in body:
+                FAULTS.reject = body["reject_rows_containing"] or None
+        if "finalize_table" in body:
+            from bqemulator.streaming.write_stream import WriteStreamState
+
+            streams = _streams_of(body["finalize_table"])
+            for st in streams:
+                st.state = WriteStreamState.FINALIZED
+            done["finalized"] = [st.name for st in streams]
+        if "drop_table_streams" in body:
+            streams = _streams_of(body["drop_table_streams"])
+            for st in streams:
+                HANDLER["write"].manager.delete(st.name)
+            done["dropped"] = [st.name for st in streams]
+        self._reply(200, {"ok": True, **done})
+
+    def log_message(self, *args):
+        pass
+
+
+def _start_fault_server():
+    port = int(os.environ.get("FLEXRUN_BQ_FAULT_PORT", "0") or 0)
+    if port:
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), _FaultServer)
+        threading.Thread(target=srv.serve_forever, name="flexrun-faults", daemon=True).start()
 
 
 for owner, name in [
@@ -77,6 +323,11 @@ for owner, name in [
     (write_servicer, "_error_response"),
     (write_servicer, "_ok_response"),
     (write_servicer, "_proto_to_grpc_status"),
+    (write_servicer, "_oversize_error_response"),
+    (write_servicer.BigQueryWriteHandler, "_handle_create_write_stream"),
+    (write_servicer.BigQueryWriteHandler, "_handle_get_write_stream"),
+    (write_servicer.BigQueryWriteHandler, "_handle_append_rows"),
+    (write_servicer.BigQueryWriteHandler, "manager"),
 ]:
     if not hasattr(owner, name):
         sys.exit(f"bqemulator_launcher: {owner.__name__}.{name} not found; this launcher is written for bqemulator 1.4.0")
@@ -94,6 +345,12 @@ grpc.aio.server = _aio_server_with_threads
 snapshots.SnapshotManager.record_change = _record_change_without_snapshot
 write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
 write_servicer.BigQueryWriteHandler._perform_append = _atomic_perform_append
+write_servicer._oversize_error_response = _oversize_invalid_argument
+write_servicer.BigQueryWriteHandler.__init__ = _init
+write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
+write_servicer.BigQueryWriteHandler._handle_get_write_stream = _get
+write_servicer.BigQueryWriteHandler._handle_append_rows = _append
+_start_fault_server()
 
 from bqemulator.cli import main  # noqa: E402  (import after the patches)
 

@@ -30,19 +30,21 @@ log() { printf '[stack] %s\n' "$*" >&2; }
 
 ports_for() {
   case "$1" in
-    demo) echo "19092 19050 19060" ;;
-    test) echo "29092 29050 29060" ;;
-    bench) echo "39092 39050 39060" ;;
-    *) echo "49092 49050 49060" ;;
+    demo) echo "19092 19050 19060 19070" ;;
+    test) echo "29092 29050 29060 29070" ;;
+    bench) echo "39092 39050 39060 39070" ;;
+    *) echo "49092 49050 49060 49070" ;;
   esac
 }
 
 set_names() {
   NAME=${1:-demo}
-  read -r dk dr dg <<<"$(ports_for "$NAME")"
+  read -r dk dr dg df <<<"$(ports_for "$NAME")"
   KAFKA_PORT=${FLEXRUN_KAFKA_PORT:-$dk}
   BQ_REST_PORT=${FLEXRUN_BQ_REST_PORT:-$dr}
   BQ_GRPC_PORT=${FLEXRUN_BQ_GRPC_PORT:-$dg}
+  # The launcher's loopback fault-injection port (tests only; see bqemulator_launcher.py).
+  BQ_FAULT_PORT=${FLEXRUN_BQ_FAULT_PORT:-$df}
   RUN=$CACHE/run/$NAME
 }
 
@@ -116,7 +118,7 @@ start() {
     --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
     --storage-engine "sqlite://tansu.db" >"$RUN/tansu.log" 2>&1) &
   echo $! >"$RUN/tansu.pid"
-  (cd "$RUN/data" && exec nohup "$VENV/bin/python" "$HERE/bqemulator_launcher.py" start \
+  (cd "$RUN/data" && FLEXRUN_BQ_FAULT_PORT=$BQ_FAULT_PORT exec nohup "$VENV/bin/python" "$HERE/bqemulator_launcher.py" start \
     --rest-port "$BQ_REST_PORT" --grpc-port "$BQ_GRPC_PORT" \
     --project "$BQ_PROJECT" --log-level warning >"$RUN/bq.log" 2>&1) &
   echo $! >"$RUN/bq.pid"
@@ -161,6 +163,7 @@ env_vars() {
   echo "export BIGQUERY_EMULATOR_HOST=127.0.0.1:$BQ_REST_PORT"
   echo "export BIGQUERY_STORAGE_EMULATOR_HOST=127.0.0.1:$BQ_GRPC_PORT"
   echo "export FLEXRUN_BQ_PROJECT=$BQ_PROJECT"
+  echo "export FLEXRUN_BQ_FAULTS=127.0.0.1:$BQ_FAULT_PORT"
 }
 
 cmd=${1:-}

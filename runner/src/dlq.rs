@@ -53,22 +53,38 @@ pub struct RecordRef<'a> {
     pub value: &'a [u8],
 }
 
+/// The most bytes of a record's value a dead-letter row carries. The value appears
+/// twice (in `payloadString` and `payloadBytes`), and the row must fit in one
+/// AppendRows request (under 10 MB, storage.proto), with room for key and message.
+pub const MAX_DLQ_PAYLOAD_BYTES: usize = 1024 * 1024;
+
 /// Encode the dead-letter row for `rec` failing with `error` (which names the stage).
+/// A value over [`MAX_DLQ_PAYLOAD_BYTES`] is cut to that length and the error says so.
 pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) {
     out.clear();
+    let (value, key, error) = if rec.value.len() > MAX_DLQ_PAYLOAD_BYTES || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES) {
+        let note = format!(
+            "{error} (dead-letter payload truncated: the record's value has {} bytes and its key {}; the first {MAX_DLQ_PAYLOAD_BYTES} of each are kept)",
+            rec.value.len(),
+            rec.key.map_or(0, <[u8]>::len)
+        );
+        (&rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)], rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]), std::borrow::Cow::Owned(note))
+    } else {
+        (rec.value, rec.key, std::borrow::Cow::Borrowed(error))
+    };
     // payloadString: the Kafka record as JSON, as Google's KafkaRecordErrorConverters writes it.
     let payload = json!({
         "topic": rec.topic,
         "partition": rec.partition,
         "offset": rec.offset,
         "timestamp": rec.timestamp_ms,
-        "key": rec.key.map(|k| String::from_utf8_lossy(k).into_owned()),
-        "value": String::from_utf8_lossy(rec.value),
+        "key": key.map(|k| String::from_utf8_lossy(k).into_owned()),
+        "value": String::from_utf8_lossy(value),
     })
     .to_string();
     put_varint(1, (rec.timestamp_ms.unwrap_or(0).saturating_mul(1000)) as u64, out);
     put_bytes(2, payload.as_bytes(), out);
-    put_bytes(3, rec.value, out);
+    put_bytes(3, value, out);
     // Field numbers follow write_schema(): errorMessage is 4, stacktrace 5.
     put_bytes(4, error.as_bytes(), out);
     let trace = format!("flexrun kafka-to-bq: {stage} failed for {}/{}@{}", rec.topic, rec.partition, rec.offset);
@@ -92,5 +108,18 @@ mod tests {
         assert_eq!(schema().columns.len(), 6);
         let w = write_schema();
         assert_eq!(w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["timestamp", "payloadString", "payloadBytes", "errorMessage", "stacktrace"]);
+    }
+
+    #[test]
+    fn a_huge_record_is_truncated_in_its_dead_letter_row_and_the_reason_says_so() {
+        let value = vec![b'\\'; 15_000_000];
+        let rec = RecordRef { topic: "t", partition: 0, offset: 1, timestamp_ms: None, key: Some(b"k"), value: &value };
+        let mut out = Vec::new();
+        encode(&rec, "transform", "Row payload too large", &mut out);
+        // JSON escaping doubles the backslashes in payloadString: still far under 10 MB.
+        assert!(out.len() < 4 * MAX_DLQ_PAYLOAD_BYTES, "{} bytes", out.len());
+        assert!(out.len() < crate::bigquery::write::MAX_REQUEST_ROW_BYTES);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("Row payload too large (dead-letter payload truncated: the record's value has 15000000 bytes"), "reason kept and truncation stated");
     }
 }

@@ -130,7 +130,13 @@ impl SourceSettings {
         c.set("group.id", &self.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", if self.start_earliest { "earliest" } else { "latest" })
+            // Every partition is assigned at an explicit offset, so this only applies when
+            // that offset no longer exists. Kafka's consumer docs: auto.offset.reset is
+            // "What to do when there is no initial offset in Kafka or if the current
+            // offset does not exist any more on the server (e.g. because that data has
+            // been deleted)". Earliest loses the least; the job counts such gaps at start
+            // (see `pipeline::positions`).
+            .set("auto.offset.reset", "earliest")
             // tansu holds each fetch for the full wait even when data is ready.
             .set("fetch.wait.max.ms", "10")
             .set("queued.min.messages", "20000")
@@ -202,15 +208,25 @@ impl SourceSettings {
         .expect("offsets task")
     }
 
+    /// The low watermark (earliest offset still stored) of every partition.
+    pub async fn low_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        Ok(self.watermarks(partitions).await?.into_iter().map(|(p, (lo, _))| (p, lo)).collect())
+    }
+
     /// The high watermark (next offset to be written) of every partition.
     pub async fn high_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        Ok(self.watermarks(partitions).await?.into_iter().map(|(p, (_, hi))| (p, hi)).collect())
+    }
+
+    /// Low and high watermarks of every partition.
+    async fn watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, (i64, i64)>, KafkaError> {
         let s = self.clone();
         let partitions = partitions.to_vec();
         tokio::task::spawn_blocking(move || {
             let c: BaseConsumer = s.client_config().create().map_err(|e| s.broker_err(format!("cannot create client: {e}")))?;
             partitions
                 .into_iter()
-                .map(|p| c.fetch_watermarks(&s.topic, p, Duration::from_secs(10)).map(|(_, hi)| (p, hi)).map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}"))))
+                .map(|p| c.fetch_watermarks(&s.topic, p, Duration::from_secs(10)).map(|w| (p, w)).map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}"))))
                 .collect()
         })
         .await

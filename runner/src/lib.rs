@@ -43,6 +43,23 @@ pub mod sizing;
 pub mod stats;
 pub mod transform;
 
+/// A named crash point of the exactly-once protocol. Built with the `failpoints`
+/// feature and run with `FAILPOINTS=<name>=return` (or `N*off->return` to pass it N
+/// times first), the process kills itself with SIGKILL there; otherwise it is nothing.
+#[macro_export]
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if ::fail::eval($name, |_| ()).is_some() {
+                eprintln!("crash point {} reached: SIGKILL", $name);
+                // SAFETY: kill(2) on our own pid.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+        }
+    };
+}
+
 /// A problem with the user's input (flags, parameters, files): the binary prints it and
 /// exits with status 2.
 #[derive(Debug)]

@@ -64,6 +64,23 @@ pub async fn produce(bootstrap: &str, topic: &str, partitions: i32, start_id: u6
     produce_shaped(bootstrap, topic, partitions, start_id, count, bad_every, message_chars, false).await
 }
 
+/// One good message with id `id` whose `message` field has `chars` characters, to
+/// partition 0 (for the tests of records larger than an AppendRows request).
+pub async fn produce_large(bootstrap: &str, topic: &str, id: u64, chars: usize) -> Result<()> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("message.max.bytes", "33554432")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .with_context(|| format!("creating a producer for {bootstrap}"))?;
+    let payload = seed_message(id, 42, chars);
+    producer
+        .send(FutureRecord::<(), [u8]>::to(topic).partition(0).payload(payload.as_slice()), Duration::from_secs(60))
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("producing a {}-byte message to {topic}: {e}", payload.len()))?;
+    Ok(())
+}
+
 /// [`produce`], optionally in the benchmark's exact shape (no `id`).
 #[allow(clippy::too_many_arguments)]
 pub async fn produce_shaped(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize, seed_shape: bool) -> Result<Produced> {
@@ -74,6 +91,8 @@ pub async fn produce_shaped(bootstrap: &str, topic: &str, partitions: i32, start
         .set("batch.num.messages", "2000")
         .set("queue.buffering.max.messages", "200000")
         .set("message.timeout.ms", "60000")
+        // Large records for the reliability tests (librdkafka's default cap is 1 MB).
+        .set("message.max.bytes", "33554432")
         .create()
         .with_context(|| format!("creating a producer for {bootstrap}"))?;
     let mut out = Produced::default();

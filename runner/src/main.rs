@@ -19,6 +19,8 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()))

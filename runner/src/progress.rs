@@ -11,7 +11,11 @@
 //! - `commits.log`: written **after** the batch's appends were acknowledged (or
 //!   answered ALREADY_EXISTS): the batch id and the positions after it.
 //!
-//! Every entry is one JSON line, fsynced before the call returns. Each log is a
+//! Every entry is one line, `<crc32c as 8 hex digits> <JSON>`, fsynced before the call
+//! returns. The checksum tells a torn or damaged line from a good one: on open, a torn
+//! tail of the newest segment (a crash mid-write, before fsync returned) is cut off,
+//! so the next entry starts on a clean line; a bad line anywhere else is reported.
+//! Lines written before checksums existed (plain JSON) are still read. Each log is a
 //! sequence of segment files (`offsets.log.00000000000000000001`, ...; the suffix is
 //! the first batch id in the segment). After [`PURGE_AFTER_ENTRIES`] entries the next
 //! append starts a new segment; once that segment holds an entry, the older segments
@@ -27,14 +31,14 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Entries kept before a log is purged down to its last entry.
 pub const PURGE_AFTER_ENTRIES: u64 = 256;
 
 /// Where a batch's rows go in one write stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSlot {
     /// The write stream's full name.
     pub stream: String,
@@ -42,6 +46,14 @@ pub struct StreamSlot {
     pub offset: i64,
     /// How many rows the batch appends there.
     pub rows: i64,
+    /// The table the stream belongs to (`project.dataset.table`); empty in entries
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub table: String,
+    /// CRC32C over the batch's rows (length-prefixed, in order): a replay re-sends
+    /// these rows only if it maps to the same digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<u32>,
 }
 
 impl StreamSlot {
@@ -52,7 +64,7 @@ impl StreamSlot {
 }
 
 /// One offset-log entry: what a batch will process and where its rows go.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OffsetEntry {
     /// Batch id, increasing by one per batch.
     pub batch: u64,
@@ -64,6 +76,14 @@ pub struct OffsetEntry {
     pub main: Option<StreamSlot>,
     /// The dead-letter stream slot, when a dead-letter table is configured.
     pub dlq: Option<StreamSlot>,
+    /// Fingerprint of the table schema the rows were mapped with (its copy is kept
+    /// in the job directory), so a replay maps with the same schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Messages whose rows BigQuery refused (partition, offset, reason): a replay
+    /// moves the same messages to the dead-letter rows before it appends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<(i32, i64, String)>,
 }
 
 /// One commit-log entry: the batch is done.
@@ -103,14 +123,14 @@ pub enum ProgressError {
         source: std::io::Error,
     },
     /// A line that is not an entry (other than a torn last line).
-    #[error("checkpoint {path} line {line}: {source}")]
+    #[error("checkpoint {path} line {line}: {reason}")]
     Corrupt {
         /// The file.
         path: PathBuf,
         /// 1-based line number.
         line: usize,
-        /// The cause.
-        source: serde_json::Error,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The commit log is ahead of the offset log, which the protocol never produces.
     #[error("checkpoint {0}: commit log names batch {1} but the offset log ends at batch {2}")]
@@ -131,27 +151,74 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgressError + '_ {
     move |source| ProgressError::Io { path: path.to_path_buf(), source }
 }
 
-/// Read JSON lines; a torn final line (a crash mid-write, before fsync returned) is
-/// ignored when `last_segment`.
-fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -> Result<Vec<T>, ProgressError> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+/// Encode one entry as a checksummed line.
+fn encode_line<T: Serialize>(e: &T) -> Vec<u8> {
+    let json = serde_json::to_vec(e).expect("log entries serialize");
+    let mut line = format!("{:08x} ", crc32c::crc32c(&json)).into_bytes();
+    line.extend_from_slice(&json);
+    line.push(b'\n');
+    line
+}
+
+/// Decode one line: `<crc32c hex> <json>`, or plain JSON from before checksums.
+/// `Err(None)` means the checksum does not match (a torn or damaged line).
+fn decode_line<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, Option<serde_json::Error>> {
+    if line.first() == Some(&b'{') {
+        return serde_json::from_slice(line).map_err(Some);
+    }
+    let (sum, json) = match (line.get(..8), line.get(8), line.get(9..)) {
+        (Some(h), Some(b' '), Some(j)) => (h, j),
+        _ => return Err(None),
+    };
+    let want = std::str::from_utf8(sum).ok().and_then(|h| u32::from_str_radix(h, 16).ok());
+    if want != Some(crc32c::crc32c(json)) {
+        return Err(None);
+    }
+    serde_json::from_slice(json).map_err(Some)
+}
+
+/// The entries of one segment file and the byte length of its good prefix. In the
+/// newest segment (`last_segment`) a bad final line is a torn write and ends the
+/// prefix; anywhere else it is corruption.
+fn read_segment<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -> Result<(Vec<T>, u64), ProgressError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) => return Err(io(path)(e)),
     };
-    let lines: Vec<String> = BufReader::new(f).lines().collect::<Result<_, _>>().map_err(io(path))?;
-    let mut out = Vec::with_capacity(lines.len());
-    for (i, l) in lines.iter().enumerate() {
-        if l.trim().is_empty() {
-            continue;
+    let mut out = Vec::new();
+    let mut good = 0usize;
+    let mut start = 0usize;
+    let mut line_no = 0usize;
+    while start < bytes.len() {
+        line_no += 1;
+        let end = bytes[start..].iter().position(|b| *b == b'\n').map(|i| start + i);
+        let line = &bytes[start..end.unwrap_or(bytes.len())];
+        let is_last = end.is_none_or(|e| e + 1 >= bytes.len());
+        let parsed = if line.iter().all(u8::is_ascii_whitespace) { None } else { Some(decode_line::<T>(line)) };
+        match parsed {
+            None => {}
+            Some(Ok(v)) if end.is_some() => out.push(v),
+            // A complete JSON value without its newline: the write was cut just before it.
+            Some(Ok(_)) => break,
+            Some(Err(_)) if last_segment && is_last => break,
+            Some(Err(source)) => return Err(ProgressError::Corrupt { path: path.to_path_buf(), line: line_no, reason: corrupt_reason(source) }),
         }
-        match serde_json::from_str(l) {
-            Ok(v) => out.push(v),
-            Err(_) if last_segment && i + 1 == lines.len() => break,
-            Err(source) => return Err(ProgressError::Corrupt { path: path.to_path_buf(), line: i + 1, source }),
-        }
+        good = end.map_or(bytes.len(), |e| e + 1);
+        start = good;
     }
-    Ok(out)
+    Ok((out, good as u64))
+}
+
+fn corrupt_reason(e: Option<serde_json::Error>) -> String {
+    match e {
+        Some(e) => format!("not a log entry: {e}"),
+        None => "checksum mismatch (the line is damaged)".into(),
+    }
+}
+
+fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -> Result<Vec<T>, ProgressError> {
+    read_segment(path, last_segment).map(|(v, _)| v)
 }
 
 /// One log (offsets or commits) as a sequence of segment files.
@@ -183,9 +250,15 @@ impl SegmentedLog {
         let mut segs = Self::segments(dir, name)?;
         let current = match segs.pop() {
             Some(p) => {
-                let n = read_lines::<serde_json::Value>(&p, true)?.len() as u64;
+                let (entries, good) = read_segment::<serde_json::Value>(&p, true)?;
                 let f = OpenOptions::new().append(true).open(&p).map_err(io(&p))?;
-                Some((p, f, n))
+                // Cut a torn tail off, so the next entry does not glue onto it.
+                if f.metadata().map_err(io(&p))?.len() > good {
+                    tracing::warn!(path = %p.display(), keep_bytes = good, "cutting a torn entry off the end of the log (a crash during its write)");
+                    f.set_len(good).map_err(io(&p))?;
+                    f.sync_all().map_err(io(&p))?;
+                }
+                Some((p, f, entries.len() as u64))
             }
             None => None,
         };
@@ -213,8 +286,7 @@ impl SegmentedLog {
             self.current = Some((p, f, 0));
         }
         let (path, f, n) = self.current.as_mut().expect("a segment is open");
-        let mut line = serde_json::to_vec(e).expect("log entries serialize");
-        line.push(b'\n');
+        let line = encode_line(e);
         f.write_all(&line).map_err(io(path))?;
         f.sync_data().map_err(io(path))?;
         *n += 1;
@@ -328,8 +400,8 @@ mod tests {
             batch,
             ranges: BTreeMap::from([(0, (batch as i64 * 10, batch as i64 * 10 + 10))]),
             positions: BTreeMap::from([(0, batch as i64 * 10 + 10), (1, 5)]),
-            main: Some(StreamSlot { stream: "s".into(), offset: batch as i64 * 9, rows: 9 }),
-            dlq: None,
+            main: Some(StreamSlot { stream: "s".into(), offset: batch as i64 * 9, rows: 9, table: "p.d.t".into(), digest: Some(batch as u32) }),
+            ..Default::default()
         }
     }
 
@@ -354,19 +426,84 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_last_line_is_ignored_but_corruption_elsewhere_is_reported() {
+    fn a_torn_last_line_is_cut_off_and_the_next_entry_starts_clean() {
         let d = tempfile::tempdir().unwrap();
         let mut log = ShardLog::open(d.path()).unwrap();
         log.log_offsets(&entry(1)).unwrap();
         drop(log);
         let p = SegmentedLog::segments(d.path(), "offsets.log").unwrap().pop().unwrap();
-        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
-        f.write_all(b"{\"batch\":2,\"ran").unwrap();
-        let log = ShardLog::open(d.path()).unwrap();
+        let good_len = fs::metadata(&p).unwrap().len();
+        // A crash in the middle of writing batch 2's entry.
+        let torn = encode_line(&entry(2));
+        OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn[..torn.len() / 2]).unwrap();
+        let mut log = ShardLog::open(d.path()).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().len(), good_len, "the torn tail is cut on open");
         assert_eq!(log.recover().unwrap(), Recovery::Replay(entry(1)));
+        log.log_commit(&commit(1)).unwrap();
+        log.log_offsets(&entry(2)).unwrap();
+        drop(log);
+        let log = ShardLog::open(d.path()).unwrap();
+        assert_eq!(log.recover().unwrap(), Recovery::Replay(entry(2)), "the entry after the cut reads back");
+    }
+
+    #[test]
+    fn a_damaged_line_fails_its_checksum_and_corruption_before_the_end_is_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = ShardLog::open(d.path()).unwrap();
+        log.log_offsets(&entry(1)).unwrap();
+        log.log_offsets(&entry(2)).unwrap();
+        drop(log);
+        let p = SegmentedLog::segments(d.path(), "offsets.log").unwrap().pop().unwrap();
+        let text = fs::read_to_string(&p).unwrap();
+        // Flip one digit inside the first entry's JSON: still JSON, but the checksum fails.
+        let damaged = text.replacen("\"batch\":1", "\"batch\":7", 1);
+        fs::write(&p, damaged).unwrap();
+        let e = ShardLog::open(d.path()).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("checksum"), "{e}");
         fs::write(&p, "garbage\n{\"also\":1}\n").unwrap();
         let e = ShardLog::open(d.path()).unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn entries_from_before_checksums_still_read() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path()).unwrap();
+        let legacy = r#"{"batch":3,"ranges":{"0":[0,5]},"positions":{"0":5},"main":{"stream":"s","offset":0,"rows":5},"dlq":null}"#;
+        fs::write(d.path().join(format!("offsets.log.{:020}", 1)), format!("{legacy}\n")).unwrap();
+        let log = ShardLog::open(d.path()).unwrap();
+        let Recovery::Replay(e) = log.recover().unwrap() else { panic!("expected a replay") };
+        assert_eq!((e.batch, e.main.unwrap().rows), (3, 5));
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a segment holds, reading it never panics: it yields entries or
+        /// an error that names the line.
+        #[test]
+        fn arbitrary_segment_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600), last in proptest::prelude::any::<bool>()) {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("offsets.log.00000000000000000001");
+            fs::write(&p, &bytes).unwrap();
+            match read_segment::<OffsetEntry>(&p, last) {
+                Ok((_, good)) => proptest::prop_assert!(good as usize <= bytes.len()),
+                Err(e) => proptest::prop_assert!(e.to_string().contains("line")),
+            }
+        }
+
+        /// A good log with any prefix of a further entry appended recovers the good entries.
+        #[test]
+        fn any_torn_prefix_recovers_the_entries_before_it(n in 1u64..5, cut in 0usize..400) {
+            let d = tempfile::tempdir().unwrap();
+            let mut log = ShardLog::open(d.path()).unwrap();
+            for b in 1..=n { log.log_offsets(&entry(b)).unwrap(); }
+            drop(log);
+            let p = SegmentedLog::segments(d.path(), "offsets.log").unwrap().pop().unwrap();
+            let torn = encode_line(&entry(n + 1));
+            let cut = cut.min(torn.len() - 1);
+            OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn[..cut]).unwrap();
+            let log = ShardLog::open(d.path()).unwrap();
+            proptest::prop_assert_eq!(log.recover().unwrap(), Recovery::Replay(entry(n)));
+        }
     }
 
     fn log_bytes(dir: &Path) -> u64 {

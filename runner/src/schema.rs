@@ -114,6 +114,32 @@ enum SchemaSpec {
 }
 
 impl Schema {
+    /// BigQuery's JSON form (`[{"name", "type", "mode", "fields"?}, ...]`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.columns
+                .iter()
+                .map(|c| {
+                    let mode = match c.mode {
+                        Mode::Nullable => "NULLABLE",
+                        Mode::Required => "REQUIRED",
+                        Mode::Repeated => "REPEATED",
+                    };
+                    let mut v = serde_json::json!({"name": c.name, "type": c.type_name, "mode": mode});
+                    if let Some(sub) = &c.fields {
+                        v["fields"] = sub.to_json();
+                    }
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    /// A short fingerprint of the schema (CRC32C of its JSON form, 8 hex digits).
+    pub fn fingerprint(&self) -> String {
+        format!("{:08x}", crc32c::crc32c(self.to_json().to_string().as_bytes()))
+    }
+
     /// Parse BigQuery's JSON schema form: a list of fields or `{"fields": [...]}`.
     pub fn from_json(json: &serde_json::Value) -> Result<Schema, SchemaError> {
         let spec: SchemaSpec = serde_json::from_value(json.clone())?;

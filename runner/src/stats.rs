@@ -75,6 +75,36 @@ struct Inner {
     replayed_batches: u64,
     already_existed: u64,
     last_commit: Option<Instant>,
+    reliability: Reliability,
+}
+
+/// What went wrong on the way and how it was handled: the events that the
+/// exactly-once guarantee and the README's list of remaining cases talk about.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Reliability {
+    /// Transient BigQuery errors that were retried, by status code.
+    pub retries: BTreeMap<String, u64>,
+    /// Write streams found gone (finalized, missing) and replaced by new ones.
+    pub streams_replaced: u64,
+    /// Replayed batches that had to go to a new stream because their logged stream
+    /// was gone: if their first attempt had landed, their rows are now duplicated.
+    pub batches_possibly_duplicated: u64,
+    /// Kafka offsets deleted by retention before the job read them (lost).
+    pub offsets_lost_to_retention: u64,
+    /// Partitions found after the job started (they start at their earliest offset).
+    pub partitions_discovered: u64,
+}
+
+impl Reliability {
+    /// Every counter as (name, value), for `/metrics`.
+    pub fn events(&self) -> BTreeMap<String, u64> {
+        let mut m: BTreeMap<String, u64> = self.retries.iter().map(|(k, v)| (format!("retry_{k}"), *v)).collect();
+        m.insert("streams_replaced".into(), self.streams_replaced);
+        m.insert("batches_possibly_duplicated".into(), self.batches_possibly_duplicated);
+        m.insert("offsets_lost_to_retention".into(), self.offsets_lost_to_retention);
+        m.insert("partitions_discovered".into(), self.partitions_discovered);
+        m
+    }
 }
 
 /// Counts that a shard adds after one batch.
@@ -140,6 +170,8 @@ pub struct Summary {
     pub cpu_sys_s: f64,
     /// Per-stage latency.
     pub stages: Vec<StageSummary>,
+    /// Retries, lost streams, retention gaps.
+    pub reliability: Reliability,
 }
 
 /// User and system CPU seconds of this process so far.
@@ -179,6 +211,16 @@ impl JobStats {
         stages.drain_into(&mut g.stages);
     }
 
+    /// Update the reliability counters.
+    pub fn note(&self, f: impl FnOnce(&mut Reliability)) {
+        f(&mut self.inner.lock().expect("stats lock").reliability);
+    }
+
+    /// Count one retried transient error.
+    pub fn count_retry(&self, code: &str) {
+        self.note(|r| *r.retries.entry(code.to_string()).or_default() += 1);
+    }
+
     /// Stage percentiles since the last call (for dashboards), then reset.
     pub fn take_window(&self) -> Vec<StageSummary> {
         let mut g = self.inner.lock().expect("stats lock");
@@ -211,6 +253,7 @@ impl JobStats {
             replayed_batches: g.replayed_batches,
             appends_already_existed: g.already_existed,
             stages,
+            reliability: g.reliability.clone(),
         }
     }
 }
@@ -260,6 +303,14 @@ impl Summary {
             s.push_str(&format!("  dead-letter {k}: {v}\n"));
         }
         s.push_str(&format!("batches {} (replayed after restart {}, appends already present {})\n", self.batches, self.replayed_batches, self.appends_already_existed));
+        let r = &self.reliability;
+        if r != &Reliability::default() {
+            let retries: u64 = r.retries.values().sum();
+            s.push_str(&format!(
+                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} offsets lost to retention, {} partitions discovered\n",
+                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_discovered
+            ));
+        }
         s.push_str(&format!("{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"));
         for st in &self.stages {
             s.push_str(&format!("{:<12} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n", st.stage, st.count, st.p50_ms, st.p95_ms, st.p99_ms, st.max_ms));

@@ -92,6 +92,11 @@ pub struct Mapper {
 }
 
 impl Mapper {
+    /// The largest encoded row it accepts.
+    pub fn max_row_bytes(&self) -> usize {
+        self.max_row_bytes
+    }
+
     /// A mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapper {
         Mapper { schema, max_row_bytes }

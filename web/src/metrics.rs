@@ -24,6 +24,9 @@ pub const JOB_BIGQUERY_WRITE_COUNT: &str = "job_bigquery_write_count";
 pub const JOB_DEAD_LETTER_COUNT: &str = "job_dead_letter_count";
 /// Stage latency over the last interval, milliseconds, by stage and quantile.
 pub const JOB_STAGE_END_TO_END_LATENCIES: &str = "job_stage_end_to_end_latencies";
+/// Reliability counters so far, by event (`retry_<code>`, `streams_replaced`,
+/// `batches_possibly_duplicated`, `offsets_lost_to_retention`, `partitions_discovered`).
+pub const JOB_RELIABILITY_EVENTS: &str = "job_reliability_events";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
@@ -46,6 +49,7 @@ pub fn render(jobs: &JobRegistry) -> String {
     let written = gauge(&reg, JOB_BIGQUERY_WRITE_COUNT, "Rows written to BigQuery so far", &["job"]);
     let dlq = gauge(&reg, JOB_DEAD_LETTER_COUNT, "Rows written to the dead-letter table so far", &["job"]);
     let tput = gauge(&reg, JOB_THROUGHPUT_ELEMENTS, "Messages read per second over the last interval", &["job"]);
+    let events = gauge(&reg, JOB_RELIABILITY_EVENTS, "Retries, replaced streams, possible duplicates and retention gaps so far", &["job", "event"]);
     let lat = gauge(&reg, JOB_STAGE_END_TO_END_LATENCIES, "Stage latency over the last interval, ms", &["job", "stage", "quantile"]);
     for j in jobs.all() {
         let Some(p) = j.points.back() else { continue };
@@ -60,6 +64,9 @@ pub fn render(jobs: &JobRegistry) -> String {
         written.with_label_values(&l).set(p.rows_written as f64);
         dlq.with_label_values(&l).set(p.dead_lettered as f64);
         tput.with_label_values(&l).set(p.throughput_msgs);
+        for (event, n) in &p.events {
+            events.with_label_values(&[j.id.as_str(), event.as_str()]).set(*n as f64);
+        }
         for (stage, s) in &p.stages {
             for (q, v) in [("0.5", s.p50_ms), ("0.95", s.p95_ms), ("0.99", s.p99_ms)] {
                 lat.with_label_values(&[j.id.as_str(), stage.as_str(), q]).set(v);

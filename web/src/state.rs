@@ -47,6 +47,10 @@ pub struct MetricsPoint {
     pub dead_lettered: u64,
     /// Per-stage latency over the interval, by stage name (read, transform, write, end_to_end).
     pub stages: BTreeMap<String, StageLatency>,
+    /// Reliability counters so far (retries by code, streams replaced, batches
+    /// possibly duplicated, offsets lost to retention, partitions discovered).
+    #[serde(default)]
+    pub events: BTreeMap<String, u64>,
 }
 
 /// An autoscaling decision, as shown on the job page.

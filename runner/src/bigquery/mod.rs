@@ -61,6 +61,16 @@ impl TableRef {
         format!("projects/{}/datasets/{}/tables/{}", self.project, self.dataset, self.table)
     }
 
+    /// The table a write stream belongs to, from its name
+    /// (`projects/P/datasets/D/tables/T/streams/S`).
+    pub fn from_stream(stream: &str) -> Option<TableRef> {
+        let parts: Vec<&str> = stream.split('/').collect();
+        match parts.as_slice() {
+            ["projects", p, "datasets", d, "tables", t, "streams", _] => Some(TableRef { project: p.to_string(), dataset: d.to_string(), table: t.to_string() }),
+            _ => None,
+        }
+    }
+
     /// The table's `_default` stream.
     pub fn default_stream(&self) -> String {
         format!("{}/streams/_default", self.path())

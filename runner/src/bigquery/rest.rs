@@ -76,26 +76,7 @@ fn to_schema(table: &TableRef, s: &TableSchema) -> Result<Schema, RestError> {
 }
 
 fn from_schema(s: &Schema) -> TableSchema {
-    fn fields(s: &Schema) -> serde_json::Value {
-        serde_json::Value::Array(
-            s.columns
-                .iter()
-                .map(|c| {
-                    let mode = match c.mode {
-                        crate::schema::Mode::Nullable => "NULLABLE",
-                        crate::schema::Mode::Required => "REQUIRED",
-                        crate::schema::Mode::Repeated => "REPEATED",
-                    };
-                    let mut v = serde_json::json!({"name": c.name, "type": c.type_name, "mode": mode});
-                    if let Some(sub) = &c.fields {
-                        v["fields"] = fields(sub);
-                    }
-                    v
-                })
-                .collect(),
-        )
-    }
-    serde_json::from_value(serde_json::json!({ "fields": fields(s) })).expect("schema JSON converts")
+    serde_json::from_value(serde_json::json!({ "fields": s.to_json() })).expect("schema JSON converts")
 }
 
 /// The destination table's schema (the table must exist: Google's JSON path uses CREATE_NEVER).

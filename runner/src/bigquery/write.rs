@@ -14,7 +14,8 @@ use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
     append_rows_response::Response,
     big_query_write_client::BigQueryWriteClient,
     write_stream::Type as StreamType,
-    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, GetWriteStreamRequest, ProtoRows, ProtoSchema, WriteStream,
+    storage_error::StorageErrorCode,
+    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, GetWriteStreamRequest, ProtoRows, ProtoSchema, StorageError, WriteStream,
 };
 use prost_types::DescriptorProto;
 use std::sync::Arc;
@@ -25,13 +26,73 @@ use tonic::{Code, Request, Streaming};
 
 /// google.rpc.Code values that come back in-band.
 mod rpc_code {
-    pub const INVALID_ARGUMENT: i32 = 3;
     pub const NOT_FOUND: i32 = 5;
     pub const ALREADY_EXISTS: i32 = 6;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    #[cfg(test)]
     pub const FAILED_PRECONDITION: i32 = 9;
+    pub const ABORTED: i32 = 10;
     pub const OUT_OF_RANGE: i32 = 11;
+    pub const INTERNAL: i32 = 13;
+    pub const UNAVAILABLE: i32 = 14;
 }
 
+/// The type URL of `StorageError` in a `google.rpc.Status`'s details.
+const STORAGE_ERROR_TYPE: &str = "type.googleapis.com/google.cloud.bigquery.storage.v1.StorageError";
+
+/// The documented request limit. storage.proto, `AppendRowsRequest`: "The size of a
+/// single AppendRowsRequest must be less than 10 MB in size. Requests larger than
+/// this return an error, typically `INVALID_ARGUMENT`." Read as 10,000,000 bytes (the
+/// smaller reading of "MB"); [`REQUEST_OVERHEAD_BYTES`] is kept free for the stream
+/// name, the writer schema and framing.
+pub const MAX_REQUEST_BYTES: usize = 10_000_000;
+/// Room kept in every request for everything but the rows.
+pub const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
+/// The most row bytes (with their per-row framing) one AppendRows request carries.
+pub const MAX_REQUEST_ROW_BYTES: usize = MAX_REQUEST_BYTES - REQUEST_OVERHEAD_BYTES;
+
+/// What one serialized row costs inside `ProtoRows.serialized_rows`: the field tag,
+/// the length varint and the bytes.
+pub fn framed_len(row: &[u8]) -> usize {
+    let mut n = row.len() as u64;
+    let mut varint = 1;
+    while n >= 0x80 {
+        n >>= 7;
+        varint += 1;
+    }
+    1 + varint + row.len()
+}
+
+/// Split rows into consecutive requests of at most `budget` framed bytes each. The
+/// split is greedy from the front, so a prefix of the rows always splits the same
+/// way (a batch re-appended after rows were removed from its tail keeps the offsets
+/// of its earlier requests). A single row over the budget gets a request of its own
+/// (the caller keeps such rows out; see [`MAX_REQUEST_ROW_BYTES`]).
+///
+/// ```
+/// use flexrun::bigquery::write::split_requests;
+/// let rows = vec![vec![0u8; 40], vec![0u8; 40], vec![0u8; 40]];
+/// assert_eq!(split_requests(&rows, 100), vec![0..2, 2..3]);
+/// ```
+pub fn split_requests(rows: &[Vec<u8>], budget: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, r) in rows.iter().enumerate() {
+        let n = framed_len(r);
+        if i > start && bytes + n > budget {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < rows.len() {
+        out.push(start..rows.len());
+    }
+    out
+}
+
+/// gRPC message cap on the channel: above the documented request limit, so that
+/// BigQuery (not the transport) answers an oversize request.
 const MAX_MESSAGE_BYTES: usize = 20 * 1024 * 1024;
 /// How long one append may wait for its response before the connection is dropped
 /// and the append retried (safe: a retried offset answers ALREADY_EXISTS).
@@ -82,6 +143,13 @@ pub enum WriteError {
         /// BigQuery's message.
         message: String,
     },
+    /// The caller asked to stop (a drain or a move) while the append was waiting to
+    /// retry; the batch stays in the offset log and is replayed by the next owner.
+    #[error("stopped while waiting to retry an append to {stream}")]
+    Interrupted {
+        /// Stream name.
+        stream: String,
+    },
     /// Any other error status (from the call or in-band).
     #[error("BigQuery Storage Write {what} failed: {code}: {message}")]
     Status {
@@ -97,7 +165,15 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    fn from_status(what: &'static str, s: tonic::Status) -> WriteError {
+    /// Classify a call-level status. Retryable, as the Storage Write docs list them
+    /// ("Storage Write API error codes" / troubleshooting): UNAVAILABLE, INTERNAL,
+    /// ABORTED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (quota; back off), and
+    /// CANCELLED/UNKNOWN from a broken connection. NOT_FOUND on an AppendRows or
+    /// GetWriteStream call names a missing stream.
+    fn from_status(what: &'static str, s: tonic::Status, stream: Option<&str>) -> WriteError {
+        if let Some(gone) = stream.and_then(|st| stream_gone(st, s.code() as i32, s.message(), &status_details(s.details()))) {
+            return gone;
+        }
         let retryable = matches!(s.code(), Code::Unavailable | Code::Internal | Code::Aborted | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled | Code::ResourceExhausted);
         WriteError::Status { what, code: format!("{:?}", s.code()), message: s.message().to_string(), retryable }
     }
@@ -106,6 +182,41 @@ impl WriteError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, WriteError::Status { retryable: true, .. } | WriteError::Connect { .. })
     }
+
+    /// A short label for metrics and logs (the status code, or the kind).
+    pub fn label(&self) -> String {
+        match self {
+            WriteError::Status { code, .. } => code.clone(),
+            WriteError::Connect { .. } => "Connect".into(),
+            other => format!("{other:?}").split([' ', '{', '(']).next().unwrap_or_default().to_string(),
+        }
+    }
+}
+
+/// The `StorageError`s in a status's details (a serialized `google.rpc.Status`).
+fn status_details(details: &[u8]) -> Vec<StorageError> {
+    use prost::Message;
+    if details.is_empty() {
+        return Vec::new();
+    }
+    gcp_bigquery_client::google::rpc::Status::decode(details).map(|st| storage_errors(&st.details)).unwrap_or_default()
+}
+
+fn storage_errors(details: &[prost_types::Any]) -> Vec<StorageError> {
+    use prost::Message;
+    details.iter().filter(|a| a.type_url == STORAGE_ERROR_TYPE).filter_map(|a| StorageError::decode(a.value.as_slice()).ok()).collect()
+}
+
+/// Whether an error says the stream itself is gone or closed, from what the API
+/// documents: a `StorageError` of STREAM_NOT_FOUND, STREAM_FINALIZED or
+/// INVALID_STREAM_STATE ("... not finalized or is garbaged"), or NOT_FOUND. A
+/// TABLE_NOT_FOUND is not a lost stream (the table is gone; nothing can be written).
+fn stream_gone(stream: &str, code: i32, message: &str, errors: &[StorageError]) -> Option<WriteError> {
+    let gone_codes = [StorageErrorCode::StreamNotFound, StorageErrorCode::StreamFinalized, StorageErrorCode::InvalidStreamState];
+    let by_detail = errors.iter().any(|e| gone_codes.iter().any(|c| *c as i32 == e.code));
+    let table_missing = errors.iter().any(|e| e.code == StorageErrorCode::TableNotFound as i32);
+    let by_code = code == rpc_code::NOT_FOUND && !table_missing && !message.contains("Table");
+    (by_detail || by_code).then(|| WriteError::StreamGone { stream: stream.to_string(), message: message.to_string() })
 }
 
 type TokenFn = Arc<dyn Fn() -> BoxFuture<'static, Result<String, WriteError>> + Send + Sync>;
@@ -170,18 +281,17 @@ impl WriteClient {
     pub async fn create_committed_stream(&self, table: &TableRef) -> Result<String, WriteError> {
         let msg = CreateWriteStreamRequest { parent: table.path(), write_stream: Some(WriteStream { r#type: StreamType::Committed as i32, ..Default::default() }) };
         let req = self.request(msg, &format!("parent={}", table.path())).await?;
-        let s = self.client.clone().create_write_stream(req).await.map_err(|s| WriteError::from_status("CreateWriteStream", s))?;
+        let s = self.client.clone().create_write_stream(req).await.map_err(|s| WriteError::from_status("CreateWriteStream", s, None))?;
         Ok(s.into_inner().name)
     }
 
-    /// Whether the stream still exists and takes rows (not finalized).
-    pub async fn stream_usable(&self, stream: &str) -> Result<bool, WriteError> {
+    /// The stream's metadata (GetWriteStream). The pipeline never asks this to decide
+    /// whether a stream is usable (see `pipeline::shard::open_target`); it is here for
+    /// diagnostics and for tests of the emulator's fidelity.
+    pub async fn get_stream(&self, stream: &str) -> Result<WriteStream, WriteError> {
         let req = self.request(GetWriteStreamRequest { name: stream.to_string(), ..Default::default() }, &format!("name={stream}")).await?;
-        match self.client.clone().get_write_stream(req).await {
-            Ok(s) => Ok(s.into_inner().commit_time.is_none()),
-            Err(s) if s.code() == Code::NotFound => Ok(false),
-            Err(s) => Err(WriteError::from_status("GetWriteStream", s)),
-        }
+        let r = self.client.clone().get_write_stream(req).await.map_err(|s| WriteError::from_status("GetWriteStream", s, Some(stream)))?;
+        Ok(r.into_inner())
     }
 
     /// Open an AppendRows connection to `stream` for rows described by `descriptor`.
@@ -234,13 +344,13 @@ impl AppendConnection {
         let resp = tokio::time::timeout(APPEND_TIMEOUT, async {
             if let Some(p) = self.pending.take() {
                 let r = p.await.map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
-                self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s))?.into_inner());
+                self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s, Some(&self.stream)))?.into_inner());
             }
             let responses = self.responses.as_mut().ok_or_else(closed)?;
             match responses.message().await {
                 Ok(Some(r)) => Ok(r),
                 Ok(None) => Err(closed()),
-                Err(s) => Err(WriteError::from_status("AppendRows", s)),
+                Err(s) => Err(WriteError::from_status("AppendRows", s, Some(&self.stream))),
             }
         })
         .await
@@ -254,17 +364,61 @@ impl AppendConnection {
         }
         match resp.response {
             Some(Response::AppendResult(_)) | None => Ok(AppendOutcome::Appended),
-            Some(Response::Error(st)) => match st.code {
-                rpc_code::ALREADY_EXISTS => Ok(AppendOutcome::AlreadyExists),
-                rpc_code::OUT_OF_RANGE => Err(WriteError::OutOfRange { stream: self.stream.clone(), offset: offset.unwrap_or(-1), message: st.message }),
-                rpc_code::NOT_FOUND | rpc_code::FAILED_PRECONDITION => Err(WriteError::StreamGone { stream: self.stream.clone(), message: st.message }),
-                code => Err(WriteError::Status {
-                    what: "AppendRows",
-                    code: Code::from_i32(code).description().to_string(),
-                    message: st.message,
-                    retryable: code != rpc_code::INVALID_ARGUMENT,
-                }),
-            },
+            Some(Response::Error(st)) => {
+                let errors = storage_errors(&st.details);
+                if let Some(gone) = stream_gone(&self.stream, st.code, &st.message, &errors) {
+                    return Err(gone);
+                }
+                match st.code {
+                    rpc_code::ALREADY_EXISTS => Ok(AppendOutcome::AlreadyExists),
+                    rpc_code::OUT_OF_RANGE => Err(WriteError::OutOfRange { stream: self.stream.clone(), offset: offset.unwrap_or(-1), message: st.message }),
+                    code => Err(WriteError::Status {
+                        what: "AppendRows",
+                        code: Code::from_i32(code).description().to_string(),
+                        message: st.message,
+                        // storage.proto on AppendRowsResponse.error: "ABORTED: ... can be
+                        // retried if previous failure is addressed"; "INTERNAL: Indicates
+                        // server side error(s) that can be retried."
+                        retryable: matches!(code, rpc_code::ABORTED | rpc_code::INTERNAL | rpc_code::UNAVAILABLE | rpc_code::RESOURCE_EXHAUSTED),
+                    }),
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any(e: StorageError) -> prost_types::Any {
+        use prost::Message;
+        prost_types::Any { type_url: STORAGE_ERROR_TYPE.into(), value: e.encode_to_vec() }
+    }
+
+    #[test]
+    fn a_stream_is_gone_only_when_an_error_says_so() {
+        let finalized = any(StorageError { code: StorageErrorCode::StreamFinalized as i32, entity: "s".into(), error_message: "finalized".into() });
+        assert!(stream_gone("s", rpc_code::FAILED_PRECONDITION, "x", &storage_errors(&[finalized])).is_some());
+        assert!(stream_gone("s", rpc_code::NOT_FOUND, "Stream not found: s", &[]).is_some());
+        let table = StorageError { code: StorageErrorCode::TableNotFound as i32, entity: "t".into(), error_message: String::new() };
+        assert!(stream_gone("s", rpc_code::NOT_FOUND, "x", &[table]).is_none(), "a missing table is not a lost stream");
+        assert!(stream_gone("s", rpc_code::FAILED_PRECONDITION, "other precondition", &[]).is_none());
+        assert!(stream_gone("s", rpc_code::ALREADY_EXISTS, "x", &[]).is_none());
+    }
+
+    #[test]
+    fn requests_split_greedily_from_the_front_and_a_prefix_splits_the_same() {
+        let rows: Vec<Vec<u8>> = (0..50).map(|i| vec![0u8; 10 + (i * 37) % 90]).collect();
+        let all = split_requests(&rows, 400);
+        assert!(all.iter().all(|r| rows[r.clone()].iter().map(|x| framed_len(x)).sum::<usize>() <= 400));
+        assert_eq!(all.first().unwrap().start, 0);
+        assert_eq!(all.last().unwrap().end, 50);
+        let prefix = split_requests(&rows[..30], 400);
+        assert_eq!(prefix[..prefix.len() - 1], all[..prefix.len() - 1]);
+        assert_eq!(split_requests(&[vec![0u8; 1000]], 400), vec![0..1]);
+        assert!(split_requests(&[], 400).is_empty());
+        assert_eq!(framed_len(&[0u8; 127]), 129);
+        assert_eq!(framed_len(&[0u8; 128]), 131);
     }
 }

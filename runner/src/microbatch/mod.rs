@@ -171,7 +171,7 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
             positions.insert(*p, *to);
         }
         if let Some(log) = log.as_mut() {
-            log.log_offsets(&OffsetEntry { batch: batch_id, ranges: batch.ranges.clone(), positions: positions.clone(), main: None, dlq: None })?;
+            log.log_offsets(&OffsetEntry { batch: batch_id, ranges: batch.ranges.clone(), positions: positions.clone(), ..Default::default() })?;
         }
         let warming = first_data.get_or_insert_with(Instant::now).elapsed() < cfg.latency_warm_up;
         sink.write(&batch, if warming { &mut warm_up } else { &mut latency })?;

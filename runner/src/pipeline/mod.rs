@@ -41,11 +41,31 @@
 //! | during or after 3, before 4 | appended (maybe partly: table but not DLQ) | appends at `X`/`Y`: ALREADY_EXISTS for what landed, OK for the rest |
 //! | after 4 | done | continues from the commit's positions |
 //!
-//! A logged batch is never re-cut: recovery reads exactly its ranges. If a logged
-//! stream is gone (finalized, expired, emulator restarted), offsets cannot
-//! deduplicate any more: a committed shard just opens a new stream (nothing at risk);
-//! a shard with an uncommitted batch re-appends it on a new stream and says loudly
-//! that the batch may now be duplicated.
+//! Each row of the table has a named crash point (the `failpoints` feature, see
+//! [`crate::crash_point`]) and a test that aborts there and restarts
+//! (`runner/tests/crash_points.rs`): `eo::before_offset_log` (before 2),
+//! `eo::after_offset_log` (between 2 and 3), `eo::between_requests` and
+//! `eo::after_main_append` (during 3), `eo::before_commit_log` (after 3, before 4),
+//! `eo::after_commit_log` (after 4), and on the recovery path
+//! `eo::replay_before_append` and `eo::after_relog_before_append`.
+//!
+//! A logged batch is never re-cut: recovery reads exactly its ranges, maps them with
+//! the schema the entry names (a copy of every schema is kept under `schemas/`),
+//! moves the messages the entry says BigQuery refused to the dead-letter rows, and
+//! checks row counts and CRC32C digests against the entry before it appends; if they
+//! differ, the job stops and says what differs instead of writing at a wrong offset.
+//!
+//! A restart reuses the logged streams without asking BigQuery about them first
+//! (`WriteStream.commit_time` is set on every COMMITTED stream from its creation, so
+//! it says nothing about whether the stream still takes rows). If an append says
+//! the stream is gone (NOT_FOUND, or a StorageError STREAM_NOT_FOUND,
+//! STREAM_FINALIZED or INVALID_STREAM_STATE), offsets cannot deduplicate against it
+//! any more: the shard opens a new stream, and if the batch had been sent before it
+//! counts the batch as possibly duplicated (summary and `/metrics`).
+//!
+//! A batch goes out as one or more requests under the 10 MB request limit; rows too
+//! large for any request go to the dead-letter table. Transient errors are retried
+//! without an overall limit ([`sink`]). One process per job: [`lock`].
 //!
 //! # At-least-once (`useStorageWriteApiAtLeastOnce=true` or the experiment)
 //! Rows go to the tables' `_default` streams without offsets, then the commit log
@@ -57,7 +77,9 @@
 //! it holds through step 4 and the job exits 0. A restart with the same job name
 //! resumes from the logs.
 
+pub mod lock;
 pub mod pool;
+pub mod positions;
 pub mod shard;
 pub mod sink;
 pub mod worker;
@@ -70,7 +92,7 @@ use crate::transform::Mapper;
 use anyhow::{bail, Context, Result};
 use prost_types::DescriptorProto;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -94,20 +116,40 @@ pub struct JobIdentity {
     pub shards: usize,
 }
 
+/// A schema ready to map with: the mapper, its row descriptor and its fingerprint.
+pub struct Mapping {
+    /// [`Schema::fingerprint`].
+    pub fingerprint: String,
+    /// Message → row.
+    pub mapper: Mapper,
+    /// The rows' protobuf descriptor.
+    pub descriptor: DescriptorProto,
+}
+
+impl Mapping {
+    fn new(schema: Schema, max_row_bytes: usize) -> Mapping {
+        Mapping { fingerprint: schema.fingerprint(), descriptor: proto::descriptor(&schema, "Row"), mapper: Mapper::new(schema, max_row_bytes) }
+    }
+}
+
 /// Shared state of a running job.
 pub struct JobCtx {
     /// Configuration.
     pub cfg: KafkaToBqConfig,
     /// `<checkpoint-dir>/<job-name>`.
     pub job_dir: PathBuf,
-    /// Message → row.
-    pub mapper: Mapper,
-    /// Row descriptor of the table.
+    /// The table's current schema.
+    pub mapping: Arc<Mapping>,
+    /// Row descriptor of the table (the current schema).
     pub descriptor: DescriptorProto,
     /// Row descriptor of the dead-letter table.
     pub dlq_descriptor: DescriptorProto,
-    /// Start positions for partitions that have no checkpoint.
-    pub initial_positions: BTreeMap<i32, i64>,
+    /// Schemas that logged batches were mapped with, by fingerprint (loaded on demand).
+    mappings: std::sync::Mutex<HashMap<String, Arc<Mapping>>>,
+    /// Where each partition starts when a shard has no position for it.
+    start_positions: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// The earliest offset stored per partition when the job started.
+    retention_floors: std::sync::Mutex<BTreeMap<i32, i64>>,
     /// Storage Write client (None for the stats sink).
     pub write_client: Option<WriteClient>,
     /// Counters and latencies.
@@ -118,15 +160,71 @@ pub struct JobCtx {
     pub last_read_ms: AtomicI64,
     /// Shards processing a batch right now; the job is only idle when this is 0.
     pub busy: AtomicUsize,
+    /// The job directory's lock, held for the job's life.
+    _lock: lock::JobLock,
 }
 
 impl JobCtx {
     /// Messages waiting in Kafka: each partition's high watermark minus its committed
-    /// position (or its start position before the first commit).
+    /// position (before the first commit of this run, its checkpoint position).
     pub fn backlog(&self, high_watermarks: &BTreeMap<i32, i64>) -> i64 {
         let pos = self.positions.lock().expect("positions lock");
-        high_watermarks.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or(self.initial_positions[p])).max(0)).sum()
+        high_watermarks.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0)).sum()
     }
+
+    /// Where partition `p` starts when its shard has no position for it.
+    pub fn start_position(&self, p: i32) -> i64 {
+        self.start_positions.lock().expect("start positions lock").get(&p).copied().unwrap_or(0)
+    }
+
+    /// The earliest offset of `p` still stored when the job started (or was found).
+    pub fn retention_floor(&self, p: i32) -> i64 {
+        self.retention_floors.lock().expect("floors lock").get(&p).copied().unwrap_or(0)
+    }
+
+    /// The mapping for a logged schema fingerprint (None: the current schema).
+    pub fn mapping(&self, fingerprint: Option<&str>) -> Result<Arc<Mapping>> {
+        let fp = match fingerprint {
+            None => return Ok(self.mapping.clone()),
+            Some(fp) if fp == self.mapping.fingerprint => return Ok(self.mapping.clone()),
+            Some(fp) => fp,
+        };
+        if let Some(m) = self.mappings.lock().expect("mappings lock").get(fp) {
+            return Ok(m.clone());
+        }
+        let path = schema_path(&self.job_dir, fp);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("job {}: a logged batch was mapped with schema {fp}, but its copy {} cannot be read", self.cfg.job_name, path.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
+        tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
+        let m = Arc::new(Mapping::new(schema, self.mapping.mapper.max_row_bytes()));
+        self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
+        Ok(m)
+    }
+
+    /// Add partitions found while running: they start at `lows` (their earliest offsets).
+    pub fn add_partitions(&self, lows: &BTreeMap<i32, i64>) {
+        self.start_positions.lock().expect("start positions lock").extend(lows);
+        self.retention_floors.lock().expect("floors lock").extend(lows);
+    }
+}
+
+fn schema_path(job_dir: &Path, fingerprint: &str) -> PathBuf {
+    job_dir.join("schemas").join(format!("{fingerprint}.json"))
+}
+
+/// Keep a copy of the schema batches are mapped with, so a replay after a schema
+/// change maps them the same way.
+fn store_schema(job_dir: &Path, m: &Mapping) -> Result<()> {
+    let path = schema_path(job_dir, &m.fingerprint);
+    if path.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().expect("schemas dir"))?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&m.mapper.schema().to_json())?)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A finished run.
@@ -173,11 +271,34 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
     }
 }
 
+/// Plan where every partition starts (see [`positions`]), report retention gaps and
+/// new partitions, and remember the partitions the job now knows.
+async fn start_positions(cfg: &KafkaToBqConfig, job_dir: &Path, partitions: &[i32], existed: bool, stats: &JobStats) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
+    let checkpoint = positions::checkpoint_positions(job_dir)?;
+    let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
+    let initial = cfg.source.initial_positions(partitions).await?;
+    let lows = cfg.source.low_watermarks(partitions).await?;
+    let plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &lows);
+    for g in &plan.gaps {
+        tracing::error!(job = %cfg.job_name, topic = %cfg.source.topic, partition = g.partition, from = g.from, to = g.to, lost = g.lost(),
+            "retention deleted records this job had not read: they are lost; continuing at the earliest stored offset");
+    }
+    let lost: i64 = plan.gaps.iter().map(positions::Gap::lost).sum();
+    stats.note(|r| r.offsets_lost_to_retention += lost as u64);
+    if !plan.new_partitions.is_empty() {
+        tracing::info!(job = %cfg.job_name, partitions = ?plan.new_partitions, "partitions added since the job last ran start at their earliest offset");
+        stats.note(|r| r.partitions_discovered += plan.new_partitions.len() as u64);
+    }
+    positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>()).with_context(|| format!("writing {}", job_dir.display()))?;
+    Ok((plan.positions, lows))
+}
+
 /// Run a kafka-to-bq job until it is cancelled (or idle for `--idle-timeout`).
 pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option<Endpoints>, cancel_tx: watch::Sender<bool>, web: Option<flexrun_web::JobRegistry>) -> Result<RunReport> {
     let started = Instant::now();
     let partitions = cfg.source.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
+    let job_lock = lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
     let want = JobIdentity {
         template: "kafka-to-bq".into(),
         topic: cfg.source.topic.clone(),
@@ -186,9 +307,11 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
         delivery: cfg.delivery.as_str().into(),
         shards: cfg.shard_count(partitions.len()),
     };
+    let existed = job_dir.join("job.json").exists();
     let identity = check_identity(&job_dir, &want)?;
     let shards = identity.shards;
-    let initial_positions = cfg.source.initial_positions(&partitions).await?;
+    let stats = Arc::new(JobStats::default());
+    let (start_positions, floors) = start_positions(&cfg, &job_dir, &partitions, existed, &stats).await?;
 
     let (schema, write_client) = match (&cfg.sink, &endpoints) {
         (SinkKind::Stats { schema_file }, _) => {
@@ -207,21 +330,26 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
         (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
     };
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
-    let descriptor = proto::descriptor(&schema, "Row");
-    let dlq_descriptor = proto::descriptor(&crate::dlq::write_schema(), "DeadLetter");
-    let stats = Arc::new(JobStats::default());
+    // A row must fit in one AppendRows request with room to spare; larger ones are
+    // dead-lettered as "Row payload too large".
+    let max_row = cfg.max_row_bytes.min(crate::bigquery::write::MAX_REQUEST_ROW_BYTES - 16);
+    let mapping = Arc::new(Mapping::new(schema, max_row));
+    store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
-        mapper: Mapper::new(schema, cfg.max_row_bytes),
+        descriptor: mapping.descriptor.clone(),
+        mapping,
         cfg,
         job_dir,
-        descriptor,
-        dlq_descriptor,
-        initial_positions,
+        dlq_descriptor: proto::descriptor(&crate::dlq::write_schema(), "DeadLetter"),
+        mappings: std::sync::Mutex::new(HashMap::new()),
+        start_positions: std::sync::Mutex::new(start_positions),
+        retention_floors: std::sync::Mutex::new(floors),
         write_client,
         stats: stats.clone(),
         positions: std::sync::Mutex::new(BTreeMap::new()),
         last_read_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
         busy: AtomicUsize::new(0),
+        _lock: job_lock,
     });
 
     let shard_list: Vec<(usize, Vec<i32>)> = (0..shards)
@@ -253,7 +381,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
     if let Some(w) = &web {
         w.register(&ctx.cfg.job_name, "kafka-to-bq", ctx.cfg.delivery.as_str());
     }
-    let r = run_pool(&ctx, shard_list, &partitions, started, cancel_tx, web.clone()).await;
+    let r = run_pool(&ctx, shard_list, shards, &partitions, started, cancel_tx, web.clone()).await;
     if let Some(w) = &web {
         w.set_status(&ctx.cfg.job_name, if r.is_ok() { "drained" } else { "failed" });
     }
@@ -268,6 +396,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
 async fn run_pool(
     ctx: &Arc<JobCtx>,
     shard_list: Vec<(usize, Vec<i32>)>,
+    shard_count: usize,
     partitions: &[i32],
     started: Instant,
     cancel_tx: watch::Sender<bool>,
@@ -275,7 +404,7 @@ async fn run_pool(
 ) -> Result<(Vec<flexrun_autoscaler::Decision>, u32)> {
     use flexrun_autoscaler::{Algorithm, Snapshot};
     let pc = ctx.cfg.pool.clone();
-    let mut pool = pool::Pool::new(ctx.clone(), shard_list, pc.capacity);
+    let mut pool = pool::Pool::new(ctx.clone(), shard_list, shard_count, pc.capacity);
     let limits = pc.limits(pool.max_parallelism());
     let initial = pc.num_workers.clamp(pc.min_workers, pc.max_workers).min(pool.max_parallelism());
     if initial < pc.num_workers {
@@ -290,6 +419,8 @@ async fn run_pool(
     let mut last_hw: Option<i64> = None;
     let mut publisher = web.map(|w| Publisher::new(w, ctx.cfg.job_name.clone(), ctx.cfg.pool.vcpus_per_worker));
     let mut last_utilization = 0.0;
+    let mut partitions = partitions.to_vec();
+    let mut next_discovery = Instant::now();
     let result: Result<()> = loop {
         tokio::select! {
             _ = cancel.changed() => break Ok(()),
@@ -300,14 +431,21 @@ async fn run_pool(
             let _ = cancel_tx.send(true);
             break Err(e);
         }
+        if next_discovery.elapsed() >= PARTITION_DISCOVERY_INTERVAL {
+            next_discovery = Instant::now();
+            if let Err(e) = discover_partitions(ctx, &mut partitions, &mut pool).await {
+                let _ = cancel_tx.send(true);
+                break Err(e);
+            }
+        }
         if let Some(p) = publisher.as_mut() {
-            p.maybe_publish(ctx, partitions, started, pool.workers(), decisions.last().map_or(pool.workers(), |d| d.to), last_utilization).await;
+            p.maybe_publish(ctx, &partitions, started, pool.workers(), decisions.last().map_or(pool.workers(), |d| d.to), last_utilization).await;
         }
         if Instant::now() < next_decision || pc.algorithm == Algorithm::None {
             continue;
         }
         next_decision = Instant::now() + pc.interval;
-        let hw = match ctx.cfg.source.high_watermarks(partitions).await {
+        let hw = match ctx.cfg.source.high_watermarks(&partitions).await {
             Ok(hw) => hw,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the topic's high watermarks; skipping this autoscaling window");
@@ -358,6 +496,32 @@ async fn run_pool(
     Ok((decisions, workers))
 }
 
+/// How often a running job looks for partitions added to its topic.
+pub const PARTITION_DISCOVERY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Look for new partitions; each starts at its earliest offset on the shard
+/// `p % shards`, which is restarted (after its open batch commits) to take it.
+async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool: &mut pool::Pool) -> Result<()> {
+    let now = match ctx.cfg.source.partitions().await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the topic's partitions; will try again");
+            return Ok(());
+        }
+    };
+    let new: Vec<i32> = now.iter().copied().filter(|p| !partitions.contains(p)).collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let lows = ctx.cfg.source.low_watermarks(&new).await?;
+    ctx.add_partitions(&lows);
+    partitions.extend(&new);
+    positions::write_known(&ctx.job_dir, &partitions.iter().copied().collect()).with_context(|| format!("writing {}", ctx.job_dir.display()))?;
+    ctx.stats.note(|r| r.partitions_discovered += new.len() as u64);
+    tracing::info!(job = %ctx.cfg.job_name, partitions = ?new, "new partitions found: they start at their earliest offset");
+    pool.add_partitions(&new).await
+}
+
 /// Publishes a job's state to the web registry about once a second.
 struct Publisher {
     jobs: flexrun_web::JobRegistry,
@@ -406,6 +570,7 @@ impl Publisher {
             rows_written: s.rows_written,
             dead_lettered: s.dead_lettered,
             stages,
+            events: s.reliability.events(),
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;

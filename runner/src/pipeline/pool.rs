@@ -28,12 +28,15 @@ pub struct Pool {
     workers: Vec<Arc<WorkerSlot>>,
     running: BTreeMap<usize, Running>,
     capacity: Option<Capacity>,
+    /// The job's shard count (fixed in its checkpoint).
+    shard_count: usize,
 }
 
 impl Pool {
-    /// A pool for these shards (id and partitions); nothing runs until [`Pool::resize`].
-    pub fn new(ctx: Arc<JobCtx>, shards: Vec<(usize, Vec<i32>)>, capacity: Option<Capacity>) -> Pool {
-        Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), capacity }
+    /// A pool for these shards (id and partitions) out of `shard_count`; nothing
+    /// runs until [`Pool::resize`].
+    pub fn new(ctx: Arc<JobCtx>, shards: Vec<(usize, Vec<i32>)>, shard_count: usize, capacity: Option<Capacity>) -> Pool {
+        Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), capacity, shard_count }
     }
 
     /// The number of workers.
@@ -53,7 +56,7 @@ impl Pool {
         let (stop, stop_rx) = watch::channel(false);
         let ctx = self.ctx.clone();
         let worker = slot.id;
-        let handle = tokio::spawn(async move { Shard::open(id, ctx, parts, slot).await?.run(stop_rx).await.with_context(|| format!("shard {id}")) });
+        let handle = tokio::spawn(async move { Shard::open(id, ctx, parts, slot, stop_rx).await?.run().await.with_context(|| format!("shard {id}")) });
         self.running.insert(id, Running { worker, stop, handle });
     }
 
@@ -78,6 +81,34 @@ impl Pool {
         }
         for pos in 0..self.shards.len() {
             if !self.running.contains_key(&self.shards[pos].0) {
+                self.spawn(pos);
+            }
+        }
+        Ok(())
+    }
+
+    /// Give new partitions to their shards (`p % shard count`) and restart those
+    /// shards so they read them: each finishes its open batch first.
+    pub async fn add_partitions(&mut self, new: &[i32]) -> Result<()> {
+        let n = self.shard_count;
+        let mut touched = Vec::new();
+        for p in new {
+            let id = (*p as usize) % n;
+            match self.shards.iter().position(|(s, _)| *s == id) {
+                Some(pos) => self.shards[pos].1.push(*p),
+                None => self.shards.push((id, vec![*p])),
+            }
+            touched.push(id);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            if let Some(r) = self.running.remove(&id) {
+                let _ = r.stop.send(true);
+                r.handle.await.context("shard task")??;
+            }
+            let pos = self.shards.iter().position(|(s, _)| *s == id).expect("added above");
+            if !self.workers.is_empty() {
                 self.spawn(pos);
             }
         }

@@ -1,9 +1,15 @@
 //! One shard: a set of partitions, its consumer, its write streams and its logs.
+//!
+//! [`Shard::open`] recovers from the logs; [`Shard::run`] collects batches and
+//! hands each to [`Shard::process`], which maps it ([`map_batch`]), verifies a replay
+//! against its log entry ([`verify_replay`]), and runs the commit protocol
+//! (log → append → commit) described in the module above.
 
-use super::sink::Target;
+use super::sink::{with_retries, BatchAppend, RetryCtl, Target};
 use super::worker::WorkerSlot;
-use super::JobCtx;
-use crate::bigquery::write::{AppendOutcome, WriteClient};
+use super::{JobCtx, Mapping};
+use crate::bigquery::write::{WriteClient, WriteError};
+use crate::bigquery::TableRef;
 use crate::config::Delivery;
 use crate::dlq::{self, RecordRef};
 use crate::kafka;
@@ -16,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// How long an open batch waits for one more message before it is flushed.
 const IDLE_FLUSH: Duration = Duration::from_millis(20);
@@ -46,6 +53,7 @@ pub struct Shard {
     writer: Writer,
     stages: StageStats,
     slot: Arc<WorkerSlot>,
+    retry: RetryCtl,
 }
 
 /// A batch mapped to rows: table rows (with the message each came from), dead-letter rows.
@@ -62,13 +70,20 @@ struct Cut {
     positions: BTreeMap<i32, i64>,
 }
 
+/// CRC32C over rows, each prefixed by its length: what a log entry records so that a
+/// replay can prove it re-sends the same rows.
+pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
+    rows.iter().fold(0, |c, r| crc32c::crc32c_append(crc32c::crc32c_append(c, &(r.len() as u64).to_le_bytes()), r))
+}
+
 impl Shard {
-    /// Open the shard's logs, recover, and get its streams ready.
-    pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>, slot: Arc<WorkerSlot>) -> Result<Shard> {
+    /// Open the shard's logs, recover, and get its streams ready. `stop` ends a
+    /// retry wait (a drain or a move).
+    pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>, slot: Arc<WorkerSlot>, stop: watch::Receiver<bool>) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
         let log = ShardLog::open_with(&dir, ctx.cfg.progress.purge)?;
         let recovery = log.recover()?;
-        let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, ctx.initial_positions[p])).collect();
+        let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, ctx.start_position(*p))).collect();
         let (last, replay, next_batch) = match &recovery {
             Recovery::Fresh => (None, None, 1),
             Recovery::Clean { last, commit } => {
@@ -80,27 +95,22 @@ impl Shard {
                 (Some(e.clone()), Some(e.clone()), e.batch)
             }
         };
+        // Offsets that retention deleted were counted once at job start; skip them.
+        for (p, pos) in positions.iter_mut() {
+            *pos = (*pos).max(ctx.retention_floor(*p));
+        }
+        let retry = RetryCtl { stop, stats: ctx.stats.clone() };
         let consumer = ctx.cfg.source.consumer()?;
-        let writer = match &ctx.write_client {
-            None => Writer::Stats,
-            Some(client) => {
-                let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
-                let main = open_target(client, &ctx.cfg.table, last.as_ref().and_then(|e| e.main.clone()), replay.is_some(), exactly, ctx.descriptor.clone(), id).await?;
-                let dlq = match &ctx.cfg.dlq {
-                    Some(t) => Some(open_target(client, t, last.as_ref().and_then(|e| e.dlq.clone()), replay.is_some(), exactly, ctx.dlq_descriptor.clone(), id).await?),
-                    None => None,
-                };
-                Writer::Bq { client: client.clone(), main, dlq }
-            }
-        };
+        let writer = open_writer(&ctx, id, last.as_ref(), replay.is_some(), &mut retry.clone()).await?;
         let (log, progress) = if ctx.cfg.progress.async_progress && ctx.cfg.delivery == Delivery::AtLeastOnce {
             (None, Some(AsyncProgress::start(log, ctx.cfg.progress.interval)))
         } else {
             (Some(log), None)
         };
-        let mut shard = Shard { id, ctx, log, progress, consumer, positions, next_batch, writer, stages: StageStats::default(), slot };
+        let mut shard = Shard { id, ctx, log, progress, consumer, positions, next_batch, writer, stages: StageStats::default(), slot, retry };
         if let Some(e) = replay {
             shard.replay(e).await?;
+            shard.retarget_after_replay().await?;
         }
         kafka::assign(&shard.consumer, &shard.ctx.cfg.source.topic, &shard.positions)?;
         tracing::info!(shard = id, worker = shard.slot.id, partitions = ?partitions, next_batch = shard.next_batch, "shard ready");
@@ -112,6 +122,15 @@ impl Shard {
     async fn replay(&mut self, e: OffsetEntry) -> Result<()> {
         tracing::warn!(shard = self.id, batch = e.batch, ranges = ?e.ranges, "replaying a batch that was logged but not committed");
         let topic = self.ctx.cfg.source.topic.clone();
+        for (p, (a, _)) in &e.ranges {
+            let floor = self.ctx.retention_floor(*p);
+            if *a < floor {
+                bail!(
+                    "job {} shard {}: the uncommitted batch {} needs {topic}/{p} from offset {a}, but retention deleted everything below {floor}; it cannot be replayed, so exactly-once cannot be kept for it. Move the job's checkpoint aside to start over",
+                    self.ctx.cfg.job_name, self.id, e.batch
+                );
+            }
+        }
         let from: BTreeMap<i32, i64> = e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect();
         kafka::assign(&self.consumer, &topic, &from)?;
         let mut pending: BTreeMap<i32, i64> = e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
@@ -131,21 +150,46 @@ impl Shard {
                 }
             }
         }
+        crate::crash_point!("eo::replay_before_append");
         let cut = Cut { msgs, ranges: e.ranges.clone(), positions: e.positions.clone() };
-        self.process(e.batch, cut, Some(&e)).await?;
+        self.process(e.batch, cut, Some(&e)).await
+    }
+
+    /// After a replay finished on the logged streams, move a target whose table is no
+    /// longer the configured one (a changed `outputDeadletterTable`) to a new stream
+    /// on the configured table.
+    async fn retarget_after_replay(&mut self) -> Result<()> {
+        let Writer::Bq { client, dlq, .. } = &mut self.writer else { return Ok(()) };
+        match (&self.ctx.cfg.dlq, dlq.as_mut()) {
+            (Some(want), Some(d)) if d.table != *want => {
+                let stream = new_stream(client, want, &mut self.retry).await?;
+                tracing::info!(shard = self.id, from = %d.table, to = %want, %stream, "the dead-letter table changed: new batches go to a new stream on it");
+                d.table = want.clone();
+                d.replace_stream(stream);
+            }
+            (None, Some(_)) => *dlq = None,
+            _ => {}
+        }
         Ok(())
     }
 
-    /// Read, batch and write until `stop` becomes true (a drain, or a move to another
-    /// worker), then finish the open batch through its commit.
-    pub async fn run(mut self, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
-        let cancel = &mut stop;
+    /// Read, batch and write until the stop signal (a drain, or a move to another
+    /// worker), then finish the open batch through its commit. A batch interrupted
+    /// while waiting out a BigQuery outage stays in the offset log for the next owner.
+    pub async fn run(mut self) -> Result<()> {
+        let mut cancel = self.retry.stop.clone();
         loop {
-            let cut = self.collect(cancel).await?;
+            let cut = self.collect(&mut cancel).await?;
             let draining = *cancel.borrow();
             if !cut.msgs.is_empty() {
                 let batch = self.next_batch;
-                self.process(batch, cut, None).await?;
+                match self.process(batch, cut, None).await {
+                    Err(e) if is_interrupted(&e) => {
+                        tracing::warn!(shard = self.id, batch, "stopped while BigQuery was failing: the batch is logged and will be replayed by the next run");
+                        return Ok(());
+                    }
+                    r => r?,
+                }
             }
             if draining {
                 if let Some(p) = self.progress.take() {
@@ -159,7 +203,7 @@ impl Shard {
 
     /// Gather one batch: until it is full, the triggering frequency has passed since
     /// its first message, the source has nothing more for a moment, or a drain starts.
-    async fn collect(&mut self, cancel: &mut tokio::sync::watch::Receiver<bool>) -> Result<Cut> {
+    async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
         let cfg = &self.ctx.cfg;
         let mut msgs: Vec<OwnedMessage> = Vec::new();
         let mut bytes = 0usize;
@@ -223,122 +267,126 @@ impl Shard {
 
     async fn process_inner(&mut self, batch: u64, mut cut: Cut, replay: Option<&OffsetEntry>) -> Result<()> {
         let ctx = self.ctx.clone();
-        let cfg = &ctx.cfg;
-        let topic = cfg.source.topic.as_str();
         // Replays must map to the same rows in the same order.
         cut.msgs.sort_by_key(|m| (m.partition(), m.offset()));
         let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
         counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
-        let slot = self.slot.clone();
-        let stages = &mut self.stages;
-        let Mapped { mut rows, mut row_src, mut dlq_rows } = slot.work(counts.read, counts.bytes, || map_batch(&ctx, &cut, stages, &mut counts)).await?;
+        let mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
+        let has_dlq = match &self.writer {
+            Writer::Bq { dlq, .. } => dlq.is_some(),
+            Writer::Stats => ctx.cfg.dlq.is_some(),
+        };
+        let (slot, stages) = (self.slot.clone(), &mut self.stages);
+        let mut mapped = slot.work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts)).await?;
+        let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
+        apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
         let t_write = Instant::now();
-        match &mut self.writer {
-            Writer::Stats => {
-                // Keep the write-ahead log as exactly-once would, so the stats sink
-                // measures the runner's full cost.
-                if cfg.delivery == Delivery::ExactlyOnce && replay.is_none() {
-                    self.log.as_mut().expect(OWNS_LOGS).log_offsets(&OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), main: None, dlq: None })?;
-                }
+        if matches!(self.writer, Writer::Stats) {
+            // Keep the write-ahead log as exactly-once would, so the stats sink
+            // measures the runner's full cost.
+            if ctx.cfg.delivery == Delivery::ExactlyOnce && replay.is_none() {
+                let entry = OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), ..Default::default() };
+                self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
             }
-            Writer::Bq { client, main, dlq } => {
-                let exactly = cfg.delivery == Delivery::ExactlyOnce;
-                // In a replay the targets were opened at the logged offsets (or at 0 on a
-                // new stream, in which case the batch is logged again with the new slot).
-                let mut x = main.next;
-                let y = dlq.as_ref().map(|d| d.next);
-                let same_streams = |e: &OffsetEntry| {
-                    e.main.as_ref().map(|s| &s.stream) == Some(&main.stream) && e.dlq.as_ref().map(|s| &s.stream) == dlq.as_ref().map(|d| &d.stream)
-                };
-                let mut must_log = !replay.is_some_and(same_streams);
-                loop {
-                    if exactly && std::mem::take(&mut must_log) {
-                        let entry = OffsetEntry {
-                            batch,
-                            ranges: cut.ranges.clone(),
-                            positions: cut.positions.clone(),
-                            main: Some(StreamSlot { stream: main.stream.clone(), offset: x, rows: rows.len() as i64 }),
-                            dlq: dlq.as_ref().map(|d| StreamSlot { stream: d.stream.clone(), offset: y.unwrap_or(0), rows: dlq_rows.len() as i64 }),
-                        };
-                        self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
-                    }
-                    if rows.is_empty() {
-                        break;
-                    }
-                    let offset = exactly.then_some(x);
-                    match main.append(client, &rows, offset).await {
-                        Ok(AppendOutcome::Appended) => break,
-                        Ok(AppendOutcome::AlreadyExists) => {
-                            counts.already_existed += 1;
-                            break;
-                        }
-                        Ok(AppendOutcome::RowErrors(errs)) => {
-                            if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= rows.len()) {
-                                bail!("BigQuery reported an error for row {i} of a {}-row append to {}", rows.len(), main.table);
-                            }
-                            if cfg.dlq.is_none() {
-                                let (i, msg) = &errs[0];
-                                let m = &cut.msgs[row_src[*i]];
-                                bail!("BigQuery rejected record {topic}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", m.partition(), m.offset());
-                            }
-                            let rejected: BTreeMap<usize, String> = errs.into_iter().collect();
-                            let (kept, kept_src, refused) = split_rejected(rows, row_src, &rejected);
-                            for (msg_idx, why) in refused {
-                                let m = &cut.msgs[msg_idx];
-                                let mut out = Vec::new();
-                                dlq::encode(&record_ref(topic, m), "write", &format!("BigQuery rejected the row: {why}"), &mut out);
-                                dlq_rows.push(out);
-                                *counts.by_class.entry("rejected").or_default() += 1;
-                            }
-                            tracing::warn!(shard = self.id, batch, rejected = rejected.len(), "BigQuery rejected rows; they go to the dead-letter table");
-                            rows = kept;
-                            row_src = kept_src;
-                            must_log = true;
-                        }
-                        Err(crate::bigquery::write::WriteError::StreamGone { stream, message }) if exactly => {
-                            let new = client.create_committed_stream(&main.table).await?;
-                            tracing::error!(shard = self.id, batch, old = %stream, new = %new, %message,
-                                "write stream is gone: continuing on a new stream. If an earlier attempt of this batch landed on the old stream, its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
-                            main.replace_stream(new);
-                            x = 0;
-                            must_log = true;
-                        }
-                        Err(e) => return Err(e).with_context(|| format!("shard {} batch {batch}: appending {} rows to {}", self.id, rows.len(), main.table)),
-                    }
-                }
-                main.next = x + rows.len() as i64;
-                if let (Some(d), false) = (dlq.as_mut(), dlq_rows.is_empty()) {
-                    let at = y.unwrap_or(d.next);
-                    match d.append(client, &dlq_rows, exactly.then_some(at)).await {
-                        Ok(AppendOutcome::Appended) => {}
-                        Ok(AppendOutcome::AlreadyExists) => counts.already_existed += 1,
-                        Ok(AppendOutcome::RowErrors(errs)) => bail!("the dead-letter table {} rejected rows: {:?}", d.table, errs),
-                        Err(e) => return Err(e).with_context(|| format!("shard {} batch {batch}: appending {} dead-letter rows to {}", self.id, dlq_rows.len(), d.table)),
-                    }
-                    d.next = at + dlq_rows.len() as i64;
-                } else if let Some(d) = dlq.as_mut() {
-                    d.next = y.unwrap_or(d.next);
-                }
-            }
+        } else {
+            let mut entry = OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), schema: Some(mapping.fingerprint.clone()), rejected, ..Default::default() };
+            self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
         }
+        crate::crash_point!("eo::before_commit_log");
+        self.commit(batch, cut, mapped, counts, t_write)?;
+        crate::crash_point!("eo::after_commit_log");
+        Ok(())
+    }
+
+    /// Steps 2 and 3 of the protocol: log the batch (when its entry is new), append
+    /// its rows and dead-letter rows; on row errors or a lost stream, log again and
+    /// append again.
+    async fn write_bq(&mut self, entry: &mut OffsetEntry, cut: &Cut, mapped: &mut Mapped, mapping: &Mapping, replay: Option<&OffsetEntry>, counts: &mut BatchCounts) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
+        let Writer::Bq { client, main, dlq } = &mut self.writer else { unreachable!("write_bq is only called with a BigQuery writer") };
+        main.set_descriptor(mapping.descriptor.clone());
+        // In a replay the targets were opened at the logged offsets.
+        let mut x = main.next;
+        let mut y = dlq.as_ref().map(|d| d.next);
+        let mut attempted = replay.is_some();
+        let mut first = true;
+        loop {
+            entry.main = Some(slot_of(main, x, &mapped.rows));
+            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows));
+            if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
+                verify_replay(&ctx, self.id, logged, entry)?;
+            }
+            if exactly && replay.is_none_or(|r| r != &*entry) {
+                crate::crash_point!("eo::before_offset_log");
+                self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
+                crate::crash_point!("eo::after_offset_log");
+            }
+            let step = append_both(client, main, dlq.as_mut(), mapped, exactly.then_some(x), y.filter(|_| exactly), &mut self.retry).await;
+            let step = step.map_err(|e| anyhow::Error::new(e).context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table)))?;
+            match step {
+                Step::Done { already_existed } => {
+                    counts.already_existed += already_existed;
+                    break;
+                }
+                Step::RowErrors(errs) => {
+                    if dlq.is_none() {
+                        let (i, msg) = &errs[0];
+                        let m = &cut.msgs[mapped.row_src[*i]];
+                        bail!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset());
+                    }
+                    reject_rows(&ctx, cut, mapped, &errs, entry, counts)?;
+                    tracing::warn!(shard = self.id, batch = entry.batch, rejected = errs.len(), "BigQuery rejected rows; they go to the dead-letter table");
+                }
+                Step::StreamGone { table_main, stream, message } => {
+                    let target = if table_main { &mut *main } else { dlq.as_mut().expect("a dead-letter append failed, so there is a target") };
+                    let new = new_stream(client, &target.table, &mut self.retry).await?;
+                    ctx.stats.note(|r| r.streams_replaced += 1);
+                    if attempted {
+                        ctx.stats.note(|r| r.batches_possibly_duplicated += 1);
+                        tracing::error!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message,
+                            "write stream is gone: this batch had been sent before, so if that attempt landed its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
+                    } else {
+                        tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; this batch had not been sent, so nothing is duplicated");
+                    }
+                    target.replace_stream(new);
+                    if table_main {
+                        x = 0;
+                    } else {
+                        y = Some(0);
+                    }
+                }
+            }
+            attempted = true;
+            crate::crash_point!("eo::after_relog_before_append");
+        }
+        main.next = x + mapped.rows.len() as i64;
+        if let Some(d) = dlq.as_mut() {
+            d.next = y.unwrap_or(d.next) + mapped.dlq_rows.len() as i64;
+        }
+        Ok(())
+    }
+
+    /// Step 4: the commit log, the Kafka group commit, counters and latencies.
+    fn commit(&mut self, batch: u64, cut: Cut, mapped: Mapped, mut counts: BatchCounts, t_write: Instant) -> Result<()> {
+        let ctx = self.ctx.clone();
         let entry = CommitEntry { batch, positions: cut.positions.clone() };
         match &self.progress {
             Some(p) => p.update(entry),
             None => self.log.as_mut().expect(OWNS_LOGS).log_commit(&entry)?,
         }
         let acked = now_ms();
-        let write_us = t_write.elapsed().as_micros() as u64;
-        self.stages.record(2, write_us);
+        self.stages.record(2, t_write.elapsed().as_micros() as u64);
         for m in &cut.msgs {
             if let Some(ts) = m.timestamp().to_millis() {
                 self.stages.record(3, ((acked - ts).max(0) as u64) * 1000);
             }
         }
-        if cfg.commit_offsets {
-            kafka::commit_positions(&self.consumer, topic, &cut.positions);
+        if ctx.cfg.commit_offsets {
+            kafka::commit_positions(&self.consumer, &ctx.cfg.source.topic, &cut.positions);
         }
-        counts.written = rows.len() as u64;
-        counts.dead_lettered = dlq_rows.len() as u64;
+        counts.written = mapped.rows.len() as u64;
+        counts.dead_lettered = mapped.dlq_rows.len() as u64;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
         self.positions = cut.positions;
@@ -347,9 +395,103 @@ impl Shard {
     }
 }
 
+fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref::<WriteError>(), Some(WriteError::Interrupted { .. })))
+}
+
+fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
+    StreamSlot { stream: t.stream.clone(), offset, rows: rows.len() as i64, table: t.table.to_string(), digest: Some(rows_digest(rows)) }
+}
+
+/// What one round of appends came to.
+enum Step {
+    Done { already_existed: u64 },
+    RowErrors(Vec<(usize, String)>),
+    StreamGone { table_main: bool, stream: String, message: String },
+}
+
+/// Append the table rows, then the dead-letter rows.
+async fn append_both(client: &WriteClient, main: &mut Target, dlq: Option<&mut Target>, mapped: &Mapped, x: Option<i64>, y: Option<i64>, retry: &mut RetryCtl) -> Result<Step, WriteError> {
+    let gone = |table_main, e: WriteError| match e {
+        WriteError::StreamGone { stream, message } if x.is_some() => Ok(Step::StreamGone { table_main, stream, message }),
+        e => Err(e),
+    };
+    let mut already_existed = 0;
+    if !mapped.rows.is_empty() {
+        match main.append_batch(client, &mapped.rows, x, retry).await {
+            Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
+            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(errs)),
+            Err(e) => return gone(true, e),
+        }
+    }
+    crate::crash_point!("eo::after_main_append");
+    if let (Some(d), false) = (dlq, mapped.dlq_rows.is_empty()) {
+        match d.append_batch(client, &mapped.dlq_rows, y, retry).await {
+            Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
+            Ok(BatchAppend::RowErrors(errs)) => return Err(WriteError::Status { what: "AppendRows", code: "InvalidArgument".into(), message: format!("the dead-letter table {} rejected rows: {errs:?}", d.table), retryable: false }),
+            Err(e) => return gone(false, e),
+        }
+    }
+    Ok(Step::Done { already_existed })
+}
+
+/// A replayed batch must re-send exactly what its log entry says: the same row
+/// counts and digests on both streams. Anything else would put rows at offsets that
+/// do not match what is there, so the job stops and says what differs.
+fn verify_replay(ctx: &JobCtx, shard: usize, logged: &OffsetEntry, now: &OffsetEntry) -> Result<()> {
+    let pairs = [("table", &logged.main, &now.main), ("dead-letter table", &logged.dlq, &now.dlq)];
+    for (what, a, b) in pairs {
+        let (Some(a), Some(b)) = (a, b) else { continue };
+        let digest_differs = a.digest.is_some() && a.digest != b.digest;
+        if a.rows != b.rows || digest_differs {
+            bail!(
+                "job {} shard {shard}: replaying batch {} would not re-send what was logged for the {what}: logged {} rows (digest {:?}) at offset {} of {}, re-read {} rows (digest {:?}). The topic's data or the mapping changed since the crash; no row was written. Move the job's checkpoint directory aside to start over",
+                ctx.cfg.job_name, logged.batch, a.rows, a.digest, a.offset, a.stream, b.rows, b.digest
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Move the rows BigQuery refused (by row index) to the dead-letter rows and record
+/// them in the entry, so a replay does the same.
+fn reject_rows(ctx: &JobCtx, cut: &Cut, mapped: &mut Mapped, errs: &[(usize, String)], entry: &mut OffsetEntry, counts: &mut BatchCounts) -> Result<()> {
+    if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= mapped.rows.len()) {
+        bail!("BigQuery reported an error for row {i} of a {}-row append", mapped.rows.len());
+    }
+    let rejected: BTreeMap<usize, String> = errs.iter().cloned().collect();
+    let (kept, kept_src, refused) = split_rejected(std::mem::take(&mut mapped.rows), std::mem::take(&mut mapped.row_src), &rejected);
+    mapped.rows = kept;
+    mapped.row_src = kept_src;
+    for (msg_idx, why) in refused {
+        let m = &cut.msgs[msg_idx];
+        entry.rejected.push((m.partition(), m.offset(), why.clone()));
+        push_rejected_dlq_row(ctx, m, &why, mapped, counts);
+    }
+    Ok(())
+}
+
+fn push_rejected_dlq_row(ctx: &JobCtx, m: &OwnedMessage, why: &str, mapped: &mut Mapped, counts: &mut BatchCounts) {
+    let mut out = Vec::new();
+    dlq::encode(&record_ref(&ctx.cfg.source.topic, m), "write", &format!("BigQuery rejected the row: {why}"), &mut out);
+    mapped.dlq_rows.push(out);
+    *counts.by_class.entry("rejected").or_default() += 1;
+}
+
+/// In a replay, move the messages the log says BigQuery refused to the dead-letter
+/// rows, in the logged order, as the first attempt did.
+fn apply_rejections(ctx: &JobCtx, cut: &Cut, mapped: &mut Mapped, rejected: &[(i32, i64, String)], counts: &mut BatchCounts) {
+    for (p, o, why) in rejected {
+        let Some(k) = mapped.row_src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (*p, *o)) else { continue };
+        mapped.rows.remove(k);
+        let src = mapped.row_src.remove(k);
+        push_rejected_dlq_row(ctx, &cut.msgs[src], why, mapped, counts);
+    }
+}
+
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
 /// dead-letter row. Without a dead-letter table, a bad record stops the job.
-fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut BatchCounts) -> Result<Mapped> {
+fn map_batch(ctx: &JobCtx, mapping: &Mapping, cut: &Cut, has_dlq: bool, stages: &mut StageStats, counts: &mut BatchCounts) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
     let mut rows: Vec<Vec<u8>> = Vec::with_capacity(cut.msgs.len());
     let mut row_src: Vec<usize> = Vec::with_capacity(cut.msgs.len());
@@ -358,7 +500,7 @@ fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut Batc
         let value = m.payload().unwrap_or_default();
         let t = Instant::now();
         let mut row = Vec::with_capacity(value.len() + 16);
-        let r = ctx.mapper.map_into(value, &mut row);
+        let r = mapping.mapper.map_into(value, &mut row);
         stages.record(1, t.elapsed().as_micros() as u64);
         match r {
             Ok(()) => {
@@ -366,7 +508,7 @@ fn map_batch(ctx: &JobCtx, cut: &Cut, stages: &mut StageStats, counts: &mut Batc
                 row_src.push(i);
             }
             Err(e) => {
-                if ctx.cfg.dlq.is_none() {
+                if !has_dlq {
                     bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
                 }
                 let mut out = Vec::new();
@@ -405,33 +547,53 @@ fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {
     RecordRef { topic, partition: m.partition(), offset: m.offset(), timestamp_ms: m.timestamp().to_millis(), key: m.key(), value: m.payload().unwrap_or_default() }
 }
 
-/// The stream a shard writes to: the logged one if it is still usable, else a new one.
+/// The shard's writer: for BigQuery, the table and dead-letter targets as the logs
+/// leave them.
+async fn open_writer(ctx: &JobCtx, shard: usize, last: Option<&OffsetEntry>, replaying: bool, retry: &mut RetryCtl) -> Result<Writer> {
+    let Some(client) = &ctx.write_client else { return Ok(Writer::Stats) };
+    let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
+    let main = open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), replaying, exactly, ctx.descriptor.clone(), retry).await?;
+    // A replay finishes on the logged dead-letter stream even if the setting changed
+    // since; the shard moves to the configured table afterwards.
+    let dlq_table = match (last.and_then(|e| e.dlq.as_ref()), replaying) {
+        (Some(s), true) => TableRef::from_stream(&s.stream).or_else(|| ctx.cfg.dlq.clone()),
+        _ => ctx.cfg.dlq.clone(),
+    };
+    let dlq = match dlq_table {
+        Some(t) => Some(open_target(client, &t, last.and_then(|e| e.dlq.as_ref()), replaying, exactly, ctx.dlq_descriptor.clone(), retry).await?),
+        None => None,
+    };
+    tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), "write targets ready");
+    Ok(Writer::Bq { client: client.clone(), main, dlq })
+}
+
+/// The stream a shard writes to on `table`: the logged one if it belongs to that
+/// table, else a new one. Whether a stream still takes rows is not asked up front
+/// (`WriteStream.commit_time` says nothing about that: storage.proto, "If a stream
+/// is of `COMMITTED` type, then it will have a commit_time same as `create_time`"):
+/// the first append's own error says so, and the shard then moves to a new stream.
 async fn open_target(
     client: &WriteClient,
-    table: &crate::bigquery::TableRef,
-    logged: Option<StreamSlot>,
+    table: &TableRef,
+    logged: Option<&StreamSlot>,
     replaying: bool,
     exactly: bool,
     descriptor: prost_types::DescriptorProto,
-    shard: usize,
+    retry: &mut RetryCtl,
 ) -> Result<Target> {
     if !exactly {
         return Ok(Target::new(table.clone(), table.default_stream(), 0, descriptor));
     }
-    if let Some(slot) = logged {
-        if client.stream_usable(&slot.stream).await? {
-            let next = if replaying { slot.offset } else { slot.end() };
-            return Ok(Target::new(table.clone(), slot.stream, next, descriptor));
-        }
-        if replaying {
-            tracing::error!(shard, stream = %slot.stream, table = %table,
-                "the logged write stream is gone (finalized, expired, or the emulator restarted): the uncommitted batch is re-appended to a new stream, so if it had landed before the crash its rows are now duplicated");
-        } else {
-            tracing::warn!(shard, stream = %slot.stream, table = %table, "the logged write stream is gone; every logged batch was committed, so a new stream loses nothing");
-        }
+    if let Some(slot) = logged.filter(|s| TableRef::from_stream(&s.stream).as_ref() == Some(table)) {
+        let next = if replaying { slot.offset } else { slot.end() };
+        return Ok(Target::new(table.clone(), slot.stream.clone(), next, descriptor));
     }
-    let stream = client.create_committed_stream(table).await.with_context(|| format!("creating a COMMITTED write stream on {table}"))?;
+    let stream = new_stream(client, table, retry).await?;
     Ok(Target::new(table.clone(), stream, 0, descriptor))
+}
+
+async fn new_stream(client: &WriteClient, table: &TableRef, retry: &mut RetryCtl) -> Result<String> {
+    with_retries("CreateWriteStream", retry, || client.create_committed_stream(table)).await.with_context(|| format!("creating a COMMITTED write stream on {table}"))
 }
 
 #[cfg(test)]
@@ -440,7 +602,7 @@ mod tests {
 
     #[test]
     fn rows_bigquery_refuses_leave_the_batch_with_their_source_message() {
-        // bqemulator never returns per-row errors, so this split is tested here.
+        // bqemulator never returns per-row errors by itself, so this split is tested here.
         let rows = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()];
         let src = vec![0, 2, 3, 5];
         let rejected = BTreeMap::from([(1, "bad field".to_string()), (3, "too big".to_string())]);
@@ -450,5 +612,14 @@ mod tests {
         assert_eq!(refused, vec![(2, "bad field".to_string()), (5, "too big".to_string())]);
         let (kept, _, refused) = split_rejected(vec![b"x".to_vec()], vec![7], &BTreeMap::new());
         assert_eq!((kept.len(), refused.len()), (1, 0));
+    }
+
+    #[test]
+    fn the_digest_tells_row_order_and_boundaries_apart() {
+        let a = rows_digest(&[b"ab".to_vec(), b"c".to_vec()]);
+        assert_eq!(a, rows_digest(&[b"ab".to_vec(), b"c".to_vec()]));
+        assert_ne!(a, rows_digest(&[b"a".to_vec(), b"bc".to_vec()]));
+        assert_ne!(a, rows_digest(&[b"c".to_vec(), b"ab".to_vec()]));
+        assert_ne!(rows_digest(&[]), rows_digest(&[Vec::new()]));
     }
 }

@@ -130,11 +130,11 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
             messages += 1;
         }
         let n = rows.len() as i64;
-        let slot = StreamSlot { stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(), offset, rows: n };
+        let slot = StreamSlot { stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(), offset, rows: n, ..Default::default() };
         if let Some(log) = log.as_mut() {
             let ranges = BTreeMap::from([(0, (first as i64, messages as i64))]);
             let positions = BTreeMap::from([(0, messages as i64)]);
-            log.log_offsets(&OffsetEntry { batch: batch_id, ranges, positions, main: Some(slot.clone()), dlq: None })?;
+            log.log_offsets(&OffsetEntry { batch: batch_id, ranges, positions, main: Some(slot.clone()), ..Default::default() })?;
         }
         let req = AppendRowsRequest {
             write_stream: slot.stream.clone(),

@@ -95,6 +95,33 @@ impl Fixture {
     }
 }
 
+/// Ask the emulator launcher for faults (see scripts/bqemulator_launcher.py): POST
+/// `body` (JSON) to `/faults`, or to `path` itself when it starts with `/`.
+pub fn faults(path: &str, body: &str) -> serde_json::Value {
+    http("POST", if path.is_empty() { "/faults" } else { path }, body)
+}
+
+/// The launcher's Storage Write call counters.
+pub fn fault_stats() -> serde_json::Value {
+    http("GET", "/stats", "")
+}
+
+fn http(method: &str, path: &str, body: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = std::env::var("FLEXRUN_BQ_FAULTS").expect("FLEXRUN_BQ_FAULTS: run the tests with scripts/test.sh");
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect to the fault port");
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let json = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("fault server said {out:?}: {e}"))
+}
+
+/// The `--summary-json` a run wrote.
+pub fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("summary file")).expect("summary JSON")
+}
+
 /// `flexrun` with the stack's environment and the given arguments.
 pub fn flexrun(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_flexrun"));
@@ -104,9 +131,14 @@ pub fn flexrun(args: &[&str]) -> Command {
 
 /// Run a kafka-to-bq job to completion (it drains after `idle`).
 pub fn run_job(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Output {
+    job_cmd(job, ckpt, params, idle, extra).output().expect("run flexrun")
+}
+
+/// The command [`run_job`] runs, to add environment variables (e.g. FAILPOINTS).
+pub fn job_cmd(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Command {
     let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap(), "--idle-timeout", idle, "--parameters", params];
     args.extend_from_slice(extra);
-    flexrun(&args).output().expect("run flexrun")
+    flexrun(&args)
 }
 
 /// Start a kafka-to-bq job in the background.
