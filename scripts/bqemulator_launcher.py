@@ -36,12 +36,16 @@ stock emulator is lenient, the launcher makes it behave as documented:
    storage.proto, StorageErrorCode: "STREAM_FINALIZED = 6; Stream is finalized."
    The code and message are those the Java client's integration tests see from the
    real service ("Stream has been finalized").
-8. Fault injection for tests, on loopback HTTP (FLEXRUN_BQ_FAULT_PORT):
+8. A table widened with tables.patch/update (a NULLABLE column added, the documented way
+   to add a column) gets the column in its storage too. Stock: only the catalog changes,
+   and every later append fails with "table has 3 columns but 4 values were supplied".
+9. Fault injection for tests, on loopback HTTP (FLEXRUN_BQ_FAULT_PORT):
    POST /faults with JSON, any of
      {"fail_next": N, "code": "UNAVAILABLE"}   the next N Storage Write calls fail
      {"fail_for_s": S, "code": "RESOURCE_EXHAUSTED"}   every call fails for S s
-     {"reject_rows_containing": "text"}   rows with that text in a STRING column
-                                          get row_errors (nothing written)
+     {"reject_rows_containing": "text", "reject_table": "dataset.table"}
+                                          rows of that table with that text in a STRING
+                                          column get row_errors (nothing written)
      {"finalize_table": "dataset.table"}  finalize every COMMITTED stream of it
      {"drop_table_streams": "dataset.table"}  forget them (an expired stream)
    POST /reset clears all faults; GET /stats returns call counters.
@@ -93,6 +97,7 @@ class _Faults:
             self.fail_until = 0.0
             self.code = "UNAVAILABLE"
             self.reject = None
+            self.reject_table = None
             self.stats = {"create_write_stream": 0, "get_write_stream": 0, "append_requests": 0, "injected_failures": 0, "rows_rejected": 0}
 
     def count(self, key, n=1):
@@ -136,9 +141,9 @@ def _response_with_status(stream_name, status):
     return types.AppendRowsResponse.serialize(types.AppendRowsResponse(write_stream=stream_name, error=status))
 
 
-def _rows_to_reject(rows_table):
-    marker = FAULTS.reject
-    if not marker:
+def _rows_to_reject(stream_name, rows_table):
+    marker, table = FAULTS.reject, FAULTS.reject_table
+    if not marker or (table and f"/datasets/{table.replace('.', '/tables/', 1)}/streams/" not in stream_name):
         return []
     import pyarrow as pa
 
@@ -167,7 +172,7 @@ def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_
     ws = write_servicer
     strategy = ws.select_strategy(bound_stream.stream_type)
     with bound_stream.lock:
-        rejected = _rows_to_reject(rows_table)
+        rejected = _rows_to_reject(bound_stream.name, rows_table)
         if rejected:
             FAULTS.count("rows_rejected", len(rejected))
             return _row_errors_response(bound_stream.name, rejected)
@@ -288,6 +293,7 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
                 FAULTS.fail_until = time.monotonic() + float(body["fail_for_s"])
             if "reject_rows_containing" in body:
                 FAULTS.reject = body["reject_rows_containing"] or None
+                FAULTS.reject_table = body.get("reject_table")
         if "finalize_table" in body:
             from bqemulator.streaming.write_stream import WriteStreamState
 
@@ -306,6 +312,26 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _adding_columns(orig):
+    def update_table(self, table):
+        """The repository's update_table, then ALTER TABLE ADD COLUMN for each new
+        top-level scalar column, so storage matches the catalog."""
+        from bqemulator.storage.sql_identifiers import quoted_table_ref
+        from bqemulator.storage.type_map import bq_to_duckdb
+
+        old = self.get_table(table.project_id, table.dataset_id, table.table_id)
+        before = {f.name for f in old.schema_.fields} if old is not None and old.schema_ else set()
+        updated = orig(self, table)
+        engine = getattr(self, "_engine", None)
+        for f in updated.schema_.fields if updated.schema_ and engine is not None else []:
+            if f.name not in before and not f.fields:
+                ref = quoted_table_ref(table.project_id, table.dataset_id, table.table_id)
+                engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{f.name}" {bq_to_duckdb(f.type)}')
+        return updated
+
+    return update_table
+
+
 def _start_fault_server():
     port = int(os.environ.get("FLEXRUN_BQ_FAULT_PORT", "0") or 0)
     if port:
@@ -313,7 +339,12 @@ def _start_fault_server():
         threading.Thread(target=srv.serve_forever, name="flexrun-faults", daemon=True).start()
 
 
+from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository  # noqa: E402
+from bqemulator.catalog.memory_repository import MemoryCatalogRepository  # noqa: E402
+
 for owner, name in [
+    (DuckDBCatalogRepository, "update_table"),
+    (MemoryCatalogRepository, "update_table"),
     (snapshots.SnapshotManager, "record_change"),
     (write_servicer, "_table_arrow_schema"),
     (write_servicer.BigQueryWriteHandler, "_perform_append"),
@@ -350,6 +381,8 @@ write_servicer.BigQueryWriteHandler.__init__ = _init
 write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
 write_servicer.BigQueryWriteHandler._handle_get_write_stream = _get
 write_servicer.BigQueryWriteHandler._handle_append_rows = _append
+for _repo in (DuckDBCatalogRepository, MemoryCatalogRepository):
+    _repo.update_table = _adding_columns(_repo.update_table)
 _start_fault_server()
 
 from bqemulator.cli import main  # noqa: E402  (import after the patches)

@@ -166,6 +166,20 @@ env_vars() {
   echo "export FLEXRUN_BQ_FAULTS=127.0.0.1:$BQ_FAULT_PORT"
 }
 
+# SIGKILL the broker and start it again on the same data (the chaos suite's broker fault).
+restart_kafka() {
+  set_names "${1:-demo}"
+  [ -f "$RUN/tansu.pid" ] && kill -KILL "$(cat "$RUN/tansu.pid")" 2>/dev/null || true
+  sleep 2
+  (cd "$RUN/data" && exec nohup "$TANSU_BIN" broker \
+    --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --storage-engine "sqlite://tansu.db" >>"$RUN/tansu.log" 2>&1) &
+  echo $! >"$RUN/tansu.pid"
+  wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu"
+  log "tansu restarted"
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -174,6 +188,7 @@ case "$cmd" in
   stop) stop "$@" ;;
   status) status "$@" ;;
   env) env_vars "$@" ;;
+  restart-kafka) restart_kafka "$@" ;;
   # The tansu binary (built if missing), for benchmarks that start a broker of their own
   # (bench-progress.sh runs one with the memory engine: no durability, far faster).
   tansu-bin) install_tansu; echo "$TANSU_BIN" ;;

@@ -260,6 +260,10 @@ pub struct JobFlags {
     /// Largest encoded row; larger ones go to the dead-letter table (Beam's default).
     #[arg(long, default_value_t = crate::transform::DEFAULT_MAX_ROW_BYTES, value_parser = usize_in::<1, 10_000_000>)]
     pub max_row_bytes: usize,
+    /// The largest AppendRows request, in bytes (storage.proto: "must be less than 10 MB").
+    /// Batches are split into requests under it; rows that cannot fit go to the dead-letter table.
+    #[arg(long, default_value_t = crate::bigquery::write::MAX_REQUEST_BYTES, value_parser = usize_in::<100_000, 10_000_000>)]
+    pub append_request_bytes: usize,
     /// Append a batch once its messages reach this many bytes (Beam's 2 MiB threshold).
     #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = usize_in::<1024, 9_000_000>)]
     pub batch_bytes: usize,

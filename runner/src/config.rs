@@ -64,6 +64,8 @@ pub struct KafkaToBqConfig {
     pub max_row_bytes: usize,
     /// Batch size threshold in encoded bytes.
     pub batch_bytes: usize,
+    /// Largest AppendRows request.
+    pub append_request_bytes: usize,
     /// Batch size threshold in rows.
     pub batch_rows: usize,
     /// Stop (draining) after this long without new messages.
@@ -179,6 +181,8 @@ pub struct RunFlags {
     pub max_row_bytes: usize,
     /// `--batch-bytes`.
     pub batch_bytes: usize,
+    /// `--append-request-bytes`.
+    pub append_request_bytes: usize,
     /// `--batch-rows`.
     pub batch_rows: usize,
     /// `--idle-timeout`.
@@ -279,6 +283,7 @@ impl KafkaToBqConfig {
             commit_offsets: p.flag("enableCommitOffsets"),
             max_row_bytes: flags.max_row_bytes,
             batch_bytes: flags.batch_bytes,
+            append_request_bytes: flags.append_request_bytes,
             batch_rows: flags.batch_rows,
             idle_timeout: flags.idle_timeout,
             max_messages: flags.max_messages,
@@ -301,7 +306,7 @@ mod tests {
     use flexrun_templates::{find, parse_parameter_list, validate};
 
     fn flags() -> RunFlags {
-        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default(), progress: ProgressConfig::default() }
+        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, append_request_bytes: 10_000_000, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default(), progress: ProgressConfig::default() }
     }
 
     fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {

@@ -140,6 +140,12 @@ impl SourceSettings {
             // tansu holds each fetch for the full wait even when data is ready.
             .set("fetch.wait.max.ms", "10")
             .set("queued.min.messages", "20000")
+            // Let one fetch carry a record of up to 32 MiB: tansu returns nothing (rather
+            // than the first batch, as Kafka does since KIP-74) for a batch over the
+            // partition's fetch size, which would stall the shard on a large record.
+            .set("max.partition.fetch.bytes", "33554432")
+            .set("fetch.max.bytes", "67108864")
+            .set("receive.message.max.bytes", "67109376")
             .set("enable.partition.eof", "false");
         c.create().map_err(|e| self.broker_err(format!("cannot create consumer: {e}")))
     }

@@ -186,6 +186,7 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
         at_least_once_experiment: flags.at_least_once_experiment(),
         max_row_bytes: flags.max_row_bytes,
         batch_bytes: flags.batch_bytes,
+        append_request_bytes: flags.append_request_bytes,
         batch_rows: flags.batch_rows,
         idle_timeout: flags.idle_timeout,
         max_messages: None,

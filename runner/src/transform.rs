@@ -352,10 +352,44 @@ mod tests {
         assert_eq!(parse_timestamp_micros("nope"), None);
     }
 
+    use proptest::strategy::Strategy;
+
     proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             let _ = mapper().map(&bytes);
+        }
+
+        /// Arbitrary bytes against arbitrary schemas (every type and mode, nested
+        /// records): a row, or a bad record with a non-empty reason and a class.
+        #[test]
+        fn arbitrary_bytes_against_arbitrary_schemas_map_or_give_a_reason(
+            cols in proptest::collection::vec((0usize..10, 0usize..3, "[a-z]{1,6}"), 1..6),
+            value in proptest::prop_oneof![
+                proptest::collection::vec(proptest::num::u8::ANY, 0..120),
+                r#"\{("[a-z]{1,6}": ("[a-z]*"|-?[0-9]{1,22}|true|null|\[[0-9, ]*\]|\{"[a-z]{1,3}": [0-9]\}|"2024-0[1-9]-1[0-9]( 10:00:00)?"|[0-9]\.[0-9]e[0-9]{1,3}), ){0,6}"x": 1\}"#.prop_map(String::into_bytes),
+            ],
+        ) {
+            let types = ["STRING", "BYTES", "INTEGER", "FLOAT", "BOOLEAN", "TIMESTAMP", "DATE", "NUMERIC", "JSON", "RECORD"];
+            let modes = ["NULLABLE", "REQUIRED", "REPEATED"];
+            let fields: Vec<serde_json::Value> = cols
+                .iter()
+                .map(|(t, m, name)| {
+                    let mut f = serde_json::json!({"name": name, "type": types[*t], "mode": modes[*m]});
+                    if types[*t] == "RECORD" {
+                        f["fields"] = serde_json::json!([{"name": "a", "type": "INTEGER"}, {"name": "b", "type": "STRING", "mode": "REPEATED"}]);
+                    }
+                    f
+                })
+                .collect();
+            let Ok(schema) = Schema::from_json(&serde_json::Value::Array(fields)) else { return Ok(()) };
+            match Mapper::new(schema, 10_000).map(&value) {
+                Ok(row) => proptest::prop_assert!(row.len() <= 10_000),
+                Err(e) => {
+                    proptest::prop_assert!(!e.to_string().is_empty());
+                    proptest::prop_assert!(!e.class().is_empty());
+                }
+            }
         }
 
         #[test]

@@ -94,22 +94,23 @@ async fn a_crash_during_recovery_is_recovered_by_the_next_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_the_requests_of_a_large_batch_is_finished_by_the_replay() {
-    // 24 rows of ~600 KB in one batch: three AppendRows requests under the 10 MB limit.
+    // 300 rows of ~1 KB with requests of at most 100 KB: each batch of 100 goes out as
+    // two requests, and the crash comes between the first two.
     let s = stack();
     let f = s.fixture("cp_requests", 1).await;
-    flexrun::local::produce(&s.kafka, &f.topic, 1, 0, 24, None, 600_000).await.unwrap();
+    f.produce(&s, 0, 300, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
-    let extra = ["--batch-rows", "24", "--batch-bytes", "9000000"];
-    let crash = job_cmd("cp_requests", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::between_requests=1*off->return").output().unwrap();
+    let extra = ["--batch-rows", "100", "--append-request-bytes", "100000"];
+    let crash = job_cmd("cp_requests", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::between_requests=return").output().unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let sum = ck.path().join("summary.json");
     let o = run_job("cp_requests", ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", text(&o));
     let j = summary(&sum);
     assert_eq!(j["summary"]["replayed_batches"], 1);
-    assert!(j["summary"]["appends_already_existed"].as_u64().unwrap() >= 2, "the two requests that landed answer ALREADY_EXISTS: {j}");
-    assert_eq!(s.count(&f.table).await, (24, 24));
+    assert_eq!(j["summary"]["appends_already_existed"], 1, "the request that landed answers ALREADY_EXISTS: {j}");
+    assert_eq!(s.count(&f.table).await, (300, 300));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,7 +124,7 @@ async fn rows_bigquery_refuses_are_logged_so_a_crash_after_the_relog_replays_the
     let marker = "Qz";
     let refused = (0..n).filter(|id| String::from_utf8_lossy(&flexrun::local::seed_message(*id, 42, 962)).contains(marker)).count() as i64;
     assert!(refused > 0 && refused < n as i64, "the marker picks some rows: {refused}");
-    faults("", &format!(r#"{{"reject_rows_containing": "{marker}"}}"#));
+    faults("", &format!(r#"{{"reject_rows_containing": "{marker}", "reject_table": "{}.{}"}}"#, f.table.dataset, f.table.table));
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let crash = job_cmd("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200"]).env("FAILPOINTS", "eo::after_relog_before_append=return").output().unwrap();
@@ -149,8 +150,13 @@ async fn a_schema_widened_between_crash_and_restart_replays_with_the_logged_sche
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd("cp_widen", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::after_main_append=1*off->return").output().unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
-    s.rows(&format!("ALTER TABLE `{}.{}.{}` ADD COLUMN note STRING", f.table.project, f.table.dataset, f.table.table)).await;
-    let widened = flexrun::bigquery::rest::table_schema(&flexrun::bigquery::rest::client(&s.bq).await.unwrap(), &s.bq, &f.table).await.unwrap();
+    // Widen the table as a user would (tables.patch with one more NULLABLE column).
+    let c = flexrun::bigquery::rest::client(&s.bq).await.unwrap();
+    let (p, d, t) = (&f.table.project, &f.table.dataset, &f.table.table);
+    let mut table = c.table().get(p, d, t, None).await.unwrap();
+    table.schema.fields.get_or_insert_with(Vec::new).push(gcp_bigquery_client::model::table_field_schema::TableFieldSchema::string("note"));
+    c.table().patch(p, d, t, table).await.unwrap();
+    let widened = flexrun::bigquery::rest::table_schema(&c, &s.bq, &f.table).await.unwrap();
     assert_eq!(widened.columns.len(), 4, "the emulator took the ALTER TABLE");
     let sum = ck.path().join("summary.json");
     let o = run_job("cp_widen", ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());

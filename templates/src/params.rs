@@ -289,4 +289,20 @@ mod tests {
             assert!(validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={bad}"))).is_err(), "{bad}");
         }
     }
+
+    proptest::proptest! {
+        /// Any text as `--parameters`: parsed pairs or an error that says what is wrong,
+        /// and validation of whatever parsed never panics either.
+        #[test]
+        fn arbitrary_parameter_text_parses_or_says_why(text in "[\\^,=;:a-zA-Z0-9 _./-]{0,80}") {
+            match parse_parameter_list(&text) {
+                Ok(pairs) => {
+                    if let Err(errs) = validate(k2bq(), &pairs) {
+                        proptest::prop_assert!(!errs.to_string().is_empty());
+                    }
+                }
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
 }

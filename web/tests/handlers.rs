@@ -43,6 +43,8 @@ async fn estimate_api_answers_and_names_bad_fields() {
 fn point(t: f64) -> MetricsPoint {
     let mut p = MetricsPoint { t_s: t, workers: 3, target_workers: 4, vcpus: 6.0, throughput_msgs: 1000.0, backlog_elements: 42, backlog_bytes: 42_000, utilization: 0.7, elements_read: 10, rows_written: 9, dead_lettered: 1, ..Default::default() };
     p.stages.insert("end_to_end".into(), StageLatency { p50_ms: 12.0, p95_ms: 30.0, p99_ms: 55.0 });
+    p.events.insert("offsets_lost_to_retention".into(), 7);
+    p.events.insert("retry_Unavailable".into(), 3);
     p
 }
 
@@ -69,6 +71,8 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_backlog_bytes{job=\"j1\"} 42000",
         "job_backlog_elements{job=\"j1\"} 42",
         "job_stage_end_to_end_latencies{job=\"j1\",quantile=\"0.99\",stage=\"end_to_end\"} 55",
+        "job_reliability_events{event=\"offsets_lost_to_retention\",job=\"j1\"} 7",
+        "job_reliability_events{event=\"retry_Unavailable\",job=\"j1\"} 3",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }

@@ -51,6 +51,11 @@ pub const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
 /// The most row bytes (with their per-row framing) one AppendRows request carries.
 pub const MAX_REQUEST_ROW_BYTES: usize = MAX_REQUEST_BYTES - REQUEST_OVERHEAD_BYTES;
 
+/// The row budget of a request of at most `request_bytes` bytes.
+pub fn request_row_budget(request_bytes: usize) -> usize {
+    request_bytes.saturating_sub(REQUEST_OVERHEAD_BYTES.min(request_bytes / 2))
+}
+
 /// What one serialized row costs inside `ProtoRows.serialized_rows`: the field tag,
 /// the length varint and the bytes.
 pub fn framed_len(row: &[u8]) -> usize {
@@ -165,16 +170,16 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// Classify a call-level status. Retryable, as the Storage Write docs list them
-    /// ("Storage Write API error codes" / troubleshooting): UNAVAILABLE, INTERNAL,
-    /// ABORTED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (quota; back off), and
-    /// CANCELLED/UNKNOWN from a broken connection. NOT_FOUND on an AppendRows or
-    /// GetWriteStream call names a missing stream.
+    /// Classify a call-level status. Retryable, as Google's Storage Write samples list
+    /// them: "immediately retried: ABORTED, UNAVAILABLE, CANCELLED, INTERNAL,
+    /// DEADLINE_EXCEEDED", and RESOURCE_EXHAUSTED (quota) with backoff. UNKNOWN is not
+    /// retried: it means a server bug, and retrying it forever would hide it. NOT_FOUND
+    /// on an AppendRows or GetWriteStream call names a missing stream.
     fn from_status(what: &'static str, s: tonic::Status, stream: Option<&str>) -> WriteError {
         if let Some(gone) = stream.and_then(|st| stream_gone(st, s.code() as i32, s.message(), &status_details(s.details()))) {
             return gone;
         }
-        let retryable = matches!(s.code(), Code::Unavailable | Code::Internal | Code::Aborted | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled | Code::ResourceExhausted);
+        let retryable = matches!(s.code(), Code::Unavailable | Code::Internal | Code::Aborted | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted);
         WriteError::Status { what, code: format!("{:?}", s.code()), message: s.message().to_string(), retryable }
     }
 

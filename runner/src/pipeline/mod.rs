@@ -332,7 +332,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
     // A row must fit in one AppendRows request with room to spare; larger ones are
     // dead-lettered as "Row payload too large".
-    let max_row = cfg.max_row_bytes.min(crate::bigquery::write::MAX_REQUEST_ROW_BYTES - 16);
+    let max_row = cfg.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.append_request_bytes) - 16);
     let mapping = Arc::new(Mapping::new(schema, max_row));
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
@@ -422,6 +422,10 @@ async fn run_pool(
     let mut partitions = partitions.to_vec();
     let mut next_discovery = Instant::now();
     let result: Result<()> = loop {
+        // A signal during start-up was sent before this receiver existed.
+        if *cancel.borrow() {
+            break Ok(());
+        }
         tokio::select! {
             _ = cancel.changed() => break Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}

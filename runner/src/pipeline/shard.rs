@@ -552,7 +552,8 @@ fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {
 async fn open_writer(ctx: &JobCtx, shard: usize, last: Option<&OffsetEntry>, replaying: bool, retry: &mut RetryCtl) -> Result<Writer> {
     let Some(client) = &ctx.write_client else { return Ok(Writer::Stats) };
     let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
-    let main = open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), replaying, exactly, ctx.descriptor.clone(), retry).await?;
+    let budget = crate::bigquery::write::request_row_budget(ctx.cfg.append_request_bytes);
+    let main = open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), replaying, exactly, ctx.descriptor.clone(), budget, retry).await?;
     // A replay finishes on the logged dead-letter stream even if the setting changed
     // since; the shard moves to the configured table afterwards.
     let dlq_table = match (last.and_then(|e| e.dlq.as_ref()), replaying) {
@@ -560,7 +561,7 @@ async fn open_writer(ctx: &JobCtx, shard: usize, last: Option<&OffsetEntry>, rep
         _ => ctx.cfg.dlq.clone(),
     };
     let dlq = match dlq_table {
-        Some(t) => Some(open_target(client, &t, last.and_then(|e| e.dlq.as_ref()), replaying, exactly, ctx.dlq_descriptor.clone(), retry).await?),
+        Some(t) => Some(open_target(client, &t, last.and_then(|e| e.dlq.as_ref()), replaying, exactly, ctx.dlq_descriptor.clone(), budget, retry).await?),
         None => None,
     };
     tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), "write targets ready");
@@ -579,17 +580,18 @@ async fn open_target(
     replaying: bool,
     exactly: bool,
     descriptor: prost_types::DescriptorProto,
+    budget: usize,
     retry: &mut RetryCtl,
 ) -> Result<Target> {
     if !exactly {
-        return Ok(Target::new(table.clone(), table.default_stream(), 0, descriptor));
+        return Ok(Target::new(table.clone(), table.default_stream(), 0, descriptor, budget));
     }
     if let Some(slot) = logged.filter(|s| TableRef::from_stream(&s.stream).as_ref() == Some(table)) {
         let next = if replaying { slot.offset } else { slot.end() };
-        return Ok(Target::new(table.clone(), slot.stream.clone(), next, descriptor));
+        return Ok(Target::new(table.clone(), slot.stream.clone(), next, descriptor, budget));
     }
     let stream = new_stream(client, table, retry).await?;
-    Ok(Target::new(table.clone(), stream, 0, descriptor))
+    Ok(Target::new(table.clone(), stream, 0, descriptor, budget))
 }
 
 async fn new_stream(client: &WriteClient, table: &TableRef, retry: &mut RetryCtl) -> Result<String> {

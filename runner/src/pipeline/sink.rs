@@ -12,7 +12,7 @@
 //! instead of ending it. Each retry is logged and counted. A stop (drain or move)
 //! ends the wait; the batch then stays in the offset log for the next owner.
 
-use crate::bigquery::write::{split_requests, AppendConnection, AppendOutcome, WriteClient, WriteError, MAX_REQUEST_ROW_BYTES};
+use crate::bigquery::write::{split_requests, AppendConnection, AppendOutcome, WriteClient, WriteError};
 use crate::bigquery::TableRef;
 use crate::stats::JobStats;
 use prost_types::DescriptorProto;
@@ -76,12 +76,14 @@ pub struct Target {
     pub next: i64,
     descriptor: DescriptorProto,
     conn: Option<AppendConnection>,
+    /// Row bytes per request (see [`crate::bigquery::write::request_row_budget`]).
+    request_budget: usize,
 }
 
 impl Target {
     /// A target on `stream` starting at row offset `next`.
-    pub fn new(table: TableRef, stream: String, next: i64, descriptor: DescriptorProto) -> Target {
-        Target { table, stream, next, descriptor, conn: None }
+    pub fn new(table: TableRef, stream: String, next: i64, descriptor: DescriptorProto, request_budget: usize) -> Target {
+        Target { table, stream, next, descriptor, conn: None, request_budget }
     }
 
     /// Switch to a new stream (the old one is gone); rows start at offset 0.
@@ -104,7 +106,7 @@ impl Target {
     /// offsets), as consecutive requests under the request limit.
     pub async fn append_batch(&mut self, client: &WriteClient, rows: &[Vec<u8>], offset: Option<i64>, ctl: &mut RetryCtl) -> Result<BatchAppend, WriteError> {
         let mut already_existed = 0;
-        let requests = split_requests(rows, MAX_REQUEST_ROW_BYTES);
+        let requests = split_requests(rows, self.request_budget);
         let many = requests.len() > 1;
         for (i, r) in requests.into_iter().enumerate() {
             if i > 0 {

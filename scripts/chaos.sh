@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The long chaos suite (RELIABILITY.md): 20 SIGKILLs during 200k-message runs (exactly-once
+# and at-least-once), a broker SIGKILL and restart, BigQuery UNAVAILABLE for 30 s and
+# RESOURCE_EXHAUSTED for 2 min, and records of 1 MB, 9.9 MB and 15 MB, on the real local
+# stack (its own ports: stack name "chaos"). Prints a markdown table; about 15 minutes.
+#
+#   scripts/chaos.sh                      every scenario
+#   scripts/chaos.sh chaos_large          only scenarios whose test name matches
+#   FLEXRUN_KILL_SEED=42 scripts/chaos.sh repeat a kill schedule
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/stack.sh start chaos
+trap 'bash scripts/stack.sh stop chaos' EXIT
+eval "$(bash scripts/stack.sh env chaos)"
+export FLEXRUN_RESTART_BROKER="bash $(pwd)/scripts/stack.sh restart-kafka chaos"
+out=$(mktemp)
+cargo test --release --features flexrun/failpoints -p flexrun --test chaos -- --ignored --test-threads=1 --nocapture "$@" 2>&1 | tee "$out" | grep -E "^(CHAOS|test |thread)" || true
+echo
+echo "| scenario | messages | faults | rows | distinct ids | lost | duplicates | recovery (s) |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|"
+grep '^CHAOS|' "$out" | sed 's/^CHAOS|/| /; s/|/ | /g; s/$/ |/' | sed 's/  */ /g'
+grep -q "test result: ok" "$out"
