@@ -22,4 +22,4 @@ eval "$(bash scripts/stack.sh env test)"
 
 # Release mode: the tests push 100k-message jobs through the real services, and the
 # debug build's message generation alone is ten times slower.
-cargo test --release --workspace --features flexrun/failpoints "$@" -- --test-threads=1
+cargo test --release --workspace --no-fail-fast --features flexrun/failpoints "$@" -- --test-threads=1

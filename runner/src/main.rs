@@ -321,7 +321,9 @@ fn spawn_signal_handler(tx: watch::Sender<bool>) {
             }
             if n == 0 {
                 eprintln!("draining: finishing the open batches (signal again to exit at once; the checkpoint stays consistent)");
-                let _ = tx.send(true);
+                // send_replace stores the value even before anything subscribed (a
+                // plain send is dropped when no receiver exists yet, and the drain was lost).
+                tx.send_replace(true);
             } else {
                 eprintln!("exiting without draining");
                 std::process::exit(130);

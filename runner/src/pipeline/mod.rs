@@ -369,7 +369,7 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
                 let quiet = now - ctx.last_read_ms.load(Ordering::Relaxed);
                 if quiet >= idle.as_millis() as i64 {
                     tracing::info!(idle_ms = quiet, "no new messages: draining");
-                    let _ = tx.send(true);
+                    tx.send_replace(true);
                     return;
                 }
                 if *tx.borrow() {
@@ -432,13 +432,13 @@ async fn run_pool(
         }
         if let Some(e) = pool.reap().await {
             tracing::error!(error = format!("{e:#}"), "a shard failed; draining the others");
-            let _ = cancel_tx.send(true);
+            cancel_tx.send_replace(true);
             break Err(e);
         }
         if next_discovery.elapsed() >= PARTITION_DISCOVERY_INTERVAL {
             next_discovery = Instant::now();
             if let Err(e) = discover_partitions(ctx, &mut partitions, &mut pool).await {
-                let _ = cancel_tx.send(true);
+                cancel_tx.send_replace(true);
                 break Err(e);
             }
         }
@@ -489,7 +489,7 @@ async fn run_pool(
         }
         if d.is_change() {
             if let Err(e) = pool.resize(d.to).await {
-                let _ = cancel_tx.send(true);
+                cancel_tx.send_replace(true);
                 break Err(e);
             }
         }

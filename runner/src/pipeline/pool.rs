@@ -72,7 +72,7 @@ impl Pool {
         let mut stopped = Vec::new();
         for pos in &moving {
             if let Some(r) = self.running.remove(&self.shards[*pos].0) {
-                let _ = r.stop.send(true);
+                r.stop.send_replace(true);
                 stopped.push(r.handle);
             }
         }
@@ -104,7 +104,7 @@ impl Pool {
         touched.dedup();
         for id in touched {
             if let Some(r) = self.running.remove(&id) {
-                let _ = r.stop.send(true);
+                r.stop.send_replace(true);
                 r.handle.await.context("shard task")??;
             }
             let pos = self.shards.iter().position(|(s, _)| *s == id).expect("added above");
@@ -137,7 +137,7 @@ impl Pool {
     /// Stop every shard (each finishes its open batch) and return the first failure.
     pub async fn stop_all(&mut self) -> Result<()> {
         for r in self.running.values() {
-            let _ = r.stop.send(true);
+            r.stop.send_replace(true);
         }
         let mut first = None;
         for (_, r) in std::mem::take(&mut self.running) {
