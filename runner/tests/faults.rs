@@ -231,3 +231,52 @@ async fn a_partition_the_checkpoint_does_not_know_starts_at_its_earliest_offset(
     let (rows, _) = s.count(&f.table).await;
     assert_eq!(rows, 500, "partition 1's 500 messages, none of partition 0's (it was at latest)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_dead_letter_table_gets_its_own_stream() {
+    let s = stack();
+    let f = s.fixture("dlqswap", 1).await;
+    f.produce(&s, 0, 1000, Some(100)).await;
+    let ck = tempfile::tempdir().unwrap();
+    assert!(run_job("dlqswap", ck.path(), &f.params(&s, &format!("outputDeadletterTable={}", f.dlq)), "1s", &[]).status.success());
+    let other = flexrun::bigquery::TableRef { table: format!("{}_2", f.dlq.table), ..f.dlq.clone() };
+    f.produce(&s, 1000, 1000, Some(100)).await;
+    let o = run_job("dlqswap", ck.path(), &f.params(&s, &format!("outputDeadletterTable={other}")), "1s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap().0, 10, "the first table keeps its rows and gets no more");
+    assert_eq!(flexrun::local::count_rows(&s.bq, &other, None).await.unwrap().0, 10, "the new table gets the new dead letters");
+    assert_eq!(s.count(&f.table).await, (1980, 1980));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_job_sees_the_backlog_from_its_checkpoint_not_the_whole_topic() {
+    let s = stack();
+    let f = s.fixture("backlog", 2).await;
+    f.produce(&s, 0, 4000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "");
+    assert!(run_job("backlog", ck.path(), &params, "1s", &[]).status.success());
+    // A quiet topic and kafkaReadOffset=earliest: the backlog must be 0, so no scale-up.
+    let o = job_cmd("backlog", ck.path(), &params, "5s", &["--autoscaling-interval", "1s", "--max-workers", "2"]).env("FLEXRUN_LOG", "info").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let ansi = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
+    let log = ansi.replace_all(&String::from_utf8_lossy(&o.stderr), "").into_owned();
+    let backlogs: Vec<i64> = log.lines().filter(|l| l.contains("autoscaler decision")).filter_map(|l| l.split("backlog=").nth(1)?.split_whitespace().next()?.parse().ok()).collect();
+    assert!(!backlogs.is_empty(), "no autoscaler decisions logged: {log}");
+    assert!(backlogs.iter().all(|b| *b == 0), "phantom backlog after a restart: {backlogs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_10_mb_is_refused_with_invalid_argument_as_documented() {
+    let s = stack();
+    let f = s.fixture("oversize", 1).await;
+    let c = flexrun::bigquery::write::WriteClient::connect(&s.bq).await.unwrap();
+    let stream = c.create_committed_stream(&f.table).await.unwrap();
+    let schema = flexrun::local::demo_schema();
+    let row = flexrun::transform::Mapper::new(schema.clone(), 20_000_000).map(&flexrun::local::seed_message(1, 42, 10_600_000)).unwrap();
+    let mut conn = c.open(&stream, flexrun::bigquery::proto::descriptor(&schema, "Row")).await.unwrap();
+    let e = conn.append(vec![row], Some(0)).await.unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("invalid argument") && msg.contains("AppendRows request too large"), "{msg}");
+}

@@ -315,7 +315,7 @@ impl Shard {
             entry.main = Some(slot_of(main, x, &mapped.rows));
             entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows));
             if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
-                verify_replay(&ctx, self.id, logged, entry)?;
+                verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
             }
             if exactly && replay.is_none_or(|r| r != &*entry) {
                 crate::crash_point!("eo::before_offset_log");
@@ -438,15 +438,15 @@ async fn append_both(client: &WriteClient, main: &mut Target, dlq: Option<&mut T
 /// A replayed batch must re-send exactly what its log entry says: the same row
 /// counts and digests on both streams. Anything else would put rows at offsets that
 /// do not match what is there, so the job stops and says what differs.
-fn verify_replay(ctx: &JobCtx, shard: usize, logged: &OffsetEntry, now: &OffsetEntry) -> Result<()> {
+fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: &OffsetEntry) -> Result<()> {
     let pairs = [("table", &logged.main, &now.main), ("dead-letter table", &logged.dlq, &now.dlq)];
     for (what, a, b) in pairs {
         let (Some(a), Some(b)) = (a, b) else { continue };
         let digest_differs = a.digest.is_some() && a.digest != b.digest;
         if a.rows != b.rows || digest_differs {
             bail!(
-                "job {} shard {shard}: replaying batch {} would not re-send what was logged for the {what}: logged {} rows (digest {:?}) at offset {} of {}, re-read {} rows (digest {:?}). The topic's data or the mapping changed since the crash; no row was written. Move the job's checkpoint directory aside to start over",
-                ctx.cfg.job_name, logged.batch, a.rows, a.digest, a.offset, a.stream, b.rows, b.digest
+                "job {job} shard {shard}: replaying batch {} would not re-send what was logged for the {what}: logged {} rows (digest {:?}) at offset {} of {}, re-read {} rows (digest {:?}). The topic's data or the mapping changed since the crash; no row was written. Move the job's checkpoint directory aside to start over",
+                logged.batch, a.rows, a.digest, a.offset, a.stream, b.rows, b.digest
             );
         }
     }
@@ -614,6 +614,22 @@ mod tests {
         assert_eq!(refused, vec![(2, "bad field".to_string()), (5, "too big".to_string())]);
         let (kept, _, refused) = split_rejected(vec![b"x".to_vec()], vec![7], &BTreeMap::new());
         assert_eq!((kept.len(), refused.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_replay_that_would_not_resend_the_logged_rows_stops_and_says_what_differs() {
+        let rows = vec![b"a".to_vec(), b"b".to_vec()];
+        let slot = |rows: &[Vec<u8>]| Some(StreamSlot { stream: "s".into(), offset: 40, rows: rows.len() as i64, table: "p:d.t".into(), digest: Some(rows_digest(rows)) });
+        let logged = OffsetEntry { batch: 7, main: slot(&rows), ..Default::default() };
+        assert!(verify_replay("j", 2, &logged, &logged.clone()).is_ok());
+        let changed = OffsetEntry { main: slot(&[b"a".to_vec(), b"c".to_vec()]), ..logged.clone() };
+        let e = verify_replay("j", 2, &logged, &changed).unwrap_err().to_string();
+        assert!(e.contains("job j shard 2: replaying batch 7") && e.contains("logged 2 rows") && e.contains("no row was written"), "{e}");
+        let fewer = OffsetEntry { main: slot(&rows[..1]), ..logged.clone() };
+        assert!(verify_replay("j", 2, &logged, &fewer).unwrap_err().to_string().contains("re-read 1 rows"));
+        // Entries from before digests were logged are checked on the row count only.
+        let legacy = OffsetEntry { main: Some(StreamSlot { digest: None, ..logged.main.clone().unwrap() }), ..logged.clone() };
+        assert!(verify_replay("j", 2, &legacy, &changed).is_ok());
     }
 
     #[test]
