@@ -149,13 +149,16 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let (sum, sum_s) = summary_arg(ck.path());
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let before = fault_stats();
-    let o = run_job("big", ck.path(), &params, "10s", &["--summary-json", &sum_s, "--max-row-bytes", "2000000"]);
+    // Requests of at most 1.5 MB hold one ~1 MB row each, while batches hold up to 9 MB.
+    let extra = ["--summary-json", &sum_s, "--max-row-bytes", "2000000", "--append-request-bytes", "1500000", "--batch-bytes", "9000000"];
+    let o = run_job("big", ck.path(), &params, "10s", &extra);
     assert!(o.status.success(), "{}", text(&o));
     let j = summary(&sum);
     assert_eq!(s.count(&f.table).await, (60, 60), "{}", text(&o));
     let batches = j["summary"]["batches"].as_u64().unwrap();
     let requests = fault_stats()["append_requests"].as_u64().unwrap() - before["append_requests"].as_u64().unwrap();
-    assert!(requests > batches, "some batch went out as several requests: {requests} requests for {batches} batches");
+    assert!(requests >= 61, "one request per row at least (60 rows, 1 dead letter): {requests}");
+    assert!(batches < 60, "so batches of several rows were split: {requests} requests for {batches} batches");
     let dl = s.rows(&format!("SELECT errorMessage, LENGTH(payloadBytes) FROM `{}.{}.{}`", f.dlq.project, f.dlq.dataset, f.dlq.table)).await;
     assert_eq!(dl.len(), 1, "{dl:?} {}", text(&o));
     let msg = dl[0][0].clone().unwrap_or_default();
