@@ -576,6 +576,11 @@ mod tests {
         let e = Cli::try_parse_from(["flexrun", "--template", "x", "--idle-timeout", "soon"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("invalid duration"), "{e}");
+        for bad in ["0", "99999", "10000001", "ten"] {
+            let e = Cli::try_parse_from(["flexrun", "--template", "x", "--append-request-bytes", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "--append-request-bytes {bad}");
+            assert!(e.to_string().contains("append-request-bytes"), "{e}");
+        }
         let e = Cli::try_parse_from(["flexrun", "--template", "x", "--batch-rows", "0"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["flexrun", "--no-such-flag"]).unwrap_err();
