@@ -121,7 +121,12 @@ impl Policy for DataflowPolicy {
         while self.recent.front().is_some_and(|(at, _)| t - at > c.scale_down_sustain_s) {
             self.recent.pop_front();
         }
-        let detail = format!("utilization {:.0}% (hint {:.0}%), backlog {}", u * 100.0, hint * 100.0, if backlog_s.is_finite() { format!("{backlog_s:.1} s") } else { "growing with no throughput".into() });
+        let detail = format!(
+            "utilization {:.0}% (hint {:.0}%), backlog {}",
+            u * 100.0,
+            hint * 100.0,
+            if backlog_s.is_finite() { format!("{backlog_s:.1} s") } else { "growing with no throughput".into() }
+        );
         let stay = |rationale, detail: String| Decision { time_s: t, from: cur, to: cur, rationale, detail };
         if self.last_change_s.is_some_and(|l| t - l < c.stabilize_s) {
             return stay(Rationale::WaitingForSignalsToStabilize, detail);
@@ -136,16 +141,24 @@ impl Policy for DataflowPolicy {
         } else if u > hint + c.utilization_tolerance {
             let wanted = ((cur as f64 * u / hint).ceil() as u32).max(cur + 1).min(step_cap);
             decide_bounded(s, limits, wanted, Rationale::HighWorkerUtilization, detail)
-        } else if self.util_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s) && self.backlog_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s) {
+        } else if self.util_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s)
+            && self.backlog_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s)
+        {
             let peak = self.recent.iter().map(|(_, u)| *u).fold(u, f64::max);
             let wanted = ((cur as f64 * peak / target).ceil() as u32).max(1);
             if wanted < cur {
                 decide_bounded(s, limits, wanted, Rationale::LowWorkerUtilization, detail)
             } else {
-                stay(Rationale::LowBacklogAndHighWorkerUtilization, format!("{detail}; a smaller pool would exceed {:.0}%", target * 100.0))
+                stay(
+                    Rationale::LowBacklogAndHighWorkerUtilization,
+                    format!("{detail}; a smaller pool would exceed {:.0}%", target * 100.0),
+                )
             }
         } else if u < target && backlog_s < c.scale_down_backlog_s {
-            stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; low backlog and utilization not yet sustained for {:.0} s", c.scale_down_sustain_s))
+            stay(
+                Rationale::WaitingForSignalsToStabilize,
+                format!("{detail}; low backlog and utilization not yet sustained for {:.0} s", c.scale_down_sustain_s),
+            )
         } else {
             decide_bounded(s, limits, cur, Rationale::LowBacklogAndHighWorkerUtilization, detail)
         };

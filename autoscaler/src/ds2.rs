@@ -43,7 +43,14 @@ pub struct Ds2Config {
 
 impl Default for Ds2Config {
     fn default() -> Self {
-        Ds2Config { catch_up_s: 60.0, warm_up_windows: 1, activation: 1, scale_down_deadband: 0.15, scale_down_activation: 2, low_backlog_windows: 1.0 }
+        Ds2Config {
+            catch_up_s: 60.0,
+            warm_up_windows: 1,
+            activation: 1,
+            scale_down_deadband: 0.15,
+            scale_down_activation: 2,
+            low_backlog_windows: 1.0,
+        }
     }
 }
 
@@ -82,7 +89,13 @@ impl Policy for Ds2Policy {
         let Some(capacity) = s.true_rate_per_worker() else {
             if s.input_records_per_s <= 0.0 && s.backlog_records == 0 {
                 // Nothing to do at all: the floor is enough.
-                return self.act(decide_bounded(s, limits, limits.min_workers, Rationale::LowWorkerUtilization, "no input and no backlog".into()));
+                return self.act(decide_bounded(
+                    s,
+                    limits,
+                    limits.min_workers,
+                    Rationale::LowWorkerUtilization,
+                    "no input and no backlog".into(),
+                ));
             }
             return stay(Rationale::WaitingForSignalsToStabilize, "no busy time measured yet".into());
         };
@@ -92,26 +105,46 @@ impl Policy for Ds2Policy {
             "true rate {capacity:.0} rec/s per worker, input {:.0} rec/s, backlog {} rec (drain in {:.0} s), hint {hint}: {wanted} workers",
             s.input_records_per_s, s.backlog_records, self.config.catch_up_s
         );
-        let low_backlog = s.backlog_records as f64 <= self.config.low_backlog_windows * s.input_records_per_s.max(1.0) * s.window_s;
+        let low_backlog =
+            s.backlog_records as f64 <= self.config.low_backlog_windows * s.input_records_per_s.max(1.0) * s.window_s;
         if !(wanted < cur && low_backlog) {
             self.down_wish = None;
         }
         if wanted > cur {
-            let r = if s.backlog_records as f64 / self.config.catch_up_s > 0.1 * s.input_records_per_s { Rationale::HighBacklog } else { Rationale::HighWorkerUtilization };
+            let r = if s.backlog_records as f64 / self.config.catch_up_s > 0.1 * s.input_records_per_s {
+                Rationale::HighBacklog
+            } else {
+                Rationale::HighWorkerUtilization
+            };
             return self.act(decide_bounded(s, limits, wanted, r, detail));
         }
         if wanted < cur && (cur - wanted) as f64 > self.config.scale_down_deadband * cur as f64 {
             if !low_backlog {
-                return stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; not scaling down while {} records are waiting", s.backlog_records));
+                return stay(
+                    Rationale::WaitingForSignalsToStabilize,
+                    format!("{detail}; not scaling down while {} records are waiting", s.backlog_records),
+                );
             }
             let (n, most) = self.down_wish.map_or((1, wanted), |(n, m)| (n + 1, m.max(wanted)));
             if n < self.config.scale_down_activation {
                 self.down_wish = Some((n, most));
-                return stay(Rationale::WaitingForSignalsToStabilize, format!("{detail}; a smaller pool must be wanted for {} windows in a row", self.config.scale_down_activation));
+                return stay(
+                    Rationale::WaitingForSignalsToStabilize,
+                    format!(
+                        "{detail}; a smaller pool must be wanted for {} windows in a row",
+                        self.config.scale_down_activation
+                    ),
+                );
             }
             self.down_wish = None;
             if most < cur {
-                return self.act(decide_bounded(s, limits, most, Rationale::LowWorkerUtilization, format!("{detail}; {most} over the last {n} windows")));
+                return self.act(decide_bounded(
+                    s,
+                    limits,
+                    most,
+                    Rationale::LowWorkerUtilization,
+                    format!("{detail}; {most} over the last {n} windows"),
+                ));
             }
         }
         self.agree = 0;
@@ -136,7 +169,12 @@ impl Ds2Policy {
         self.agree = if dir == self.last_direction { self.agree + 1 } else { 1 };
         self.last_direction = dir;
         if self.agree < self.config.activation {
-            return Decision { to: d.from, rationale: Rationale::WaitingForSignalsToStabilize, detail: format!("{} (waiting for {} agreeing windows)", d.detail, self.config.activation), ..d };
+            return Decision {
+                to: d.from,
+                rationale: Rationale::WaitingForSignalsToStabilize,
+                detail: format!("{} (waiting for {} agreeing windows)", d.detail, self.config.activation),
+                ..d
+            };
         }
         self.agree = 0;
         self.warm_up_left = self.config.warm_up_windows;

@@ -51,7 +51,12 @@ pub const DEFAULT_UTILIZATION_HINT: f64 = 0.8;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { min_workers: 1, max_workers: 100, max_parallelism: u32::MAX, utilization_hint: DEFAULT_UTILIZATION_HINT }
+        Limits {
+            min_workers: 1,
+            max_workers: 100,
+            max_parallelism: u32::MAX,
+            utilization_hint: DEFAULT_UTILIZATION_HINT,
+        }
     }
 }
 

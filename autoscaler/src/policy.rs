@@ -55,7 +55,11 @@ impl std::str::FromStr for Algorithm {
         match s {
             "THROUGHPUT_BASED" => Ok(Algorithm::ThroughputBased),
             "NONE" => Ok(Algorithm::None),
-            _ => Err(PolicyError::Unknown { what: "autoscaling algorithm", given: s.into(), expected: "THROUGHPUT_BASED or NONE" }),
+            _ => Err(PolicyError::Unknown {
+                what: "autoscaling algorithm",
+                given: s.into(),
+                expected: "THROUGHPUT_BASED or NONE",
+            }),
         }
     }
 }
@@ -88,10 +92,16 @@ impl Limits {
             return Err(PolicyError::Limits("min workers must be at least 1".into()));
         }
         if self.min_workers > self.max_workers {
-            return Err(PolicyError::Limits(format!("min workers ({}) is above max workers ({})", self.min_workers, self.max_workers)));
+            return Err(PolicyError::Limits(format!(
+                "min workers ({}) is above max workers ({})",
+                self.min_workers, self.max_workers
+            )));
         }
         if !(0.1..=0.9).contains(&self.utilization_hint) {
-            return Err(PolicyError::Limits(format!("worker utilization hint {} is outside 0.1 to 0.9", self.utilization_hint)));
+            return Err(PolicyError::Limits(format!(
+                "worker utilization hint {} is outside 0.1 to 0.9",
+                self.utilization_hint
+            )));
         }
         Ok(())
     }
@@ -105,7 +115,13 @@ impl Policy for Fixed {
     fn decide(&mut self, s: &Snapshot, limits: &Limits) -> Decision {
         let cur = s.current();
         let to = cur.clamp(limits.min_workers, limits.max_workers);
-        Decision { time_s: s.time_s, from: cur, to, rationale: Rationale::HitNonResourceRelatedLimit, detail: "autoscaling is off (NONE)".into() }
+        Decision {
+            time_s: s.time_s,
+            from: cur,
+            to,
+            rationale: Rationale::HitNonResourceRelatedLimit,
+            detail: "autoscaling is off (NONE)".into(),
+        }
     }
     fn name(&self) -> &'static str {
         "none"
@@ -134,7 +150,10 @@ pub fn bound(wanted: u32, limits: &Limits) -> (u32, Option<String>) {
         return (upper, Some(why));
     }
     if wanted < limits.min_workers {
-        return (limits.min_workers, Some(format!("{wanted} workers would do, but min workers is {}", limits.min_workers)));
+        return (
+            limits.min_workers,
+            Some(format!("{wanted} workers would do, but min workers is {}", limits.min_workers)),
+        );
     }
     (wanted, None)
 }
@@ -146,7 +165,13 @@ pub fn decide_bounded(s: &Snapshot, limits: &Limits, wanted: u32, rationale: Rat
     let cur = s.current();
     let (to, capped) = bound(wanted, limits);
     match capped {
-        Some(why) if to == cur => Decision { time_s: s.time_s, from: cur, to, rationale: Rationale::HitNonResourceRelatedLimit, detail: format!("{detail}; {why}") },
+        Some(why) if to == cur => Decision {
+            time_s: s.time_s,
+            from: cur,
+            to,
+            rationale: Rationale::HitNonResourceRelatedLimit,
+            detail: format!("{detail}; {why}"),
+        },
         Some(why) => Decision { time_s: s.time_s, from: cur, to, rationale, detail: format!("{detail}; {why}") },
         None => Decision { time_s: s.time_s, from: cur, to, rationale, detail },
     }

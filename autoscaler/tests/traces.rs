@@ -44,7 +44,15 @@ impl Model {
                 }
             })
             .collect();
-        Snapshot { time_s: self.t, window_s: w, workers, input_records_per_s: input, input_bytes_per_s: input * 1000.0, backlog_records: self.backlog as u64, backlog_bytes: self.backlog as u64 * 1000 }
+        Snapshot {
+            time_s: self.t,
+            window_s: w,
+            workers,
+            input_records_per_s: input,
+            input_bytes_per_s: input * 1000.0,
+            backlog_records: self.backlog as u64,
+            backlog_bytes: self.backlog as u64 * 1000,
+        }
     }
 }
 

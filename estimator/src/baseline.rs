@@ -137,7 +137,8 @@ pub enum BaselineError {
 impl BaselineFile {
     /// Parse and check a baseline file.
     pub fn parse(name: &str, yaml: &str) -> Result<BaselineFile, BaselineError> {
-        let f: BaselineFile = serde_yaml::from_str(yaml).map_err(|source| BaselineError::Yaml { name: name.into(), source })?;
+        let f: BaselineFile =
+            serde_yaml::from_str(yaml).map_err(|source| BaselineError::Yaml { name: name.into(), source })?;
         for b in &f.baselines {
             let bad = |m: String| Err(BaselineError::Invalid { name: name.into(), message: m });
             if !(b.throughput_mib_s > 0.0 && b.throughput_mib_s.is_finite()) {
@@ -152,17 +153,24 @@ impl BaselineFile {
             if !(b.secu_per_hour >= 0.0 && b.secu_per_hour.is_finite()) {
                 return bad(format!("{} secu_per_hour must not be negative", b.mode.as_str()));
             }
-            for (field, v) in [("vcpu_us_per_message", b.vcpu_us_per_message), ("vcpu_ns_per_byte", b.vcpu_ns_per_byte)] {
+            for (field, v) in [("vcpu_us_per_message", b.vcpu_us_per_message), ("vcpu_ns_per_byte", b.vcpu_ns_per_byte)]
+            {
                 if v.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
                     return bad(format!("{} {field} must be a number of 0 or more", b.mode.as_str()));
                 }
             }
             if b.vcpu_us_per_message.is_some_and(|us| us <= 0.0) && b.vcpu_ns_per_byte.is_none_or(|ns| ns <= 0.0) {
-                return bad(format!("{} vcpu_us_per_message and vcpu_ns_per_byte cannot both be 0 (a message would cost no CPU)", b.mode.as_str()));
+                return bad(format!(
+                    "{} vcpu_us_per_message and vcpu_ns_per_byte cannot both be 0 (a message would cost no CPU)",
+                    b.mode.as_str()
+                ));
             }
         }
         if f.vcpus_per_worker.is_some_and(|v| !(v > 0.0 && v.is_finite())) {
-            return Err(BaselineError::Invalid { name: name.into(), message: "vcpus_per_worker must be above 0".into() });
+            return Err(BaselineError::Invalid {
+                name: name.into(),
+                message: "vcpus_per_worker must be above 0".into(),
+            });
         }
         if f.baselines.is_empty() {
             return Err(BaselineError::Invalid { name: name.into(), message: "no baselines".into() });
@@ -172,12 +180,22 @@ impl BaselineFile {
 
     /// The baseline for `mode`.
     pub fn for_mode(&self, name: &str, mode: Mode) -> Result<&Baseline, BaselineError> {
-        self.baselines.iter().find(|b| b.mode == mode).ok_or(BaselineError::NoMode { name: name.into(), mode: mode.as_str() })
+        self.baselines
+            .iter()
+            .find(|b| b.mode == mode)
+            .ok_or(BaselineError::NoMode { name: name.into(), mode: mode.as_str() })
     }
 }
 
 /// Google's published kafka-to-bq baselines (e2-standard-2), parsed once.
 pub fn google_kafka_to_bq() -> BaselineFile {
     static CELL: std::sync::OnceLock<BaselineFile> = std::sync::OnceLock::new();
-    CELL.get_or_init(|| BaselineFile::parse("google-kafka-to-bq-e2-standard-2.yaml", include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml")).expect("the shipped baseline is valid")).clone()
+    CELL.get_or_init(|| {
+        BaselineFile::parse(
+            "google-kafka-to-bq-e2-standard-2.yaml",
+            include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml"),
+        )
+        .expect("the shipped baseline is valid")
+    })
+    .clone()
 }

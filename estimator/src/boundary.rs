@@ -141,7 +141,11 @@ mod tests {
 
     /// A synthetic system that carries up to `limit` messages/s.
     fn system(limit: f64) -> impl FnMut(f64) -> Trial {
-        move |rate| Trial { offered: rate, achieved: rate.min(limit), tripped: (rate > limit).then(|| "achieved rate below offered".to_string()) }
+        move |rate| Trial {
+            offered: rate,
+            achieved: rate.min(limit),
+            tripped: (rate > limit).then(|| "achieved rate below offered".to_string()),
+        }
     }
 
     #[test]
@@ -151,7 +155,12 @@ mod tests {
             let b = search(space, system(limit)).unwrap();
             assert!(b.safe <= limit && limit - b.safe <= space.tolerance, "limit {limit}: safe {}", b.safe);
             assert!(b.failed.unwrap() > limit, "limit {limit}: {b:?}");
-            assert!(b.trials.len() as u32 <= space.max_trials(), "limit {limit}: {} trials > {}", b.trials.len(), space.max_trials());
+            assert!(
+                b.trials.len() as u32 <= space.max_trials(),
+                "limit {limit}: {} trials > {}",
+                b.trials.len(),
+                space.max_trials()
+            );
             assert_eq!(b.tripped.as_deref(), Some("achieved rate below offered"));
             assert!(!b.below_range && !b.above_range);
         }
@@ -184,8 +193,14 @@ mod tests {
 
     #[test]
     fn bad_bounds_are_named() {
-        assert!(search(SearchSpace { low: 0.0, high: 10.0, tolerance: 1.0 }, system(5.0)).unwrap_err().to_string().contains("0 < low < high"));
+        assert!(search(SearchSpace { low: 0.0, high: 10.0, tolerance: 1.0 }, system(5.0))
+            .unwrap_err()
+            .to_string()
+            .contains("0 < low < high"));
         assert!(search(SearchSpace { low: 10.0, high: 5.0, tolerance: 1.0 }, system(5.0)).is_err());
-        assert!(search(SearchSpace { low: 1.0, high: 10.0, tolerance: 20.0 }, system(5.0)).unwrap_err().to_string().contains("tolerance"));
+        assert!(search(SearchSpace { low: 1.0, high: 10.0, tolerance: 20.0 }, system(5.0))
+            .unwrap_err()
+            .to_string()
+            .contains("tolerance"));
     }
 }

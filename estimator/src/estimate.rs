@@ -88,17 +88,27 @@ pub enum EstimateError {
 }
 
 /// Estimate workers, SECU and cost for `req` from `baseline` and `pricing`.
-pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pricing: &Pricing) -> Result<Estimate, EstimateError> {
+pub fn estimate(
+    req: &Request,
+    baseline_name: &str,
+    baseline: &BaselineFile,
+    pricing: &Pricing,
+) -> Result<Estimate, EstimateError> {
     if !(req.throughput_bytes_s > 0.0 && req.throughput_bytes_s.is_finite()) {
         return Err(EstimateError::Throughput(req.throughput_bytes_s));
     }
-    let machine = pricing
-        .machine_types
-        .get(&req.machine_type)
-        .ok_or_else(|| EstimateError::MachineType { given: req.machine_type.clone(), known: pricing.machine_types.keys().cloned().collect::<Vec<_>>().join(", ") })?;
+    let machine = pricing.machine_types.get(&req.machine_type).ok_or_else(|| EstimateError::MachineType {
+        given: req.machine_type.clone(),
+        known: pricing.machine_types.keys().cloned().collect::<Vec<_>>().join(", "),
+    })?;
     // vCPUs per worker of the baseline: its machine type's, or what the file says
     // (a locally measured baseline describes one core), or else the requested machine's.
-    let base_vcpus = pricing.machine_types.get(&baseline.machine_type).map(|m| m.vcpus).or(baseline.vcpus_per_worker).unwrap_or(machine.vcpus);
+    let base_vcpus = pricing
+        .machine_types
+        .get(&baseline.machine_type)
+        .map(|m| m.vcpus)
+        .or(baseline.vcpus_per_worker)
+        .unwrap_or(machine.vcpus);
     let b = baseline.for_mode(baseline_name, req.mode)?;
     let mib_s = req.throughput_bytes_s / MIB;
     let factor = mib_s / b.throughput_mib_s;
@@ -110,11 +120,23 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
     let (items, per_hour) = bill(w, machine, secu, req.commitment, pricing);
     let months = pricing.hours_per_month;
     let mut notes = vec![
-        format!("baseline: {} ({}), {} on {}, {:.0} MiB/s with {} workers at {:.0}% CPU", baseline.source, baseline.date, req.mode.as_str(), baseline.machine_type, b.throughput_mib_s, b.workers, b.mean_cpu * 100.0),
+        format!(
+            "baseline: {} ({}), {} on {}, {:.0} MiB/s with {} workers at {:.0}% CPU",
+            baseline.source,
+            baseline.date,
+            req.mode.as_str(),
+            baseline.machine_type,
+            b.throughput_mib_s,
+            b.workers,
+            b.mean_cpu * 100.0
+        ),
         format!("prices: {} {} ({})", pricing.region, pricing.source, pricing.date),
     ];
     if req.machine_type != baseline.machine_type {
-        notes.push(format!("{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over", req.machine_type, machine.vcpus, base_vcpus, baseline.machine_type));
+        notes.push(format!(
+            "{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over",
+            req.machine_type, machine.vcpus, base_vcpus, baseline.machine_type
+        ));
     }
     if workers_exact < 1.0 {
         notes.push(format!(
@@ -123,7 +145,10 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
             (1.0 - workers_exact) * 100.0
         ));
     } else if (w - workers_exact) / w > 0.2 {
-        notes.push(format!("rounding {workers_exact:.2} workers up to {workers} adds {:.0}% to the worker cost", (w - workers_exact) / workers_exact * 100.0));
+        notes.push(format!(
+            "rounding {workers_exact:.2} workers up to {workers} adds {:.0}% to the worker cost",
+            (w - workers_exact) / workers_exact * 100.0
+        ));
     }
     if req.commitment != Commitment::None {
         notes.push("the commitment discount covers worker vCPU, memory and SECU, not persistent disk".into());
@@ -149,7 +174,13 @@ pub fn estimate(req: &Request, baseline_name: &str, baseline: &BaselineFile, pri
 /// The hourly bill of `workers` workers of `machine` and `secu_per_hour` Streaming Engine
 /// compute units: one [`CostItem`] per billed resource, and the total per hour. Workers may
 /// be fractional (a time-averaged pool, as the simulator reports).
-pub fn bill(workers: f64, machine: &crate::pricing::MachineType, secu_per_hour: f64, commitment: Commitment, pricing: &Pricing) -> (Vec<CostItem>, f64) {
+pub fn bill(
+    workers: f64,
+    machine: &crate::pricing::MachineType,
+    secu_per_hour: f64,
+    commitment: Commitment,
+    pricing: &Pricing,
+) -> (Vec<CostItem>, f64) {
     let p = pricing.streaming_for(commitment);
     let months = pricing.hours_per_month;
     let item = |item: &str, quantity: f64, unit: &str, unit_price: f64| {
@@ -223,7 +254,12 @@ mod tests {
     #[test]
     fn bad_inputs_are_named() {
         let p = Pricing::us_central1();
-        let req = Request { throughput_bytes_s: 0.0, mode: Mode::ExactlyOnce, machine_type: "e2-standard-2".into(), commitment: Commitment::None };
+        let req = Request {
+            throughput_bytes_s: 0.0,
+            mode: Mode::ExactlyOnce,
+            machine_type: "e2-standard-2".into(),
+            commitment: Commitment::None,
+        };
         assert!(estimate(&req, "g", &google_kafka_to_bq(), &p).unwrap_err().to_string().contains("above 0"));
         let req = Request { throughput_bytes_s: 1.0, machine_type: "m9-huge".into(), ..req };
         let e = estimate(&req, "g", &google_kafka_to_bq(), &p).unwrap_err().to_string();
@@ -233,8 +269,14 @@ mod tests {
         assert!(estimate(&req, "x.yaml", &only_eo, &p).unwrap_err().to_string().contains("no at-least-once baseline"));
         assert!(BaselineFile::parse("b.yaml", "source: s\ndate: d\ntemplate: t\nmachine_type: m\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: -1, workers: 1, mean_cpu: 0.5, secu_per_hour: 1}\n").is_err());
         assert!(BaselineFile::parse("b.yaml", "not: [a baseline").is_err());
-        let local = |extra: &str, top: &str| format!("source: s\ndate: d\ntemplate: t\nmachine_type: local-core\n{top}baselines:\n  - {{mode: exactly-once, throughput_mib_s: 10, workers: 1, mean_cpu: 0.8, secu_per_hour: 0{extra}}}\n");
-        assert!(BaselineFile::parse("l.yaml", &local(", vcpu_us_per_message: 0.3, vcpu_ns_per_byte: 0.5", "vcpus_per_worker: 1\n")).is_ok());
+        let local = |extra: &str, top: &str| {
+            format!("source: s\ndate: d\ntemplate: t\nmachine_type: local-core\n{top}baselines:\n  - {{mode: exactly-once, throughput_mib_s: 10, workers: 1, mean_cpu: 0.8, secu_per_hour: 0{extra}}}\n")
+        };
+        assert!(BaselineFile::parse(
+            "l.yaml",
+            &local(", vcpu_us_per_message: 0.3, vcpu_ns_per_byte: 0.5", "vcpus_per_worker: 1\n")
+        )
+        .is_ok());
         for (extra, top, needle) in [
             (", vcpu_us_per_message: -1", "", "vcpu_us_per_message must be"),
             (", vcpu_ns_per_byte: .nan", "", "vcpu_ns_per_byte must be"),

@@ -96,7 +96,11 @@ impl Pricing {
     /// The shipped us-central1 prices (parsed once).
     pub fn us_central1() -> Pricing {
         static CELL: std::sync::OnceLock<Pricing> = std::sync::OnceLock::new();
-        CELL.get_or_init(|| serde_yaml::from_str(include_str!("../data/pricing-us-central1.yaml")).expect("the shipped pricing file is valid")).clone()
+        CELL.get_or_init(|| {
+            serde_yaml::from_str(include_str!("../data/pricing-us-central1.yaml"))
+                .expect("the shipped pricing file is valid")
+        })
+        .clone()
     }
 
     /// Streaming prices under a commitment.

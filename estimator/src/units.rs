@@ -23,7 +23,8 @@ pub struct UnitError {
     pub expected: &'static str,
 }
 
-const RATE_FORM: &str = "a positive number with a unit: B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s or msg/s (e.g. 100MiB/s)";
+const RATE_FORM: &str =
+    "a positive number with a unit: B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s or msg/s (e.g. 100MiB/s)";
 const SIZE_FORM: &str = "a positive number of bytes, optionally with KB, MB, KiB or MiB (e.g. 1KiB)";
 
 fn split_number(s: &str) -> Option<(f64, &str)> {

@@ -179,28 +179,47 @@ pub struct ScalingFlags {
 
 impl ScalingFlags {
     /// The worker pool these flags describe (with an emulated capacity for live runs), or why they are inconsistent.
-    pub fn pool(&self, capacity: Option<crate::pipeline::worker::Capacity>) -> Result<crate::config::PoolConfig, String> {
+    pub fn pool(
+        &self,
+        capacity: Option<crate::pipeline::worker::Capacity>,
+    ) -> Result<crate::config::PoolConfig, String> {
         let d = crate::config::PoolConfig::default();
         let p = crate::config::PoolConfig {
             num_workers: self.num_workers.unwrap_or(d.num_workers),
             min_workers: self.min_num_workers.unwrap_or(d.min_workers),
             max_workers: self.max_workers.unwrap_or(d.max_workers),
             utilization_hint: self.worker_utilization_hint.unwrap_or(d.utilization_hint),
-            algorithm: self.autoscaling_algorithm.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
+            algorithm: self
+                .autoscaling_algorithm
+                .parse()
+                .map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
             policy: self.autoscaling_policy.parse().map_err(|e: flexrun_autoscaler::PolicyError| e.to_string())?,
             capacity,
             interval: self.autoscaling_interval,
             time_scale: self.autoscaling_time_scale,
             vcpus_per_worker: {
                 let m = self.worker_machine_type.as_deref().unwrap_or("e2-standard-2");
-                flexrun_estimator::Pricing::us_central1().machine_types.get(m).map(|t| t.vcpus).ok_or_else(|| format!("unknown --worker-machine-type {m:?}: expected one of {}", flexrun_estimator::Pricing::us_central1().machine_types.keys().cloned().collect::<Vec<_>>().join(", ")))?
+                flexrun_estimator::Pricing::us_central1().machine_types.get(m).map(|t| t.vcpus).ok_or_else(|| {
+                    format!(
+                        "unknown --worker-machine-type {m:?}: expected one of {}",
+                        flexrun_estimator::Pricing::us_central1()
+                            .machine_types
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?
             },
         };
         if p.min_workers > p.max_workers {
             return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));
         }
         if p.num_workers > p.max_workers || p.num_workers < p.min_workers {
-            return Err(format!("--num-workers={} is outside --min-num-workers={} .. --max-workers={}", p.num_workers, p.min_workers, p.max_workers));
+            return Err(format!(
+                "--num-workers={} is outside --min-num-workers={} .. --max-workers={}",
+                p.num_workers, p.min_workers, p.max_workers
+            ));
         }
         Ok(p)
     }
@@ -212,7 +231,9 @@ impl ScalingFlags {
             n.push(format!("--worker-machine-type={m}: recorded (its vCPUs count in job_current_num_vcpus); a local run uses this machine's cores"));
         }
         if let Some(p) = &self.project {
-            n.push(format!("--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"));
+            n.push(format!(
+                "--project={p}: recorded; BigQuery tables are addressed by the project in their table spec"
+            ));
         }
         if let Some(r) = &self.region {
             n.push(format!("--region={r}: recorded; a local run has no region"));
@@ -232,7 +253,6 @@ impl ScalingFlags {
     pub fn at_least_once_experiment(&self) -> bool {
         self.additional_experiments.iter().any(|e| e == AT_LEAST_ONCE_EXPERIMENT)
     }
-
 }
 
 /// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
@@ -306,7 +326,10 @@ impl JobFlags {
     pub fn sink(&self) -> Result<SinkKind, String> {
         match (self.sink, &self.schema_file) {
             (SinkArg::Bigquery, None) => Ok(SinkKind::BigQuery),
-            (SinkArg::Bigquery, Some(_)) => Err("--schema-file is only used with --sink stats (with BigQuery the table's own schema is used)".into()),
+            (SinkArg::Bigquery, Some(_)) => {
+                Err("--schema-file is only used with --sink stats (with BigQuery the table's own schema is used)"
+                    .into())
+            }
             (SinkArg::Stats, Some(f)) => Ok(SinkKind::Stats { schema_file: f.clone() }),
             (SinkArg::Stats, None) => Err("--sink stats needs --schema-file (a BigQuery JSON schema)".into()),
         }
@@ -339,7 +362,9 @@ impl JobFlags {
     /// The checkpoint root.
     pub fn checkpoint_root(&self) -> PathBuf {
         self.checkpoint_dir.clone().unwrap_or_else(|| {
-            let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state"));
+            let base = std::env::var_os("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state"));
             base.join("flexrun/jobs")
         })
     }
@@ -550,14 +575,28 @@ mod tests {
     #[test]
     fn gcloud_form_parses() {
         let cli = Cli::try_parse_from([
-            "flexrun", "dataflow", "flex-template", "run", "my-job",
+            "flexrun",
+            "dataflow",
+            "flex-template",
+            "run",
+            "my-job",
             "--template-file-gcs-location=gs://dataflow-templates-us-central1/latest/flex/Kafka_to_BigQuery_Flex",
-            "--parameters", "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON",
-            "--enable-streaming-engine", "--additional-experiments=streaming_mode_at_least_once",
-            "--num-workers=2", "--max-workers=10", "--worker-machine-type=e2-standard-2", "--project=p", "--region=us-central1",
+            "--parameters",
+            "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON",
+            "--enable-streaming-engine",
+            "--additional-experiments=streaming_mode_at_least_once",
+            "--num-workers=2",
+            "--max-workers=10",
+            "--worker-machine-type=e2-standard-2",
+            "--project=p",
+            "--region=us-central1",
         ])
         .unwrap();
-        let Some(Command::Dataflow { group: DataflowGroup::FlexTemplate { action: FlexTemplateAction::Run(a) } }) = cli.command else { panic!() };
+        let Some(Command::Dataflow { group: DataflowGroup::FlexTemplate { action: FlexTemplateAction::Run(a) } }) =
+            cli.command
+        else {
+            panic!()
+        };
         assert_eq!(a.job_name, "my-job");
         assert!(a.flags.at_least_once_experiment());
         let notes = a.flags.notes().join("\n");
@@ -570,7 +609,16 @@ mod tests {
 
     #[test]
     fn top_level_form_parses_and_bad_flags_fail() {
-        let cli = Cli::try_parse_from(["flexrun", "--template", "kafka-to-bq", "--parameters", "a=b", "--idle-timeout", "500ms"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "flexrun",
+            "--template",
+            "kafka-to-bq",
+            "--parameters",
+            "a=b",
+            "--idle-timeout",
+            "500ms",
+        ])
+        .unwrap();
         assert_eq!(cli.run.template.as_deref(), Some("kafka-to-bq"));
         assert_eq!(cli.run.flags.idle_timeout, Some(Duration::from_millis(500)));
         let e = Cli::try_parse_from(["flexrun", "--template", "x", "--idle-timeout", "soon"]).unwrap_err();
@@ -597,11 +645,15 @@ mod tests {
         assert_eq!(p(&["--worker-utilization-hint", "0.95"]).unwrap_err().exit_code(), 2);
         assert_eq!(p(&["--autoscaling-algorithm", "FAST"]).unwrap_err().exit_code(), 2);
         assert_eq!(p(&["--autoscaling-policy", "ds3"]).unwrap_err().exit_code(), 2);
-        assert!(p(&["--worker-capacity", "lots"]).unwrap_err().to_string().contains("expected a positive number with a unit"));
+        assert!(p(&["--worker-capacity", "lots"])
+            .unwrap_err()
+            .to_string()
+            .contains("expected a positive number with a unit"));
         assert_eq!(p(&["--num-workers", "0"]).unwrap_err().exit_code(), 2);
         let cli = p(&["--num-workers", "9", "--max-workers", "4"]).unwrap();
         assert!(cli.run.flags.pool().unwrap_err().contains("outside"));
-        let cli = p(&["--worker-capacity", "2MB/s", "--autoscaling-policy", "ds2", "--autoscaling-interval", "3s"]).unwrap();
+        let cli =
+            p(&["--worker-capacity", "2MB/s", "--autoscaling-policy", "ds2", "--autoscaling-interval", "3s"]).unwrap();
         let pool = cli.run.flags.pool().unwrap();
         assert_eq!(pool.policy, flexrun_autoscaler::PolicyKind::Ds2);
         assert_eq!(pool.interval, Duration::from_secs(3));

@@ -114,14 +114,21 @@ impl PoolConfig {
         match (self.algorithm, self.policy) {
             (Algorithm::None, _) => Box::new(flexrun_autoscaler::policy::Fixed),
             (Algorithm::ThroughputBased, PolicyKind::Ds2) => Box::new(Ds2Policy::default()),
-            (Algorithm::ThroughputBased, PolicyKind::Dataflow) => Box::new(DataflowPolicy::new(DataflowConfig::time_scaled(self.time_scale))),
+            (Algorithm::ThroughputBased, PolicyKind::Dataflow) => {
+                Box::new(DataflowPolicy::new(DataflowConfig::time_scaled(self.time_scale)))
+            }
         }
     }
 
     /// The bounds the policy works within, for a job whose useful parallelism is
     /// `max_parallelism` workers.
     pub fn limits(&self, max_parallelism: u32) -> flexrun_autoscaler::Limits {
-        flexrun_autoscaler::Limits { min_workers: self.min_workers, max_workers: self.max_workers, max_parallelism, utilization_hint: self.utilization_hint }
+        flexrun_autoscaler::Limits {
+            min_workers: self.min_workers,
+            max_workers: self.max_workers,
+            max_parallelism,
+            utilization_hint: self.utilization_hint,
+        }
     }
 }
 
@@ -212,7 +219,9 @@ impl KafkaToBqConfig {
         let table = match p.get("outputTableSpec") {
             Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputTableSpec: {e}"))).ok(),
             None => {
-                errs.push("outputTableSpec is required with writeMode=SINGLE_TABLE_NAME (project:dataset.table)".into());
+                errs.push(
+                    "outputTableSpec is required with writeMode=SINGLE_TABLE_NAME (project:dataset.table)".into(),
+                );
                 None
             }
         };
@@ -226,7 +235,8 @@ impl KafkaToBqConfig {
         if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
             errs.push("enableCommitOffsets=true requires consumerGroupId".into());
         }
-        let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default()) {
+        let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default())
+        {
             Ok(v) => v,
             Err(e) => {
                 errs.push(e.to_string());
@@ -262,19 +272,32 @@ impl KafkaToBqConfig {
         };
         let freq: f64 = p.get("storageWriteApiTriggeringFrequencySec").unwrap_or("5").parse().unwrap_or(5.0);
         if !(freq > 0.0 && freq <= 3600.0) {
-            errs.push(format!("storageWriteApiTriggeringFrequencySec={freq}: expected a number of seconds above 0 and at most 3600"));
+            errs.push(format!(
+                "storageWriteApiTriggeringFrequencySec={freq}: expected a number of seconds above 0 and at most 3600"
+            ));
         }
-        let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") { p.flag("useStorageWriteApiAtLeastOnce") } else { flags.at_least_once_experiment };
+        let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
+            p.flag("useStorageWriteApiAtLeastOnce")
+        } else {
+            flags.at_least_once_experiment
+        };
         if flags.progress.async_progress && !at_least_once {
             errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE.into());
         }
         if !errs.is_empty() {
             return Err(errs);
         }
-        let group_id = p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{}", flags.job_name));
+        let group_id =
+            p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{}", flags.job_name));
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),
-            source: SourceSettings { bootstrap, topic, auth: auth.expect("checked"), group_id, start_earliest: p.get("kafkaReadOffset") == Some("earliest") },
+            source: SourceSettings {
+                bootstrap,
+                topic,
+                auth: auth.expect("checked"),
+                group_id,
+                start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
+            },
             table: table.expect("checked"),
             dlq,
             delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
@@ -306,7 +329,19 @@ mod tests {
     use flexrun_templates::{find, parse_parameter_list, validate};
 
     fn flags() -> RunFlags {
-        RunFlags { job_name: "j".into(), at_least_once_experiment: false, max_row_bytes: 100, batch_bytes: 1, append_request_bytes: 10_000_000, batch_rows: 1, idle_timeout: None, max_messages: None, sink: SinkKind::BigQuery, pool: PoolConfig::default(), progress: ProgressConfig::default() }
+        RunFlags {
+            job_name: "j".into(),
+            at_least_once_experiment: false,
+            max_row_bytes: 100,
+            batch_bytes: 1,
+            append_request_bytes: 10_000_000,
+            batch_rows: 1,
+            idle_timeout: None,
+            max_messages: None,
+            sink: SinkKind::BigQuery,
+            pool: PoolConfig::default(),
+            progress: ProgressConfig::default(),
+        }
     }
 
     fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {
@@ -314,7 +349,8 @@ mod tests {
         KafkaToBqConfig::from_params(&p, &flags())
     }
 
-    const OK: &str = "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE";
+    const OK: &str =
+        "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE";
 
     #[test]
     fn a_good_config_resolves() {
@@ -335,15 +371,21 @@ mod tests {
         let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(OK).unwrap()).unwrap();
         let f = RunFlags { at_least_once_experiment: true, ..flags() };
         assert_eq!(KafkaToBqConfig::from_params(&p, &f).unwrap().delivery, Delivery::AtLeastOnce);
-        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=false")).unwrap()).unwrap();
+        let p = validate(
+            find("kafka-to-bq").unwrap(),
+            &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=false")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(KafkaToBqConfig::from_params(&p, &f).unwrap().delivery, Delivery::ExactlyOnce);
     }
 
     #[test]
     fn launch_rules_are_enforced_with_reasons() {
-        let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE").unwrap_err();
+        let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE")
+            .unwrap_err();
         assert!(e[0].contains("messageFormat=AVRO_CONFLUENT_WIRE_FORMAT is not supported yet"), "{e:?}");
-        let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
+        let e =
+            cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
         assert!(e[0].contains("outputTableSpec is required"), "{e:?}");
         let e = cfg(&format!("{OK},useBigQueryDLQ=true")).unwrap_err();
         assert!(e[0].contains("requires outputDeadletterTable"), "{e:?}");
@@ -355,7 +397,11 @@ mod tests {
         let f = RunFlags { progress: ProgressConfig { async_progress: true, ..Default::default() }, ..flags() };
         let e = KafkaToBqConfig::from_params(&p, &f).unwrap_err();
         assert!(e[0].contains("cannot be combined with exactly-once"), "{e:?}");
-        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=true")).unwrap()).unwrap();
+        let p = validate(
+            find("kafka-to-bq").unwrap(),
+            &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=true")).unwrap(),
+        )
+        .unwrap();
         assert!(KafkaToBqConfig::from_params(&p, &f).is_ok());
         let e = cfg(&format!("{OK},storageWriteApiTriggeringFrequencySec=0")).unwrap_err();
         assert!(e[0].contains("above 0"), "{e:?}");

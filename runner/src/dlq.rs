@@ -62,13 +62,19 @@ pub const MAX_DLQ_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// A value over [`MAX_DLQ_PAYLOAD_BYTES`] is cut to that length and the error says so.
 pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) {
     out.clear();
-    let (value, key, error) = if rec.value.len() > MAX_DLQ_PAYLOAD_BYTES || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES) {
+    let (value, key, error) = if rec.value.len() > MAX_DLQ_PAYLOAD_BYTES
+        || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES)
+    {
         let note = format!(
             "{error} (dead-letter payload truncated: the record's value has {} bytes and its key {}; the first {MAX_DLQ_PAYLOAD_BYTES} of each are kept)",
             rec.value.len(),
             rec.key.map_or(0, <[u8]>::len)
         );
-        (&rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)], rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]), std::borrow::Cow::Owned(note))
+        (
+            &rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)],
+            rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]),
+            std::borrow::Cow::Owned(note),
+        )
     } else {
         (rec.value, rec.key, std::borrow::Cow::Borrowed(error))
     };
@@ -97,7 +103,8 @@ mod tests {
 
     #[test]
     fn dlq_rows_are_deterministic_and_carry_the_reason() {
-        let rec = RecordRef { topic: "t", partition: 3, offset: 42, timestamp_ms: Some(5), key: None, value: &[0xff, 0x00] };
+        let rec =
+            RecordRef { topic: "t", partition: 3, offset: 42, timestamp_ms: Some(5), key: None, value: &[0xff, 0x00] };
         let (mut a, mut b) = (Vec::new(), Vec::new());
         encode(&rec, "transform", "message value is not valid UTF-8", &mut a);
         encode(&rec, "transform", "message value is not valid UTF-8", &mut b);
@@ -107,7 +114,10 @@ mod tests {
         assert!(text.contains("\"offset\":42"));
         assert_eq!(schema().columns.len(), 6);
         let w = write_schema();
-        assert_eq!(w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["timestamp", "payloadString", "payloadBytes", "errorMessage", "stacktrace"]);
+        assert_eq!(
+            w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["timestamp", "payloadString", "payloadBytes", "errorMessage", "stacktrace"]
+        );
     }
 
     #[test]
@@ -120,6 +130,11 @@ mod tests {
         assert!(out.len() < 4 * MAX_DLQ_PAYLOAD_BYTES, "{} bytes", out.len());
         assert!(out.len() < crate::bigquery::write::MAX_REQUEST_ROW_BYTES);
         let text = String::from_utf8_lossy(&out);
-        assert!(text.contains("Row payload too large (dead-letter payload truncated: the record's value has 15000000 bytes"), "reason kept and truncation stated");
+        assert!(
+            text.contains(
+                "Row payload too large (dead-letter payload truncated: the record's value has 15000000 bytes"
+            ),
+            "reason kept and truncation stated"
+        );
     }
 }

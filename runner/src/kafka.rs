@@ -90,12 +90,20 @@ pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
         if let [p, "locations", r, "clusters", c, "topics", t] = parts.as_slice() {
             return Ok((format!("bootstrap.{c}.{r}.managedkafka.{p}.cloud.goog:9092"), t.to_string()));
         }
-        return Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: expected projects/P/locations/R/clusters/C/topics/T")));
+        return Err(KafkaError::Config(format!(
+            "readBootstrapServerAndTopic {v:?}: expected projects/P/locations/R/clusters/C/topics/T"
+        )));
     }
     match v.split_once(';') {
-        Some((servers, topic)) if !servers.is_empty() && !topic.is_empty() && !topic.contains(',') => Ok((servers.to_string(), topic.to_string())),
-        Some((_, topic)) if topic.contains(',') => Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: one job reads one topic (got {topic:?})"))),
-        _ => Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: expected host:port[,host:port];topic"))),
+        Some((servers, topic)) if !servers.is_empty() && !topic.is_empty() && !topic.contains(',') => {
+            Ok((servers.to_string(), topic.to_string()))
+        }
+        Some((_, topic)) if topic.contains(',') => Err(KafkaError::Config(format!(
+            "readBootstrapServerAndTopic {v:?}: one job reads one topic (got {topic:?})"
+        ))),
+        _ => {
+            Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: expected host:port[,host:port];topic")))
+        }
     }
 }
 
@@ -103,13 +111,18 @@ pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
 /// Google's Secret Manager paths (`projects/.../secrets/...`) cannot be read here.
 pub fn resolve_secret(param: &str, v: &str) -> Result<String, KafkaError> {
     if let Some(var) = v.strip_prefix("env:") {
-        return std::env::var(var).map_err(|_| KafkaError::Config(format!("{param}: environment variable {var} is not set")));
+        return std::env::var(var)
+            .map_err(|_| KafkaError::Config(format!("{param}: environment variable {var} is not set")));
     }
     if let Some(path) = v.strip_prefix("file:") {
-        return std::fs::read_to_string(path).map(|s| s.trim_end().to_string()).map_err(|e| KafkaError::Config(format!("{param}: cannot read {path}: {e}")));
+        return std::fs::read_to_string(path)
+            .map(|s| s.trim_end().to_string())
+            .map_err(|e| KafkaError::Config(format!("{param}: cannot read {path}: {e}")));
     }
     if v.starts_with("projects/") && v.contains("/secrets/") {
-        return Err(KafkaError::Config(format!("{param}: Secret Manager ({v}) is not reachable from here; pass the value, env:VAR or file:PATH")));
+        return Err(KafkaError::Config(format!(
+            "{param}: Secret Manager ({v}) is not reachable from here; pass the value, env:VAR or file:PATH"
+        )));
     }
     Ok(v.to_string())
 }
@@ -158,9 +171,16 @@ impl SourceSettings {
     pub async fn partitions(&self) -> Result<Vec<i32>, KafkaError> {
         let s = self.clone();
         tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = s.client_config().create().map_err(|e| s.broker_err(format!("cannot create client: {e}")))?;
-            let md = c.fetch_metadata(Some(&s.topic), Duration::from_secs(10)).map_err(|e| s.broker_err(format!("broker unreachable or metadata failed: {e}")))?;
-            let t = md.topics().iter().find(|t| t.name() == s.topic).ok_or_else(|| s.broker_err("topic not in metadata".into()))?;
+            let c: BaseConsumer =
+                s.client_config().create().map_err(|e| s.broker_err(format!("cannot create client: {e}")))?;
+            let md = c
+                .fetch_metadata(Some(&s.topic), Duration::from_secs(10))
+                .map_err(|e| s.broker_err(format!("broker unreachable or metadata failed: {e}")))?;
+            let t = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == s.topic)
+                .ok_or_else(|| s.broker_err("topic not in metadata".into()))?;
             if let Some(e) = t.error() {
                 return Err(s.broker_err(format!("topic error: {e:?} (does the topic exist?)")));
             }
@@ -191,14 +211,17 @@ impl SourceSettings {
             let committed = c.committed_offsets(tpl, Duration::from_secs(10)).ok();
             let mut out = BTreeMap::new();
             for p in partitions {
-                let from_group = committed.as_ref().and_then(|t| t.find_partition(&s.topic, p)).and_then(|e| match e.offset() {
-                    Offset::Offset(o) if o >= 0 => Some(o),
-                    _ => None,
-                });
+                let from_group =
+                    committed.as_ref().and_then(|t| t.find_partition(&s.topic, p)).and_then(|e| match e.offset() {
+                        Offset::Offset(o) if o >= 0 => Some(o),
+                        _ => None,
+                    });
                 let pos = match from_group {
                     Some(o) => o,
                     None => {
-                        let (lo, hi) = c.fetch_watermarks(&s.topic, p, Duration::from_secs(10)).map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}")))?;
+                        let (lo, hi) = c
+                            .fetch_watermarks(&s.topic, p, Duration::from_secs(10))
+                            .map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}")))?;
                         if s.start_earliest {
                             lo
                         } else {
@@ -229,10 +252,15 @@ impl SourceSettings {
         let s = self.clone();
         let partitions = partitions.to_vec();
         tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = s.client_config().create().map_err(|e| s.broker_err(format!("cannot create client: {e}")))?;
+            let c: BaseConsumer =
+                s.client_config().create().map_err(|e| s.broker_err(format!("cannot create client: {e}")))?;
             partitions
                 .into_iter()
-                .map(|p| c.fetch_watermarks(&s.topic, p, Duration::from_secs(10)).map(|w| (p, w)).map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}"))))
+                .map(|p| {
+                    c.fetch_watermarks(&s.topic, p, Duration::from_secs(10))
+                        .map(|w| (p, w))
+                        .map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}")))
+                })
                 .collect()
         })
         .await
@@ -244,7 +272,8 @@ impl SourceSettings {
 pub fn assign(consumer: &StreamConsumer, topic: &str, positions: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
     let mut tpl = TopicPartitionList::new();
     for (p, o) in positions {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(*o)).map_err(|e| KafkaError::Config(format!("partition {p} offset {o}: {e}")))?;
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+            .map_err(|e| KafkaError::Config(format!("partition {p} offset {o}: {e}")))?;
     }
     consumer.assign(&tpl).map_err(|e| KafkaError::Config(format!("assign partitions of {topic}: {e}")))
 }
@@ -266,13 +295,19 @@ fn apply_auth(c: &mut ClientConfig, auth: &Auth) {
             c.set("security.protocol", "plaintext");
         }
         Auth::SaslPlain { username, password, ca } => {
-            c.set("security.protocol", if ca.is_some() { "sasl_ssl" } else { "sasl_plaintext" }).set("sasl.mechanism", "PLAIN").set("sasl.username", username).set("sasl.password", password);
+            c.set("security.protocol", if ca.is_some() { "sasl_ssl" } else { "sasl_plaintext" })
+                .set("sasl.mechanism", "PLAIN")
+                .set("sasl.username", username)
+                .set("sasl.password", password);
             if let Some(ca) = ca {
                 c.set("ssl.ca.location", ca);
             }
         }
         Auth::SaslScram512 { username, password, ca } => {
-            c.set("security.protocol", "sasl_ssl").set("sasl.mechanism", "SCRAM-SHA-512").set("sasl.username", username).set("sasl.password", password);
+            c.set("security.protocol", "sasl_ssl")
+                .set("sasl.mechanism", "SCRAM-SHA-512")
+                .set("sasl.username", username)
+                .set("sasl.password", password);
             if let Some(ca) = ca {
                 c.set("ssl.ca.location", ca);
             }
@@ -307,7 +342,13 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Resu
         match r {
             Ok(_) => {}
             Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => return Err(KafkaError::Broker { bootstrap: bootstrap.into(), topic: topic.into(), message: format!("create topic: {code:?}") }),
+            Err((_, code)) => {
+                return Err(KafkaError::Broker {
+                    bootstrap: bootstrap.into(),
+                    topic: topic.into(),
+                    message: format!("create topic: {code:?}"),
+                })
+            }
         }
     }
     Ok(())
@@ -333,8 +374,14 @@ mod tests {
     fn secrets_resolve_or_say_why_not() {
         std::env::set_var("FLEXRUN_TEST_SECRET", "s3cret");
         assert_eq!(resolve_secret("p", "env:FLEXRUN_TEST_SECRET").unwrap(), "s3cret");
-        assert!(resolve_secret("p", "env:FLEXRUN_NOPE_NOT_SET").unwrap_err().to_string().contains("FLEXRUN_NOPE_NOT_SET"));
-        assert!(resolve_secret("p", "projects/x/secrets/y/versions/1").unwrap_err().to_string().contains("Secret Manager"));
+        assert!(resolve_secret("p", "env:FLEXRUN_NOPE_NOT_SET")
+            .unwrap_err()
+            .to_string()
+            .contains("FLEXRUN_NOPE_NOT_SET"));
+        assert!(resolve_secret("p", "projects/x/secrets/y/versions/1")
+            .unwrap_err()
+            .to_string()
+            .contains("Secret Manager"));
         assert!(resolve_secret("p", "file:/nonexistent/flexrun").unwrap_err().to_string().contains("cannot read"));
         assert_eq!(resolve_secret("p", "plain").unwrap(), "plain");
     }
@@ -342,7 +389,10 @@ mod tests {
     #[test]
     fn auth_modes_map_to_librdkafka_settings() {
         let mut c = ClientConfig::new();
-        apply_auth(&mut c, &Auth::SaslScram512 { username: "u".into(), password: "p".into(), ca: Some("/ca.pem".into()) });
+        apply_auth(
+            &mut c,
+            &Auth::SaslScram512 { username: "u".into(), password: "p".into(), ca: Some("/ca.pem".into()) },
+        );
         assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
         assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
         assert_eq!(c.get("ssl.ca.location"), Some("/ca.pem"));

@@ -60,7 +60,15 @@ pub fn seed_shape_message(id: u64, seed: u64, message_chars: usize) -> Vec<u8> {
 
 /// Produce `count` messages with ids from `start_id`, spread round-robin over
 /// `partitions`; with `bad_every = Some(k)` every k-th message is a bad one instead.
-pub async fn produce(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize) -> Result<Produced> {
+pub async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    start_id: u64,
+    count: u64,
+    bad_every: Option<u64>,
+    message_chars: usize,
+) -> Result<Produced> {
     produce_shaped(bootstrap, topic, partitions, start_id, count, bad_every, message_chars, false).await
 }
 
@@ -83,7 +91,16 @@ pub async fn produce_large(bootstrap: &str, topic: &str, id: u64, chars: usize) 
 
 /// [`produce`], optionally in the benchmark's exact shape (no `id`).
 #[allow(clippy::too_many_arguments)]
-pub async fn produce_shaped(bootstrap: &str, topic: &str, partitions: i32, start_id: u64, count: u64, bad_every: Option<u64>, message_chars: usize, seed_shape: bool) -> Result<Produced> {
+pub async fn produce_shaped(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    start_id: u64,
+    count: u64,
+    bad_every: Option<u64>,
+    message_chars: usize,
+    seed_shape: bool,
+) -> Result<Produced> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")

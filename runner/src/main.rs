@@ -23,7 +23,9 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
@@ -49,7 +51,10 @@ async fn dispatch(cli: Cli) -> Result<()> {
             run_template(template, &job, &cli.run.parameters, &cli.run.flags).await
         }
         Some(Command::Run(args)) => {
-            let t = args.template.as_deref().ok_or_else(|| usage("flexrun run needs --template NAME (see `flexrun templates list`)"))?;
+            let t = args
+                .template
+                .as_deref()
+                .ok_or_else(|| usage("flexrun run needs --template NAME (see `flexrun templates list`)"))?;
             let template = find(t).ok_or_else(|| unknown_template(t))?;
             let job = args.job_name.clone().unwrap_or_else(|| template.name.clone());
             run_template(template, &job, &args.parameters, &args.flags).await
@@ -71,8 +76,12 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Calibrate(a)) => flexrun::sizing::command::calibrate_cmd(&a),
         Some(Command::Capacity(a)) => flexrun::sizing::command::capacity_cmd(&a).await,
         Some(Command::Web { addr }) => {
-            let (bound, h) = flexrun_web::serve(&addr, flexrun_web::JobRegistry::default()).await.map_err(|e| usage(format!("--addr {addr}: cannot listen: {e}")))?;
-            println!("flexrun web: http://{bound}/estimate (jobs: http://{bound}/jobs, metrics: http://{bound}/metrics)");
+            let (bound, h) = flexrun_web::serve(&addr, flexrun_web::JobRegistry::default())
+                .await
+                .map_err(|e| usage(format!("--addr {addr}: cannot listen: {e}")))?;
+            println!(
+                "flexrun web: http://{bound}/estimate (jobs: http://{bound}/jobs, metrics: http://{bound}/metrics)"
+            );
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = h => {}
@@ -97,17 +106,44 @@ fn estimate_cmd(a: flexrun::cli::EstimateArgs) -> Result<()> {
     if matches!(a.throughput, est::Rate::BytesPerSecond(_)) && a.message_size.is_some() {
         return Err(usage("--message-size only applies to a throughput in msg/s"));
     }
-    let req = est::Request { throughput_bytes_s: a.throughput.bytes_per_second(msg), mode: a.mode, machine_type: a.machine_type.clone(), commitment: a.commitment };
+    let req = est::Request {
+        throughput_bytes_s: a.throughput.bytes_per_second(msg),
+        mode: a.mode,
+        machine_type: a.machine_type.clone(),
+        commitment: a.commitment,
+    };
     let e = est::estimate(&req, &name, &baseline, &est::Pricing::us_central1()).map_err(|e| usage(e.to_string()))?;
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&e)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&e)?),
         Format::Table => {
-            println!("{:.1} MiB/s {} on {} ({}): scaling factor {:.4}", e.throughput_mib_s, req.mode.as_str(), req.machine_type, format!("commitment {}", req.commitment.as_str()), e.scaling_factor);
-            println!("workers {:.2} → {} billed ({} vCPU, {} GB memory, {} GB disk), SECU {:.2}/h, at {:.0}% CPU", e.workers_exact, e.workers, e.vcpus, e.memory_gb, e.disk_gb, e.secu_per_hour, e.mean_cpu * 100.0);
-            println!("{:<32} {:>12} {:>8} {:>12} {:>10} {:>12}", "item", "quantity", "unit", "$/unit-h", "$/hour", "$/month");
+            println!(
+                "{:.1} MiB/s {} on {} ({}): scaling factor {:.4}",
+                e.throughput_mib_s,
+                req.mode.as_str(),
+                req.machine_type,
+                format!("commitment {}", req.commitment.as_str()),
+                e.scaling_factor
+            );
+            println!(
+                "workers {:.2} → {} billed ({} vCPU, {} GB memory, {} GB disk), SECU {:.2}/h, at {:.0}% CPU",
+                e.workers_exact,
+                e.workers,
+                e.vcpus,
+                e.memory_gb,
+                e.disk_gb,
+                e.secu_per_hour,
+                e.mean_cpu * 100.0
+            );
+            println!(
+                "{:<32} {:>12} {:>8} {:>12} {:>10} {:>12}",
+                "item", "quantity", "unit", "$/unit-h", "$/hour", "$/month"
+            );
             for i in &e.items {
-                println!("{:<32} {:>12.2} {:>8} {:>12.6} {:>10.2} {:>12.2}", i.item, i.quantity, i.unit, i.unit_price, i.per_hour, i.per_month);
+                println!(
+                    "{:<32} {:>12.2} {:>8} {:>12.6} {:>10.2} {:>12.2}",
+                    i.item, i.quantity, i.unit, i.unit_price, i.per_hour, i.per_month
+                );
             }
             println!("{:<32} {:>12} {:>8} {:>12} {:>10.2} {:>12.2}", "total", "", "", "", e.per_hour, e.per_month);
             for n in &e.notes {
@@ -155,7 +191,13 @@ fn describe(t: &Template) {
         if !p.enum_options.is_empty() {
             help.push_str(&format!(" [{}]", p.enum_options.join("|")));
         }
-        println!("{:<40} {:<9} {:<28} {}", p.name, if p.is_optional { "no" } else { "yes" }, p.default_value.as_deref().unwrap_or("-"), help);
+        println!(
+            "{:<40} {:<9} {:<28} {}",
+            p.name,
+            if p.is_optional { "no" } else { "yes" },
+            p.default_value.as_deref().unwrap_or("-"),
+            help
+        );
     }
 }
 
@@ -194,7 +236,10 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     };
     let cfg = KafkaToBqConfig::from_params(&resolved, &run_flags).map_err(|errs| usage(errs.join("\n")))?;
     let endpoints = match sink {
-        flexrun::config::SinkKind::BigQuery => Some(Endpoints::resolve(flags.bigquery_endpoint.as_deref(), flags.bigquery_grpc_endpoint.as_deref()).map_err(usage)?),
+        flexrun::config::SinkKind::BigQuery => Some(
+            Endpoints::resolve(flags.bigquery_endpoint.as_deref(), flags.bigquery_grpc_endpoint.as_deref())
+                .map_err(usage)?,
+        ),
         flexrun::config::SinkKind::Stats { .. } => None,
     };
     for n in flags.notes() {
@@ -206,7 +251,9 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     let web = match &flags.web {
         Some(addr) => {
             let jobs = flexrun_web::JobRegistry::default();
-            let (bound, _) = flexrun_web::serve(addr, jobs.clone()).await.map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
+            let (bound, _) = flexrun_web::serve(addr, jobs.clone())
+                .await
+                .map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
             eprintln!("dashboard: http://{bound}/jobs/{job_name}  (cost estimate: http://{bound}/estimate, metrics: http://{bound}/metrics)");
             Some(jobs)
         }
@@ -215,7 +262,13 @@ async fn run_template(template: &Template, job_name: &str, parameters: &[String]
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
     let report = pipeline::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await?;
-    println!("kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished", job_name, cfg.delivery.as_str(), report.shards, report.workers);
+    println!(
+        "kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished",
+        job_name,
+        cfg.delivery.as_str(),
+        report.shards,
+        report.workers
+    );
     print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
     if report.decisions.iter().any(|d| d.is_change()) {
         println!("autoscaling ({} policy):", flags.scaling.autoscaling_policy);
@@ -253,8 +306,17 @@ async fn run_generator(resolved: &flexrun_templates::ResolvedParams, flags: &Job
         r.elapsed_s,
         r.achieved_qps,
         r.target_qps,
-        r.delivered.map(|d| format!(", {d} acknowledged by Kafka ({:.0} msg/s including the final flush)", r.delivered_qps.unwrap_or(0.0))).unwrap_or_default(),
-        if r.fell_behind { "; FELL BEHIND: this machine or the broker could not keep up with the target rate" } else { "" },
+        r.delivered
+            .map(|d| format!(
+                ", {d} acknowledged by Kafka ({:.0} msg/s including the final flush)",
+                r.delivered_qps.unwrap_or(0.0)
+            ))
+            .unwrap_or_default(),
+        if r.fell_behind {
+            "; FELL BEHIND: this machine or the broker could not keep up with the target rate"
+        } else {
+            ""
+        },
         r.seed
     );
     if to_stdout {
@@ -269,9 +331,22 @@ async fn run_generator(resolved: &flexrun_templates::ResolvedParams, flags: &Job
 }
 
 /// rate-to-stats and kafka-to-kafka: the micro-batch engine with its source and sink.
-async fn run_microbatch(name: &str, p: &flexrun_templates::ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
-    use flexrun::microbatch::{self, kafka::KafkaSink, kafka::KafkaSource, rate::RateSource, rate::StatsSink, MicroBatchConfig, Sink, Source};
-    let cfg = MicroBatchConfig { checkpoint_dir: flags.checkpoint_root().join(job_name), progress: flags.progress(), max_batch: flags.batch_rows, idle_timeout: flags.idle_timeout, latency_warm_up: flags.latency_warm_up };
+async fn run_microbatch(
+    name: &str,
+    p: &flexrun_templates::ResolvedParams,
+    job_name: &str,
+    flags: &JobFlags,
+) -> Result<()> {
+    use flexrun::microbatch::{
+        self, kafka::KafkaSink, kafka::KafkaSource, rate::RateSource, rate::StatsSink, MicroBatchConfig, Sink, Source,
+    };
+    let cfg = MicroBatchConfig {
+        checkpoint_dir: flags.checkpoint_root().join(job_name),
+        progress: flags.progress(),
+        max_batch: flags.batch_rows,
+        idle_timeout: flags.idle_timeout,
+        latency_warm_up: flags.latency_warm_up,
+    };
     let (mut source, mut sink): (Box<dyn Source + Send>, Box<dyn Sink + Send>) = if name == "rate-to-stats" {
         let num = |k: &str| p.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
         let rate = num("rowsPerSecond");
@@ -285,12 +360,17 @@ async fn run_microbatch(name: &str, p: &flexrun_templates::ResolvedParams, job_n
         let limit = num("messagesLimit") as u64;
         (Box::new(RateSource::new(rate, bytes, (limit > 0).then_some(limit))), Box::new(StatsSink::default()))
     } else {
-        let split = |k: &str| kafka::parse_server_and_topic(p.get(k).unwrap_or_default()).map_err(|e| usage(format!("{k}: {e}")));
+        let split = |k: &str| {
+            kafka::parse_server_and_topic(p.get(k).unwrap_or_default()).map_err(|e| usage(format!("{k}: {e}")))
+        };
         let (rb, rt) = split("readBootstrapServerAndTopic")?;
         let (wb, wt) = split("writeBootstrapServerAndTopic")?;
         let earliest = p.get("kafkaReadOffset") == Some("earliest");
         let json = p.get("messageFormat") != Some("RAW");
-        let (source, sink) = tokio::task::spawn_blocking(move || -> Result<(KafkaSource, KafkaSink)> { Ok((KafkaSource::new(&rb, &rt, earliest)?, KafkaSink::new(&wb, &wt, json)?)) }).await??;
+        let (source, sink) = tokio::task::spawn_blocking(move || -> Result<(KafkaSource, KafkaSink)> {
+            Ok((KafkaSource::new(&rb, &rt, earliest)?, KafkaSink::new(&wb, &wt, json)?))
+        })
+        .await??;
         (Box::new(source), Box::new(sink))
     };
     let (cancel_tx, mut cancel_rx) = watch::channel(false);
@@ -302,18 +382,21 @@ async fn run_microbatch(name: &str, p: &flexrun_templates::ResolvedParams, job_n
             s2.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    let report = tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await??;
+    let report =
+        tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await??;
     println!("{name} job {job_name} finished");
     print!("{}", report.render());
     if let Some(path) = &flags.summary_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?).map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
 fn spawn_signal_handler(tx: watch::Sender<bool>) {
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         for n in 0.. {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
@@ -348,7 +431,8 @@ async fn local_cmd(action: LocalAction) -> Result<()> {
             let schema = match schema_file {
                 Some(f) => {
                     let text = std::fs::read_to_string(&f).with_context(|| format!("reading {f}"))?;
-                    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| usage(format!("{f}: not JSON: {e}")))?;
+                    let json: serde_json::Value =
+                        serde_json::from_str(&text).map_err(|e| usage(format!("{f}: not JSON: {e}")))?;
                     Schema::from_json(&json).map_err(|e| usage(format!("{f}: {e}")))?
                 }
                 None => local::demo_schema(),
@@ -361,11 +445,32 @@ async fn local_cmd(action: LocalAction) -> Result<()> {
             println!("table {t} ready ({} columns)", s.columns.len());
         }
         LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars, seed_shape } => {
-            let settings = kafka::SourceSettings { bootstrap: bootstrap.clone(), topic: topic.clone(), auth: kafka::Auth::None, group_id: "flexrun-produce".into(), start_earliest: true };
+            let settings = kafka::SourceSettings {
+                bootstrap: bootstrap.clone(),
+                topic: topic.clone(),
+                auth: kafka::Auth::None,
+                group_id: "flexrun-produce".into(),
+                start_earliest: true,
+            };
             let parts = settings.partitions().await?;
             let t = std::time::Instant::now();
-            let p = local::produce_shaped(&bootstrap, &topic, parts.len() as i32, start_id, count, bad_every, message_chars, seed_shape).await?;
-            println!("produced {} good and {} bad messages to {topic} in {:.1} s", p.good, p.bad, t.elapsed().as_secs_f64());
+            let p = local::produce_shaped(
+                &bootstrap,
+                &topic,
+                parts.len() as i32,
+                start_id,
+                count,
+                bad_every,
+                message_chars,
+                seed_shape,
+            )
+            .await?;
+            println!(
+                "produced {} good and {} bad messages to {topic} in {:.1} s",
+                p.good,
+                p.bad,
+                t.elapsed().as_secs_f64()
+            );
         }
         LocalAction::Count { table, distinct, bigquery_endpoint, bigquery_grpc_endpoint } => {
             let t = TableRef::parse(&table).map_err(|e| usage(e.to_string()))?;

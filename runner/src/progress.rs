@@ -202,7 +202,13 @@ fn read_segment<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -
             // A complete JSON value without its newline: the write was cut just before it.
             Some(Ok(_)) => break,
             Some(Err(_)) if last_segment && is_last => break,
-            Some(Err(source)) => return Err(ProgressError::Corrupt { path: path.to_path_buf(), line: line_no, reason: corrupt_reason(source) }),
+            Some(Err(source)) => {
+                return Err(ProgressError::Corrupt {
+                    path: path.to_path_buf(),
+                    line: line_no,
+                    reason: corrupt_reason(source),
+                })
+            }
         }
         good = end.map_or(bytes.len(), |e| e + 1);
         start = good;
@@ -238,7 +244,9 @@ impl SegmentedLog {
         for e in fs::read_dir(dir).map_err(io(dir))? {
             let e = e.map_err(io(dir))?;
             let f = e.file_name().to_string_lossy().into_owned();
-            if let Some(seq) = f.strip_prefix(name).and_then(|r| r.strip_prefix('.')).and_then(|r| r.parse::<u64>().ok()) {
+            if let Some(seq) =
+                f.strip_prefix(name).and_then(|r| r.strip_prefix('.')).and_then(|r| r.parse::<u64>().ok())
+            {
                 v.push((seq, e.path()));
             }
         }
@@ -341,7 +349,13 @@ impl ShardLog {
                 .expect("spawn the log purge thread");
             tx
         });
-        Ok(ShardLog { dir: dir.to_path_buf(), offsets: SegmentedLog::open(dir, "offsets.log")?, commits: SegmentedLog::open(dir, "commits.log")?, purge, purger })
+        Ok(ShardLog {
+            dir: dir.to_path_buf(),
+            offsets: SegmentedLog::open(dir, "offsets.log")?,
+            commits: SegmentedLog::open(dir, "commits.log")?,
+            purge,
+            purger,
+        })
     }
 
     /// Where the shard stands, from both logs.
@@ -352,7 +366,9 @@ impl ShardLog {
             (None, None) => Ok(Recovery::Fresh),
             (None, Some(c)) => Ok(Recovery::Clean { last: None, commit: c.clone() }),
             (Some(o), None) => Ok(Recovery::Replay(o.clone())),
-            (Some(o), Some(c)) if c.batch == o.batch => Ok(Recovery::Clean { last: Some(o.clone()), commit: c.clone() }),
+            (Some(o), Some(c)) if c.batch == o.batch => {
+                Ok(Recovery::Clean { last: Some(o.clone()), commit: c.clone() })
+            }
             (Some(o), Some(c)) if c.batch < o.batch => Ok(Recovery::Replay(o.clone())),
             (Some(o), Some(c)) if o.main.is_none() && o.dlq.is_none() => {
                 // Offset entries without stream slots (the stats sink) may trail commits.
@@ -400,7 +416,13 @@ mod tests {
             batch,
             ranges: BTreeMap::from([(0, (batch as i64 * 10, batch as i64 * 10 + 10))]),
             positions: BTreeMap::from([(0, batch as i64 * 10 + 10), (1, 5)]),
-            main: Some(StreamSlot { stream: "s".into(), offset: batch as i64 * 9, rows: 9, table: "p.d.t".into(), digest: Some(batch as u32) }),
+            main: Some(StreamSlot {
+                stream: "s".into(),
+                offset: batch as i64 * 9,
+                rows: 9,
+                table: "p.d.t".into(),
+                digest: Some(batch as u32),
+            }),
             ..Default::default()
         }
     }
@@ -531,7 +553,9 @@ mod tests {
             assert!(max_files <= 4, "{purge:?}: {max_files} files");
             assert!(max_bytes <= 4 * PURGE_AFTER_ENTRIES * 300, "{purge:?}: {max_bytes} bytes");
             let last = PURGE_AFTER_ENTRIES * 20 + 7;
-            assert!(matches!(log.recover().unwrap(), Recovery::Clean { last: Some(o), commit } if o.batch == last && commit.batch == last));
+            assert!(
+                matches!(log.recover().unwrap(), Recovery::Clean { last: Some(o), commit } if o.batch == last && commit.batch == last)
+            );
             drop(log);
             let reopened = ShardLog::open_with(d.path(), purge).unwrap();
             assert!(matches!(reopened.recover().unwrap(), Recovery::Clean { commit, .. } if commit.batch == last));
@@ -560,7 +584,8 @@ pub struct AsyncProgress {
 impl AsyncProgress {
     /// Start persisting into `log` every `interval`.
     pub fn start(mut log: ShardLog, interval: std::time::Duration) -> AsyncProgress {
-        let shared = std::sync::Arc::new((std::sync::Mutex::new((None::<CommitEntry>, false)), std::sync::Condvar::new()));
+        let shared =
+            std::sync::Arc::new((std::sync::Mutex::new((None::<CommitEntry>, false)), std::sync::Condvar::new()));
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name("progress".into())
@@ -633,7 +658,11 @@ mod async_tests {
         let end = ShardLog::open(d.path()).unwrap().recover().unwrap();
         assert!(matches!(end, Recovery::Clean { ref commit, .. } if commit.batch == 51), "{end:?}");
         // Entries are written once per interval, not once per batch.
-        let lines: usize = SegmentedLog::segments(d.path(), "commits.log").unwrap().iter().map(|s| fs::read_to_string(s).unwrap().lines().count()).sum();
+        let lines: usize = SegmentedLog::segments(d.path(), "commits.log")
+            .unwrap()
+            .iter()
+            .map(|s| fs::read_to_string(s).unwrap().lines().count())
+            .sum();
         assert!(lines <= 4, "{lines} commit entries for 51 batches");
     }
 }

@@ -164,7 +164,9 @@ impl Schema {
                 "BOOLEAN" | "BOOL" => ColumnType::Bool,
                 "TIMESTAMP" => ColumnType::Timestamp,
                 "DATE" => ColumnType::Date,
-                "NUMERIC" | "BIGNUMERIC" | "DATETIME" | "TIME" | "GEOGRAPHY" | "JSON" | "INTERVAL" => ColumnType::StringLike,
+                "NUMERIC" | "BIGNUMERIC" | "DATETIME" | "TIME" | "GEOGRAPHY" | "JSON" | "INTERVAL" => {
+                    ColumnType::StringLike
+                }
                 "RECORD" | "STRUCT" => ColumnType::Record,
                 _ => return Err(SchemaError::UnknownType { column: f.name.clone(), typ: f.typ.clone() }),
             };
@@ -172,15 +174,30 @@ impl Schema {
                 None | Some("NULLABLE") | Some("") => Mode::Nullable,
                 Some("REQUIRED") => Mode::Required,
                 Some("REPEATED") => Mode::Repeated,
-                Some(_) => return Err(SchemaError::UnknownMode { column: f.name.clone(), mode: f.mode.clone().unwrap_or_default() }),
+                Some(_) => {
+                    return Err(SchemaError::UnknownMode {
+                        column: f.name.clone(),
+                        mode: f.mode.clone().unwrap_or_default(),
+                    })
+                }
             };
             let nested = if typ == ColumnType::Record {
-                let sub = f.fields.as_deref().filter(|s| !s.is_empty()).ok_or_else(|| SchemaError::EmptyRecord(f.name.clone()))?;
+                let sub = f
+                    .fields
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| SchemaError::EmptyRecord(f.name.clone()))?;
                 Some(Arc::new(Self::from_specs(sub)?))
             } else {
                 None
             };
-            columns.push(Column { name: f.name.clone(), type_name: f.typ.to_ascii_uppercase(), typ, mode, fields: nested });
+            columns.push(Column {
+                name: f.name.clone(),
+                type_name: f.typ.to_ascii_uppercase(),
+                typ,
+                mode,
+                fields: nested,
+            });
         }
         Ok(Schema::new(columns))
     }
@@ -226,7 +243,8 @@ mod tests {
     fn bad_schemas_are_named() {
         let e = Schema::from_json(&json!([{"name": "a", "type": "WIDGET"}])).unwrap_err().to_string();
         assert!(e.contains("column a: unsupported type \"WIDGET\""), "{e}");
-        let e = Schema::from_json(&json!([{"name": "a", "type": "STRING", "mode": "SOMETIMES"}])).unwrap_err().to_string();
+        let e =
+            Schema::from_json(&json!([{"name": "a", "type": "STRING", "mode": "SOMETIMES"}])).unwrap_err().to_string();
         assert!(e.contains("unknown mode"), "{e}");
         let e = Schema::from_json(&json!([{"name": "r", "type": "RECORD"}])).unwrap_err().to_string();
         assert!(e.contains("RECORD needs fields"), "{e}");

@@ -264,7 +264,14 @@ fn summarize(st: &StageStats) -> Vec<StageSummary> {
         .zip(st.hists.iter())
         .map(|(name, h)| {
             let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1000.0 };
-            StageSummary { stage: name.to_string(), count: h.len(), p50_ms: q(0.5), p95_ms: q(0.95), p99_ms: q(0.99), max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 } }
+            StageSummary {
+                stage: name.to_string(),
+                count: h.len(),
+                p50_ms: q(0.5),
+                p95_ms: q(0.95),
+                p99_ms: q(0.99),
+                max_ms: if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 },
+            }
         })
         .collect()
 }
@@ -297,12 +304,19 @@ impl Summary {
         let reconciles = self.messages_read == self.rows_written + self.dead_lettered;
         s.push_str(&format!(
             "reconciliation: read = written + dead-lettered: {}\n",
-            if reconciles { "yes".to_string() } else { format!("NO ({} != {} + {})", self.messages_read, self.rows_written, self.dead_lettered) }
+            if reconciles {
+                "yes".to_string()
+            } else {
+                format!("NO ({} != {} + {})", self.messages_read, self.rows_written, self.dead_lettered)
+            }
         ));
         for (k, v) in &self.dead_letter_by_class {
             s.push_str(&format!("  dead-letter {k}: {v}\n"));
         }
-        s.push_str(&format!("batches {} (replayed after restart {}, appends already present {})\n", self.batches, self.replayed_batches, self.appends_already_existed));
+        s.push_str(&format!(
+            "batches {} (replayed after restart {}, appends already present {})\n",
+            self.batches, self.replayed_batches, self.appends_already_existed
+        ));
         let r = &self.reliability;
         if r != &Reliability::default() {
             let retries: u64 = r.retries.values().sum();
@@ -311,9 +325,15 @@ impl Summary {
                 r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_discovered
             ));
         }
-        s.push_str(&format!("{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"));
+        s.push_str(&format!(
+            "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+            "stage", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"
+        ));
         for st in &self.stages {
-            s.push_str(&format!("{:<12} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n", st.stage, st.count, st.p50_ms, st.p95_ms, st.p99_ms, st.max_ms));
+            s.push_str(&format!(
+                "{:<12} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n",
+                st.stage, st.count, st.p50_ms, st.p95_ms, st.p99_ms, st.max_ms
+            ));
         }
         s
     }
@@ -330,7 +350,13 @@ mod tests {
         for v in 1..=100u64 {
             st.record(3, v * 1000);
         }
-        let counts = BatchCounts { read: 10, written: 8, dead_lettered: 2, by_class: BTreeMap::from([("invalid_json", 2)]), ..Default::default() };
+        let counts = BatchCounts {
+            read: 10,
+            written: 8,
+            dead_lettered: 2,
+            by_class: BTreeMap::from([("invalid_json", 2)]),
+            ..Default::default()
+        };
         job.add_batch(&counts, &mut st);
         let s = job.summary();
         assert_eq!((s.messages_read, s.rows_written, s.dead_lettered), (10, 8, 2));

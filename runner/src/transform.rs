@@ -138,7 +138,12 @@ fn path(prefix: &str, name: &str) -> String {
     }
 }
 
-fn encode_object(schema: &Schema, obj: &serde_json::Map<String, Value>, prefix: &str, out: &mut Vec<u8>) -> Result<(), RecordError> {
+fn encode_object(
+    schema: &Schema,
+    obj: &serde_json::Map<String, Value>,
+    prefix: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
     let mut seen = vec![false; schema.columns.len()];
     for (key, value) in obj {
         let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(path(prefix, key)))?;
@@ -149,13 +154,21 @@ fn encode_object(schema: &Schema, obj: &serde_json::Map<String, Value>, prefix: 
             (Mode::Repeated, Value::Array(items)) => {
                 for item in items {
                     if item.is_null() {
-                        return Err(RecordError::WrongType { field: path(prefix, &col.name), expected: "array elements that are not null".into(), found: "null".into() });
+                        return Err(RecordError::WrongType {
+                            field: path(prefix, &col.name),
+                            expected: "array elements that are not null".into(),
+                            found: "null".into(),
+                        });
                     }
                     encode_scalar(col, item, tag, prefix, out)?;
                 }
             }
             (Mode::Repeated, other) => {
-                return Err(RecordError::WrongType { field: path(prefix, &col.name), expected: format!("an array of {}", col.type_name), found: kind(other).into() })
+                return Err(RecordError::WrongType {
+                    field: path(prefix, &col.name),
+                    expected: format!("an array of {}", col.type_name),
+                    found: kind(other).into(),
+                })
             }
             (_, v) => encode_scalar(col, v, tag, prefix, out)?,
         }
@@ -175,7 +188,11 @@ fn wrong(col: &Column, prefix: &str, expected: &str, v: &Value) -> RecordError {
         Value::Number(n) => format!("the number {n}"),
         _ => kind(v).to_string(),
     };
-    RecordError::WrongType { field: path(prefix, &col.name), expected: format!("{expected} for {} column", col.type_name), found }
+    RecordError::WrongType {
+        field: path(prefix, &col.name),
+        expected: format!("{expected} for {} column", col.type_name),
+        found,
+    }
 }
 
 fn encode_scalar(col: &Column, v: &Value, tag: u32, prefix: &str, out: &mut Vec<u8>) -> Result<(), RecordError> {
@@ -190,7 +207,9 @@ fn encode_scalar(col: &Column, v: &Value, tag: u32, prefix: &str, out: &mut Vec<
             Value::String(s) => put_bytes(tag, s.as_bytes(), out),
             Value::Number(n) => put_bytes(tag, n.to_string().as_bytes(), out),
             Value::Bool(b) => put_bytes(tag, if *b { b"true" } else { b"false" }, out),
-            Value::Object(_) | Value::Array(_) if col.type_name == "JSON" => put_bytes(tag, v.to_string().as_bytes(), out),
+            Value::Object(_) | Value::Array(_) if col.type_name == "JSON" => {
+                put_bytes(tag, v.to_string().as_bytes(), out)
+            }
             _ => return Err(wrong(col, prefix, "a string", v)),
         },
         ColumnType::Int64 => {
@@ -231,12 +250,16 @@ fn encode_scalar(col: &Column, v: &Value, tag: u32, prefix: &str, out: &mut Vec<
                 Value::String(s) => parse_timestamp_micros(s),
                 _ => None,
             };
-            let m = micros.ok_or_else(|| wrong(col, prefix, "epoch microseconds or a timestamp like 2024-01-31 12:00:00[.ffffff][+00:00]", v))?;
+            let m = micros.ok_or_else(|| {
+                wrong(col, prefix, "epoch microseconds or a timestamp like 2024-01-31 12:00:00[.ffffff][+00:00]", v)
+            })?;
             put_varint(tag, m as u64, out)
         }
         ColumnType::Date => {
             let days = match v {
-                Value::String(s) => chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok().map(|d| (d - chrono::NaiveDate::default()).num_days()),
+                Value::String(s) => chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d")
+                    .ok()
+                    .map(|d| (d - chrono::NaiveDate::default()).num_days()),
                 Value::Number(n) => n.as_i64().filter(|d| i32::try_from(*d).is_ok()),
                 _ => None,
             };
@@ -330,7 +353,10 @@ mod tests {
         assert_eq!(err(br#"{"message": "x"}"#), RecordError::MissingRequired("logStreamId".into()));
         assert_eq!(err(br#"{"logStreamId": null}"#), RecordError::MissingRequired("logStreamId".into()));
         assert_eq!(err(br#"{"logStreamId": 1, "loc": {}}"#), RecordError::MissingRequired("loc.lat".into()));
-        assert_eq!(err(br#"{"logStreamId": 1, "loc": {"lat": 1, "lon": 2}}"#), RecordError::UnknownField("loc.lon".into()));
+        assert_eq!(
+            err(br#"{"logStreamId": 1, "loc": {"lat": 1, "lon": 2}}"#),
+            RecordError::UnknownField("loc.lon".into())
+        );
         assert_eq!(err(br#"{"logStreamId": 1, "tags": "a"}"#).class(), "wrong_type");
         assert_eq!(err(br#"{"logStreamId": 1, "tags": ["a", null]}"#).class(), "wrong_type");
         assert_eq!(err(br#"{"logStreamId": 1, "ts": "yesterday"}"#).class(), "wrong_type");

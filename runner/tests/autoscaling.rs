@@ -18,14 +18,30 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
         "scale",
         &ck,
         &f.params(&s, ""),
-        &["--idle-timeout", "6s", "--worker-capacity", "2MB/s", "--autoscaling-policy", "ds2", "--autoscaling-interval", "3s", "--summary-json", summary.to_str().unwrap()],
+        &[
+            "--idle-timeout",
+            "6s",
+            "--worker-capacity",
+            "2MB/s",
+            "--autoscaling-policy",
+            "ds2",
+            "--autoscaling-interval",
+            "3s",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ],
     );
     // ~1 KB messages: 2,000/s is 2 MB/s, 10,000/s is 10 MB/s. Ids continue across phases.
     let phases = [(2000u64, 30_000u64, 0u64), (10_000, 300_000, 30_000), (2000, 60_000, 330_000)];
     for (qps, n, start) in phases {
         let schema = dir.path().join(format!("s{start}.json"));
         std::fs::write(&schema, format!(r#"{{"id": {{{{index({start})}}}}, "logStreamId": {{{{integer(1000001,2000000)}}}}, "message": "{{{{alphaNumeric(962)}}}}"}}"#)).unwrap();
-        let params = format!("qps={qps},messagesLimit={n},schemaLocation={},sinkType=KAFKA,bootstrapServer={},kafkaTopic={}", schema.display(), s.kafka, f.topic);
+        let params = format!(
+            "qps={qps},messagesLimit={n},schemaLocation={},sinkType=KAFKA,bootstrapServer={},kafkaTopic={}",
+            schema.display(),
+            s.kafka,
+            f.topic
+        );
         let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
     }
@@ -39,7 +55,14 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
         .unwrap()
         .iter()
         .filter(|d| d["from"] != d["to"])
-        .map(|d| (d["time_s"].as_f64().unwrap(), d["from"].as_u64().unwrap(), d["to"].as_u64().unwrap(), d["rationale"].as_str().unwrap().to_string()))
+        .map(|d| {
+            (
+                d["time_s"].as_f64().unwrap(),
+                d["from"].as_u64().unwrap(),
+                d["to"].as_u64().unwrap(),
+                d["rationale"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let peak = changes.iter().map(|c| c.2).max().unwrap_or(1);
     // 10 MB/s at 80% of 2 MB/s needs 7 workers; 8 partitions cap it at 8.
@@ -52,6 +75,9 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
     let up_steps = changes[..=first_peak].iter().filter(|c| c.2 > c.1 && c.2 > level).count();
     assert!(up_steps <= 3, "ds2 reached the peak in {up_steps} decisions after the step: {changes:?}");
     let after_peak: Vec<_> = changes.iter().skip_while(|c| c.2 < peak).skip(1).collect();
-    assert!(after_peak.iter().any(|c| c.2 <= 3 && c.3 == "LowWorkerUtilization"), "the pool shrinks when the load drops: {changes:?}");
+    assert!(
+        after_peak.iter().any(|c| c.2 <= 3 && c.3 == "LowWorkerUtilization"),
+        "the pool shrinks when the load drops: {changes:?}"
+    );
     assert!(after_peak.iter().all(|c| c.2 < c.1), "no growth after the peak (no oscillation): {changes:?}");
 }

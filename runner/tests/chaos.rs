@@ -83,7 +83,14 @@ async fn chaos_broker_sigkill_and_restart_mid_run() {
     let t = Instant::now();
     let o = wait_with_timeout(child, Duration::from_secs(600));
     let (rows, distinct) = s.count(&f.table).await;
-    row("broker SIGKILL + restart mid-run", 100_000, "tansu SIGKILLed and restarted", rows, distinct, t.elapsed().as_secs_f64() - 10.0);
+    row(
+        "broker SIGKILL + restart mid-run",
+        100_000,
+        "tansu SIGKILLed and restarted",
+        rows,
+        distinct,
+        t.elapsed().as_secs_f64() - 10.0,
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!((rows, distinct), (100_000, 100_000));
 }
@@ -100,7 +107,14 @@ async fn fault_window(name: &str, body: &str, label: &str, window_s: u64) {
     let o = wait_with_timeout(child, Duration::from_secs(window_s + 600));
     faults("/reset", "");
     let (rows, distinct) = s.count(&f.table).await;
-    row(label, 100_000, &format!("{window_s} s of injected errors"), rows, distinct, t.elapsed().as_secs_f64() - window_s as f64 - 5.0);
+    row(
+        label,
+        100_000,
+        &format!("{window_s} s of injected errors"),
+        rows,
+        distinct,
+        t.elapsed().as_secs_f64() - window_s as f64 - 5.0,
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!((rows, distinct), (100_000, 100_000));
 }
@@ -108,13 +122,20 @@ async fn fault_window(name: &str, body: &str, label: &str, window_s: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: scripts/chaos.sh"]
 async fn chaos_bigquery_unavailable_for_30s() {
-    fault_window("chaos_unavail", r#"{"fail_for_s": 30, "code": "UNAVAILABLE"}"#, "BigQuery UNAVAILABLE for 30 s", 30).await;
+    fault_window("chaos_unavail", r#"{"fail_for_s": 30, "code": "UNAVAILABLE"}"#, "BigQuery UNAVAILABLE for 30 s", 30)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: scripts/chaos.sh"]
 async fn chaos_resource_exhausted_for_2_minutes() {
-    fault_window("chaos_quota", r#"{"fail_for_s": 120, "code": "RESOURCE_EXHAUSTED"}"#, "RESOURCE_EXHAUSTED for 2 min", 120).await;
+    fault_window(
+        "chaos_quota",
+        r#"{"fail_for_s": 120, "code": "RESOURCE_EXHAUSTED"}"#,
+        "RESOURCE_EXHAUSTED for 2 min",
+        120,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,6 +152,13 @@ async fn chaos_large_messages() {
     assert!(o.status.success(), "{}", text(&o));
     let (rows, distinct) = s.count(&f.table).await;
     let (dl, _) = flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap();
-    row("1,000 × 1 MB, one 9.9 MB, one 15 MB", 1002, &format!("{dl} dead-lettered (too large for a request)"), rows + dl, distinct + dl, t.elapsed().as_secs_f64() - 3.0);
+    row(
+        "1,000 × 1 MB, one 9.9 MB, one 15 MB",
+        1002,
+        &format!("{dl} dead-lettered (too large for a request)"),
+        rows + dl,
+        distinct + dl,
+        t.elapsed().as_secs_f64() - 3.0,
+    );
     assert_eq!(rows + dl, 1002);
 }

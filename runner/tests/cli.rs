@@ -4,7 +4,13 @@
 use std::process::{Command, Output};
 
 fn flexrun(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flexrun")).args(args).env("FLEXRUN_LOG", "warn").env_remove("BIGQUERY_EMULATOR_HOST").env_remove("BIGQUERY_STORAGE_EMULATOR_HOST").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_flexrun"))
+        .args(args)
+        .env("FLEXRUN_LOG", "warn")
+        .env_remove("BIGQUERY_EMULATOR_HOST")
+        .env_remove("BIGQUERY_STORAGE_EMULATOR_HOST")
+        .output()
+        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -14,7 +20,16 @@ fn stderr(o: &Output) -> String {
 const GOOD: &str = "readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE";
 
 fn run_with(params: &str) -> Output {
-    flexrun(&["--template", "kafka-to-bq", "--parameters", params, "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"])
+    flexrun(&[
+        "--template",
+        "kafka-to-bq",
+        "--parameters",
+        params,
+        "--bigquery-endpoint",
+        "127.0.0.1:1",
+        "--bigquery-grpc-endpoint",
+        "127.0.0.1:2",
+    ])
 }
 
 #[test]
@@ -28,14 +43,24 @@ fn missing_required_parameter_exits_2() {
 fn unknown_parameter_gets_the_nearest_name() {
     let o = run_with(&format!("{GOOD},outputTableSpek=p:d.t"));
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown parameter outputTableSpek for template kafka-to-bq; did you mean outputTableSpec?"), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("unknown parameter outputTableSpek for template kafka-to-bq; did you mean outputTableSpec?"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn a_value_failing_its_pattern_names_the_expected_form() {
     let o = run_with("readBootstrapServerAndTopic=justahost,messageFormat=JSON,outputTableSpec=p:d.t");
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("invalid value \"justahost\" for parameter readBootstrapServerAndTopic: expected `host:port"), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("invalid value \"justahost\" for parameter readBootstrapServerAndTopic: expected `host:port"),
+        "{}",
+        stderr(&o)
+    );
     let o = run_with(&format!("{GOOD},numStorageWriteApiStreams=-3"));
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("numStorageWriteApiStreams"), "{}", stderr(&o));
@@ -68,7 +93,15 @@ fn malformed_parameter_lists_and_flags_exit_2() {
 
 #[test]
 fn the_gcloud_form_maps_the_template_path_and_reports_recorded_flags() {
-    let o = flexrun(&["dataflow", "flex-template", "run", "j", "--template-file-gcs-location=gs://my-bucket/x.json", "--parameters", GOOD]);
+    let o = flexrun(&[
+        "dataflow",
+        "flex-template",
+        "run",
+        "j",
+        "--template-file-gcs-location=gs://my-bucket/x.json",
+        "--parameters",
+        GOOD,
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not a template flexrun has built in"), "{}", stderr(&o));
     // A valid gcloud command gets past validation (and then fails to reach the
@@ -118,14 +151,32 @@ fn generator_parameters_are_checked_before_anything_runs() {
     let cases: Vec<(String, &str)> = vec![
         ("schemaLocation=x.json,sinkType=STDOUT".into(), "missing required parameter qps"),
         (format!("qps=10,schemaLocation=gs://bucket/s.json,sinkType=STDOUT"), "Cloud Storage is not reachable"),
-        (format!("qps=10,schemaLocation={},sinkType=PUBSUB", good.display()), "sinkType=PUBSUB is Google's but not reachable"),
+        (
+            format!("qps=10,schemaLocation={},sinkType=PUBSUB", good.display()),
+            "sinkType=PUBSUB is Google's but not reachable",
+        ),
         (format!("qps=10,schemaLocation={}", good.display()), "Google's default is PUBSUB"),
         (format!("qps=10,schemaLocation={},sinkType=KAFKA", good.display()), "sinkType=KAFKA needs bootstrapServer"),
-        (format!("qps=0,schemaLocation={},sinkType=STDOUT", good.display()), "expected a number of messages per second above 0"),
-        (format!("qps=ten,schemaLocation={},sinkType=STDOUT", good.display()), "invalid value \"ten\" for parameter qps"),
-        (format!("qps=10,schemaLocation={},sinkType=STDOUT,outputType=AVRO", good.display()), "outputType=AVRO is not supported"),
-        (format!("qps=10,schemaLocation={}/missing.json,sinkType=STDOUT", dir.display()), "cannot read the schema file"),
-        (format!("qps=10,schemaLocation={},sinkType=STDOUT", bad.display()), "line 2, column 11: unknown function alphaNumerc()"),
+        (
+            format!("qps=0,schemaLocation={},sinkType=STDOUT", good.display()),
+            "expected a number of messages per second above 0",
+        ),
+        (
+            format!("qps=ten,schemaLocation={},sinkType=STDOUT", good.display()),
+            "invalid value \"ten\" for parameter qps",
+        ),
+        (
+            format!("qps=10,schemaLocation={},sinkType=STDOUT,outputType=AVRO", good.display()),
+            "outputType=AVRO is not supported",
+        ),
+        (
+            format!("qps=10,schemaLocation={}/missing.json,sinkType=STDOUT", dir.display()),
+            "cannot read the schema file",
+        ),
+        (
+            format!("qps=10,schemaLocation={},sinkType=STDOUT", bad.display()),
+            "line 2, column 11: unknown function alphaNumerc()",
+        ),
     ];
     for (params, want) in cases {
         let o = generator(&params);
@@ -140,7 +191,16 @@ fn generator_writes_the_exact_count_to_stdout_and_a_seed_reproduces_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let schema = dir.join("s.json");
     std::fs::write(&schema, r#"{"id": {{index()}}, "v": "{{alphaNumeric(8)}}"}"#).unwrap();
-    let run = || flexrun(&["--template", "streaming-data-generator", "--seed", "42", "--parameters", &format!("qps=100000,schemaLocation={},sinkType=STDOUT,messagesLimit=1000", schema.display())]);
+    let run = || {
+        flexrun(&[
+            "--template",
+            "streaming-data-generator",
+            "--seed",
+            "42",
+            "--parameters",
+            &format!("qps=100000,schemaLocation={},sinkType=STDOUT,messagesLimit=1000", schema.display()),
+        ])
+    };
     let (a, b) = (run(), run());
     assert!(a.status.success(), "{}", stderr(&a));
     let lines: Vec<&str> = std::str::from_utf8(&a.stdout).unwrap().lines().collect();
@@ -161,7 +221,17 @@ fn estimate_reproduces_the_published_example_and_rejects_bad_input() {
     let o = flexrun(&["estimate", "--throughput", "1000MiB/s"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("15.75"), "{out}");
-    let o = flexrun(&["estimate", "--throughput", "5000msg/s", "--message-size", "1KiB", "--mode", "at-least-once", "--format", "json"]);
+    let o = flexrun(&[
+        "estimate",
+        "--throughput",
+        "5000msg/s",
+        "--message-size",
+        "1KiB",
+        "--mode",
+        "at-least-once",
+        "--format",
+        "json",
+    ]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!((j["throughput_mib_s"].as_f64().unwrap() - 5000.0 / 1024.0).abs() < 1e-9);
     for (args, want) in [
@@ -183,10 +253,25 @@ fn estimate_reproduces_the_published_example_and_rejects_bad_input() {
 
 #[test]
 fn async_progress_tracking_is_refused_with_exactly_once() {
-    let o = flexrun(&["--template", "kafka-to-bq", "--async-progress-tracking", "--parameters", GOOD, "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"]);
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-bq",
+        "--async-progress-tracking",
+        "--parameters",
+        GOOD,
+        "--bigquery-endpoint",
+        "127.0.0.1:1",
+        "--bigquery-grpc-endpoint",
+        "127.0.0.1:2",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("--async-progress-tracking") && e.contains("at-least-once") && e.contains("cannot be combined with exactly-once"), "{e}");
+    assert!(
+        e.contains("--async-progress-tracking")
+            && e.contains("at-least-once")
+            && e.contains("cannot be combined with exactly-once"),
+        "{e}"
+    );
     let o = flexrun(&["--template", "kafka-to-bq", "--progress-checkpoint-interval", "never", "--parameters", GOOD]);
     assert_eq!(o.status.code(), Some(2));
     let o = flexrun(&["--template", "kafka-to-bq", "--async-log-purge", "maybe", "--parameters", GOOD]);
@@ -197,7 +282,16 @@ fn async_progress_tracking_is_refused_with_exactly_once() {
 fn remaining_flags_and_files_reject_garbage_clearly() {
     let dir = std::env::temp_dir().join(format!("flexrun-cli-garbage-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let base = ["--template", "kafka-to-bq", "--parameters", GOOD, "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"];
+    let base = [
+        "--template",
+        "kafka-to-bq",
+        "--parameters",
+        GOOD,
+        "--bigquery-endpoint",
+        "127.0.0.1:1",
+        "--bigquery-grpc-endpoint",
+        "127.0.0.1:2",
+    ];
     let with = |extra: &[&str]| {
         let mut a: Vec<&str> = base.to_vec();
         a.extend_from_slice(extra);
@@ -221,7 +315,18 @@ fn remaining_flags_and_files_reject_garbage_clearly() {
     assert_eq!(o.status.code(), Some(2));
     let bad_schema = dir.join("schema.json");
     std::fs::write(&bad_schema, r#"[{"name": "a", "type": "WIDGET"}]"#).unwrap();
-    let o = flexrun(&["local", "create-table", "--table", "p:d.t", "--schema-file", bad_schema.to_str().unwrap(), "--bigquery-endpoint", "127.0.0.1:1", "--bigquery-grpc-endpoint", "127.0.0.1:2"]);
+    let o = flexrun(&[
+        "local",
+        "create-table",
+        "--table",
+        "p:d.t",
+        "--schema-file",
+        bad_schema.to_str().unwrap(),
+        "--bigquery-endpoint",
+        "127.0.0.1:1",
+        "--bigquery-grpc-endpoint",
+        "127.0.0.1:2",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("unsupported type \"WIDGET\""), "{}", stderr(&o));
 }
@@ -236,12 +341,21 @@ fn estimate_reads_a_locally_measured_baseline_and_rejects_a_broken_one() {
         "source: this machine\ndate: 2026-11-30\ntemplate: kafka-to-bq\nmachine_type: e2-standard-2\nmessage_bytes: 1024\nbaselines:\n  - {mode: exactly-once, throughput_mib_s: 40, workers: 2, mean_cpu: 0.8, secu_per_hour: 1}\n",
     )
     .unwrap();
-    let o = flexrun(&["estimate", "--throughput", "100MiB/s", "--baseline", good.to_str().unwrap(), "--format", "json"]);
+    let o =
+        flexrun(&["estimate", "--throughput", "100MiB/s", "--baseline", good.to_str().unwrap(), "--format", "json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!((j["workers_exact"].as_f64().unwrap() - 5.0).abs() < 1e-9, "100/40 x 2 workers");
     assert!(j["notes"][0].as_str().unwrap().contains("this machine"));
-    let o = flexrun(&["estimate", "--throughput", "1MiB/s", "--mode", "at-least-once", "--baseline", good.to_str().unwrap()]);
+    let o = flexrun(&[
+        "estimate",
+        "--throughput",
+        "1MiB/s",
+        "--mode",
+        "at-least-once",
+        "--baseline",
+        good.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("has no at-least-once baseline"), "{}", stderr(&o));
     for (name, text, want) in [

@@ -31,12 +31,27 @@ async fn crash_then_recover(name: &str, point: &str, skip: u32, then: Option<&st
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let extra = ["--batch-rows", "100"];
-    let crash = job_cmd(name, ck.path(), &params, "2s", &extra).env("FAILPOINTS", format!("{point}={skip}*off->return")).output().unwrap();
+    let crash = job_cmd(name, ck.path(), &params, "2s", &extra)
+        .env("FAILPOINTS", format!("{point}={skip}*off->return"))
+        .output()
+        .unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "the job did not die at {point}: {}", text(&crash));
-    assert!(String::from_utf8_lossy(&crash.stderr).contains(&format!("crash point {point} reached")), "{}", text(&crash));
+    assert!(
+        String::from_utf8_lossy(&crash.stderr).contains(&format!("crash point {point} reached")),
+        "{}",
+        text(&crash)
+    );
     if let Some(second) = then {
-        let again = job_cmd(name, ck.path(), &params, "2s", &extra).env("FAILPOINTS", format!("{second}=return")).output().unwrap();
-        assert_eq!(again.status.signal(), Some(libc::SIGKILL), "the recovery did not die at {second}: {}", text(&again));
+        let again = job_cmd(name, ck.path(), &params, "2s", &extra)
+            .env("FAILPOINTS", format!("{second}=return"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            again.status.signal(),
+            Some(libc::SIGKILL),
+            "the recovery did not die at {second}: {}",
+            text(&again)
+        );
     }
     let sum = ck.path().join("summary.json");
     let o = run_job(name, ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
@@ -69,7 +84,11 @@ async fn crash_between_log_and_append_replays_and_appends_fresh() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_the_table_append_replays_with_already_exists_for_the_table_only() {
     let o = crash_then_recover("cp_after_main", "eo::after_main_append", 1, None).await;
-    assert_eq!((o.replayed, o.already_existed), (1, 1), "the table rows answer ALREADY_EXISTS, the dead-letter rows land now");
+    assert_eq!(
+        (o.replayed, o.already_existed),
+        (1, 1),
+        "the table rows answer ALREADY_EXISTS, the dead-letter rows land now"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,10 +121,19 @@ async fn a_crash_between_the_requests_of_a_large_batch_is_finished_by_the_replay
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
     let extra = ["--batch-rows", "100", "--append-request-bytes", "100000"];
-    let crash = job_cmd("cp_requests", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::between_requests=return").output().unwrap();
+    let crash = job_cmd("cp_requests", ck.path(), &params, "2s", &extra)
+        .env("FAILPOINTS", "eo::between_requests=return")
+        .output()
+        .unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let sum = ck.path().join("summary.json");
-    let o = run_job("cp_requests", ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
+    let o = run_job(
+        "cp_requests",
+        ck.path(),
+        &params,
+        "2s",
+        &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat(),
+    );
     assert!(o.status.success(), "{}", text(&o));
     let j = summary(&sum);
     assert_eq!(j["summary"]["replayed_batches"], 1);
@@ -122,14 +150,31 @@ async fn rows_bigquery_refuses_are_logged_so_a_crash_after_the_relog_replays_the
     // The emulator refuses rows whose message contains this text (seeded, so the test
     // knows which): they must reach the dead-letter table once, the others the table once.
     let marker = "Qz";
-    let refused = (0..n).filter(|id| String::from_utf8_lossy(&flexrun::local::seed_message(*id, 42, 962)).contains(marker)).count() as i64;
+    let refused = (0..n)
+        .filter(|id| String::from_utf8_lossy(&flexrun::local::seed_message(*id, 42, 962)).contains(marker))
+        .count() as i64;
     assert!(refused > 0 && refused < n as i64, "the marker picks some rows: {refused}");
-    faults("", &format!(r#"{{"reject_rows_containing": "{marker}", "reject_table": "{}.{}"}}"#, f.table.dataset, f.table.table));
+    faults(
+        "",
+        &format!(
+            r#"{{"reject_rows_containing": "{marker}", "reject_table": "{}.{}"}}"#,
+            f.table.dataset, f.table.table
+        ),
+    );
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
-    let crash = job_cmd("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200"]).env("FAILPOINTS", "eo::after_relog_before_append=return").output().unwrap();
+    let crash = job_cmd("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200"])
+        .env("FAILPOINTS", "eo::after_relog_before_append=return")
+        .output()
+        .unwrap();
     let sum = ck.path().join("summary.json");
-    let o = run_job("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200", "--summary-json", sum.to_str().unwrap()]);
+    let o = run_job(
+        "cp_relog",
+        ck.path(),
+        &params,
+        "2s",
+        &["--batch-rows", "200", "--summary-json", sum.to_str().unwrap()],
+    );
     faults("/reset", "");
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     assert!(o.status.success(), "{}", text(&o));
@@ -148,23 +193,43 @@ async fn a_schema_widened_between_crash_and_restart_replays_with_the_logged_sche
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
     let extra = ["--batch-rows", "100"];
-    let crash = job_cmd("cp_widen", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::after_main_append=1*off->return").output().unwrap();
+    let crash = job_cmd("cp_widen", ck.path(), &params, "2s", &extra)
+        .env("FAILPOINTS", "eo::after_main_append=1*off->return")
+        .output()
+        .unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     // Widen the table as a user would (tables.patch with one more NULLABLE column).
     let c = flexrun::bigquery::rest::client(&s.bq).await.unwrap();
     let (p, d, t) = (&f.table.project, &f.table.dataset, &f.table.table);
     let mut table = c.table().get(p, d, t, None).await.unwrap();
-    table.schema.fields.get_or_insert_with(Vec::new).push(gcp_bigquery_client::model::table_field_schema::TableFieldSchema::string("note"));
+    table
+        .schema
+        .fields
+        .get_or_insert_with(Vec::new)
+        .push(gcp_bigquery_client::model::table_field_schema::TableFieldSchema::string("note"));
     c.table().patch(p, d, t, table).await.unwrap();
     let widened = flexrun::bigquery::rest::table_schema(&c, &s.bq, &f.table).await.unwrap();
     assert_eq!(widened.columns.len(), 4, "the emulator took the ALTER TABLE");
     let sum = ck.path().join("summary.json");
-    let o = run_job("cp_widen", ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
+    let o = run_job(
+        "cp_widen",
+        ck.path(),
+        &params,
+        "2s",
+        &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat(),
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("replaying it with the logged schema"), "{}", text(&o));
-    assert_eq!(std::fs::read_dir(ck.path().join("cp_widen/schemas")).unwrap().count(), 2, "a copy of each schema is kept");
+    assert_eq!(
+        std::fs::read_dir(ck.path().join("cp_widen/schemas")).unwrap().count(),
+        2,
+        "a copy of each schema is kept"
+    );
     let j = summary(&sum);
-    assert_eq!((j["summary"]["replayed_batches"].as_u64(), j["summary"]["appends_already_existed"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (j["summary"]["replayed_batches"].as_u64(), j["summary"]["appends_already_existed"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(s.count(&f.table).await, (300, 300));
 }
 
@@ -178,16 +243,29 @@ async fn a_replay_whose_logged_stream_was_finalized_is_reported_as_possibly_dupl
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
     let extra = ["--batch-rows", "100"];
-    let crash = job_cmd("cp_finalized", ck.path(), &params, "2s", &extra).env("FAILPOINTS", "eo::before_commit_log=1*off->return").output().unwrap();
+    let crash = job_cmd("cp_finalized", ck.path(), &params, "2s", &extra)
+        .env("FAILPOINTS", "eo::before_commit_log=1*off->return")
+        .output()
+        .unwrap();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let r = faults("", &format!(r#"{{"finalize_table": "{}.{}"}}"#, f.table.dataset, f.table.table));
     assert_eq!(r["finalized"].as_array().unwrap().len(), 1, "{r}");
     let sum = ck.path().join("summary.json");
-    let o = run_job("cp_finalized", ck.path(), &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
+    let o = run_job(
+        "cp_finalized",
+        ck.path(),
+        &params,
+        "2s",
+        &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat(),
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("rows are now duplicated"), "{}", text(&o));
     let rel = &summary(&sum)["summary"]["reliability"];
-    assert_eq!((rel["streams_replaced"].as_u64(), rel["batches_possibly_duplicated"].as_u64()), (Some(1), Some(1)), "{rel}");
+    assert_eq!(
+        (rel["streams_replaced"].as_u64(), rel["batches_possibly_duplicated"].as_u64()),
+        (Some(1), Some(1)),
+        "{rel}"
+    );
     // Exactly the one replayed batch (100 rows) is there twice; nothing is lost.
     assert_eq!(s.count(&f.table).await, (400, 300));
 }

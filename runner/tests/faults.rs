@@ -41,7 +41,10 @@ async fn a_restart_reuses_its_streams_and_duplicates_nothing() {
     let o = run_job("reuse", ck.path(), &params, "1s", &[]);
     assert!(o.status.success(), "{}", text(&o));
     let after = fault_stats();
-    assert_eq!(after["create_write_stream"], before["create_write_stream"], "the restart created streams: {before} → {after}");
+    assert_eq!(
+        after["create_write_stream"], before["create_write_stream"],
+        "the restart created streams: {before} → {after}"
+    );
     assert_eq!(s.count(&f.table).await, (7920, 7920));
     assert_eq!(flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap().0, 80);
 }
@@ -74,7 +77,11 @@ async fn a_quota_episode_stalls_the_job_instead_of_ending_it() {
     let o = run_job("quota", ck.path(), &f.params(&s, ""), "2s", &["--summary-json", &sum_s]);
     faults("/reset", "");
     assert!(o.status.success(), "{}", text(&o));
-    assert!(t.elapsed() >= Duration::from_secs(30), "the job waited out the episode ({:?}), which lasts longer than the old 26 s limit", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_secs(30),
+        "the job waited out the episode ({:?}), which lasts longer than the old 26 s limit",
+        t.elapsed()
+    );
     assert!(summary(&sum)["summary"]["reliability"]["retries"]["ResourceExhausted"].as_u64().unwrap_or(0) >= 3);
     assert_eq!(s.count(&f.table).await, (5000, 5000));
 }
@@ -116,7 +123,11 @@ async fn a_finalized_stream_after_a_clean_stop_is_replaced_without_duplicates() 
     let o = run_job("final", ck.path(), &params, "1s", &["--summary-json", &sum_s]);
     assert!(o.status.success(), "{}", text(&o));
     let rel = &summary(&sum)["summary"]["reliability"];
-    assert_eq!((rel["streams_replaced"].as_u64(), rel["batches_possibly_duplicated"].as_u64()), (Some(1), Some(0)), "{rel}");
+    assert_eq!(
+        (rel["streams_replaced"].as_u64(), rel["batches_possibly_duplicated"].as_u64()),
+        (Some(1), Some(0)),
+        "{rel}"
+    );
     assert_eq!(s.count(&f.table).await, (4000, 4000));
 }
 
@@ -150,7 +161,16 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let before = fault_stats();
     // Requests of at most 1.5 MB hold one ~1 MB row each, while batches hold up to 9 MB.
-    let extra = ["--summary-json", &sum_s, "--max-row-bytes", "2000000", "--append-request-bytes", "1500000", "--batch-bytes", "9000000"];
+    let extra = [
+        "--summary-json",
+        &sum_s,
+        "--max-row-bytes",
+        "2000000",
+        "--append-request-bytes",
+        "1500000",
+        "--batch-bytes",
+        "9000000",
+    ];
     let o = run_job("big", ck.path(), &params, "10s", &extra);
     assert!(o.status.success(), "{}", text(&o));
     let j = summary(&sum);
@@ -159,7 +179,12 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let requests = fault_stats()["append_requests"].as_u64().unwrap() - before["append_requests"].as_u64().unwrap();
     assert!(requests >= 61, "one request per row at least (60 rows, 1 dead letter): {requests}");
     assert!(batches < 60, "so batches of several rows were split: {requests} requests for {batches} batches");
-    let dl = s.rows(&format!("SELECT errorMessage, LENGTH(payloadBytes) FROM `{}.{}.{}`", f.dlq.project, f.dlq.dataset, f.dlq.table)).await;
+    let dl = s
+        .rows(&format!(
+            "SELECT errorMessage, LENGTH(payloadBytes) FROM `{}.{}.{}`",
+            f.dlq.project, f.dlq.dataset, f.dlq.table
+        ))
+        .await;
     assert_eq!(dl.len(), 1, "{dl:?} {}", text(&o));
     let msg = dl[0][0].clone().unwrap_or_default();
     assert!(msg.contains("Row payload too large") && msg.contains("truncated"), "{msg}");
@@ -177,9 +202,19 @@ async fn a_torn_log_tail_is_cut_and_the_job_resumes_exactly_once() {
     assert!(run_job("torn", ck.path(), &params, "1s", &["--batch-rows", "500"]).status.success());
     let shard = ck.path().join("torn/shard-000");
     for log in ["offsets.log", "commits.log"] {
-        let seg = std::fs::read_dir(&shard).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(log)).max().unwrap();
+        let seg = std::fs::read_dir(&shard)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(log))
+            .max()
+            .unwrap();
         use std::io::Write;
-        std::fs::OpenOptions::new().append(true).open(&seg).unwrap().write_all(b"1a2b3c4d {\"batch\":99,\"ran").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&seg)
+            .unwrap()
+            .write_all(b"1a2b3c4d {\"batch\":99,\"ran")
+            .unwrap();
     }
     f.produce(&s, 3000, 3000, None).await;
     let o = run_job("torn", ck.path(), &params, "1s", &["--batch-rows", "500"]);
@@ -241,13 +276,23 @@ async fn a_changed_dead_letter_table_gets_its_own_stream() {
     let f = s.fixture("dlqswap", 1).await;
     f.produce(&s, 0, 1000, Some(100)).await;
     let ck = tempfile::tempdir().unwrap();
-    assert!(run_job("dlqswap", ck.path(), &f.params(&s, &format!("outputDeadletterTable={}", f.dlq)), "1s", &[]).status.success());
+    assert!(run_job("dlqswap", ck.path(), &f.params(&s, &format!("outputDeadletterTable={}", f.dlq)), "1s", &[])
+        .status
+        .success());
     let other = flexrun::bigquery::TableRef { table: format!("{}_2", f.dlq.table), ..f.dlq.clone() };
     f.produce(&s, 1000, 1000, Some(100)).await;
     let o = run_job("dlqswap", ck.path(), &f.params(&s, &format!("outputDeadletterTable={other}")), "1s", &[]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap().0, 10, "the first table keeps its rows and gets no more");
-    assert_eq!(flexrun::local::count_rows(&s.bq, &other, None).await.unwrap().0, 10, "the new table gets the new dead letters");
+    assert_eq!(
+        flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap().0,
+        10,
+        "the first table keeps its rows and gets no more"
+    );
+    assert_eq!(
+        flexrun::local::count_rows(&s.bq, &other, None).await.unwrap().0,
+        10,
+        "the new table gets the new dead letters"
+    );
     assert_eq!(s.count(&f.table).await, (1980, 1980));
 }
 
@@ -260,11 +305,18 @@ async fn a_restarted_job_sees_the_backlog_from_its_checkpoint_not_the_whole_topi
     let params = f.params(&s, "");
     assert!(run_job("backlog", ck.path(), &params, "1s", &[]).status.success());
     // A quiet topic and kafkaReadOffset=earliest: the backlog must be 0, so no scale-up.
-    let o = job_cmd("backlog", ck.path(), &params, "5s", &["--autoscaling-interval", "1s", "--max-workers", "2"]).env("FLEXRUN_LOG", "info").output().unwrap();
+    let o = job_cmd("backlog", ck.path(), &params, "5s", &["--autoscaling-interval", "1s", "--max-workers", "2"])
+        .env("FLEXRUN_LOG", "info")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let ansi = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
     let log = ansi.replace_all(&String::from_utf8_lossy(&o.stderr), "").into_owned();
-    let backlogs: Vec<i64> = log.lines().filter(|l| l.contains("autoscaler decision")).filter_map(|l| l.split("backlog=").nth(1)?.split_whitespace().next()?.parse().ok()).collect();
+    let backlogs: Vec<i64> = log
+        .lines()
+        .filter(|l| l.contains("autoscaler decision"))
+        .filter_map(|l| l.split("backlog=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
     assert!(!backlogs.is_empty(), "no autoscaler decisions logged: {log}");
     assert!(backlogs.iter().all(|b| *b == 0), "phantom backlog after a restart: {backlogs:?}");
 }
@@ -276,7 +328,9 @@ async fn a_request_over_10_mb_is_refused_with_invalid_argument_as_documented() {
     let c = flexrun::bigquery::write::WriteClient::connect(&s.bq).await.unwrap();
     let stream = c.create_committed_stream(&f.table).await.unwrap();
     let schema = flexrun::local::demo_schema();
-    let row = flexrun::transform::Mapper::new(schema.clone(), 20_000_000).map(&flexrun::local::seed_message(1, 42, 10_600_000)).unwrap();
+    let row = flexrun::transform::Mapper::new(schema.clone(), 20_000_000)
+        .map(&flexrun::local::seed_message(1, 42, 10_600_000))
+        .unwrap();
     let mut conn = c.open(&stream, flexrun::bigquery::proto::descriptor(&schema, "Row")).await.unwrap();
     let e = conn.append(vec![row], Some(0)).await.unwrap_err();
     assert!(!e.is_retryable(), "{e}");

@@ -83,7 +83,8 @@ fn alpha_and_alphanumeric_lengths_and_alphabets() {
     let lens: HashSet<usize> = samples("alphaNumeric(3,5)").iter().map(|s| s.len()).collect();
     assert_eq!(lens, HashSet::from([3, 4]), "alphaNumeric(min,max) excludes max");
     // Every symbol of the alphabet appears (the draw is uniform, not a subset).
-    let chars: HashSet<char> = samples("alphaNumeric(100)").iter().flat_map(|s| s.chars().collect::<Vec<_>>()).collect();
+    let chars: HashSet<char> =
+        samples("alphaNumeric(100)").iter().flat_map(|s| s.chars().collect::<Vec<_>>()).collect();
     assert_eq!(chars.len(), 62);
 }
 
@@ -132,7 +133,9 @@ fn time_functions() {
     let lo = 1_704_067_200_000i64; // 01-01-2024 00:00:00 UTC
     let hi = lo + 86_400_000;
     assert!(ints(r#"timestamp("01-01-2024 00:00:00", "02-01-2024 00:00:00")"#).iter().all(|t| (lo..hi).contains(t)));
-    assert!(ints(r#"timestampSeconds("01-01-2024 00:00:00", "02-01-2024 00:00:00")"#).iter().all(|t| (lo / 1000..hi / 1000).contains(t)));
+    assert!(ints(r#"timestampSeconds("01-01-2024 00:00:00", "02-01-2024 00:00:00")"#)
+        .iter()
+        .all(|t| (lo / 1000..hi / 1000).contains(t)));
     all_match("date()", r"^[A-Z][a-z]{2}, \d{1,2} [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d UTC$");
     all_match(r#"date("yyyy-MM-dd")"#, r"^\d{4}-\d\d-\d\d$");
     all_match(r#"date("01-01-2024 00:00:00", "31-01-2024 00:00:00", "yyyy/MM/dd")"#, r"^2024/01/\d\d$");

@@ -27,7 +27,13 @@ async fn messages_limit_is_exact_and_spread_over_every_partition() {
     let o = generate(&s, &topic, 100_000, 50_000);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("50000 messages"), "{}", text(&o));
-    let settings = flexrun::kafka::SourceSettings { bootstrap: s.kafka.clone(), topic: topic.clone(), auth: flexrun::kafka::Auth::None, group_id: "t".into(), start_earliest: true };
+    let settings = flexrun::kafka::SourceSettings {
+        bootstrap: s.kafka.clone(),
+        topic: topic.clone(),
+        auth: flexrun::kafka::Auth::None,
+        group_id: "t".into(),
+        start_earliest: true,
+    };
     let hw = settings.high_watermarks(&[0, 1, 2, 3, 4, 5]).await.unwrap();
     assert_eq!(hw.values().sum::<i64>(), 50_000, "{hw:?}");
     assert!(hw.values().all(|n| *n > 0), "every partition gets messages: {hw:?}");
@@ -42,7 +48,12 @@ async fn the_achieved_rate_over_10_seconds_is_within_2_percent() {
     let o = generate(&s, &topic, qps, n);
     assert!(o.status.success(), "{}", text(&o));
     // Read every message's Kafka timestamp (its creation time) back from the broker.
-    let c: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).set("group.id", "rate-check").set("fetch.wait.max.ms", "10").create().unwrap();
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.kafka)
+        .set("group.id", "rate-check")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..2 {
         tpl.add_partition_offset(&topic, p, Offset::Beginning).unwrap();

@@ -32,7 +32,8 @@ async fn exactly_once_survives_repeated_sigkill() {
     f.produce(&s, 0, 100_000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
-    let seed: u64 = std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let seed: u64 =
+        std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
     eprintln!("kill schedule seed {seed} (set FLEXRUN_KILL_SEED to repeat)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     // Small batches put more of the protocol's crash points under the kills.
@@ -94,7 +95,9 @@ async fn bad_records_go_to_the_dead_letter_table_with_reasons() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("reconciliation: read = written + dead-lettered: yes"), "{out}");
     assert_eq!(s.count(&f.table).await, (54, 54));
-    let dl = s.rows(&format!("SELECT errorMessage, payloadString FROM `{}.{}.{}`", f.dlq.project, f.dlq.dataset, f.dlq.table)).await;
+    let dl = s
+        .rows(&format!("SELECT errorMessage, payloadString FROM `{}.{}.{}`", f.dlq.project, f.dlq.dataset, f.dlq.table))
+        .await;
     let msgs: Vec<String> = dl.iter().map(|r| r[0].clone().unwrap_or_default()).collect();
     assert_eq!(msgs.len(), 7, "{msgs:#?}");
     for want in [
@@ -108,7 +111,10 @@ async fn bad_records_go_to_the_dead_letter_table_with_reasons() {
     ] {
         assert!(msgs.iter().any(|m| m.contains(want)), "no dead-letter row says {want:?}: {msgs:#?}");
     }
-    assert!(dl.iter().all(|r| r[1].as_deref().is_some_and(|p| p.contains(&f.topic))), "payloadString names the source record");
+    assert!(
+        dl.iter().all(|r| r[1].as_deref().is_some_and(|p| p.contains(&f.topic))),
+        "payloadString names the source record"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +127,9 @@ async fn without_a_dead_letter_table_a_bad_record_stops_the_job_and_nothing_is_l
     {
         use rdkafka::producer::{FutureProducer, FutureRecord};
         let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
-        p.send(FutureRecord::<(), [u8]>::to(&f.topic).payload(producer_bad.as_slice()), Duration::from_secs(10)).await.unwrap();
+        p.send(FutureRecord::<(), [u8]>::to(&f.topic).payload(producer_bad.as_slice()), Duration::from_secs(10))
+            .await
+            .unwrap();
     }
     f.produce(&s, 20, 20, None).await;
     let ck = tempfile::tempdir().unwrap();
@@ -173,5 +181,9 @@ async fn a_restart_with_another_topic_under_the_same_job_name_is_refused() {
     assert!(o.status.success(), "{}", text(&o));
     let o = run_job("same", ck.path(), &b.params(&s, ""), "500ms", &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("already has a checkpoint for a different pipeline"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already has a checkpoint for a different pipeline"),
+        "{}",
+        text(&o)
+    );
 }

@@ -21,7 +21,18 @@ fn rate_to_stats_reports_latency_in_every_progress_mode() {
     let dir = tempfile::tempdir().unwrap();
     for (i, flags) in [vec!["--async-log-purge=false"], vec!["--async-progress-tracking"]].iter().enumerate() {
         let json = dir.path().join(format!("s{i}.json"));
-        let mut args = vec!["--template", "rate-to-stats", "--job-name", "r", "--checkpoint-dir", dir.path().join(format!("c{i}")).to_str().unwrap().to_string().leak(), "--summary-json", json.to_str().unwrap(), "--parameters", "rowsPerSecond=20000,messagesLimit=20000"];
+        let mut args = vec![
+            "--template",
+            "rate-to-stats",
+            "--job-name",
+            "r",
+            "--checkpoint-dir",
+            dir.path().join(format!("c{i}")).to_str().unwrap().to_string().leak(),
+            "--summary-json",
+            json.to_str().unwrap(),
+            "--parameters",
+            "rowsPerSecond=20000,messagesLimit=20000",
+        ];
         args.extend(flags.iter().copied());
         let started = Instant::now();
         let o = flexrun(&args).output().unwrap();
@@ -48,8 +59,20 @@ fn log_purge_keeps_the_logs_bounded_over_a_long_run() {
         let json = dir.path().join("s.json");
         let ckpt = dir.path().join("c");
         let o = flexrun(&[
-            "--template", "rate-to-stats", "--job-name", "long", "--checkpoint-dir", ckpt.to_str().unwrap(), "--batch-rows", "50", "--async-log-purge", purge, "--summary-json", json.to_str().unwrap(),
-            "--parameters", "rowsPerSecond=200000,messagesLimit=400000",
+            "--template",
+            "rate-to-stats",
+            "--job-name",
+            "long",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--batch-rows",
+            "50",
+            "--async-log-purge",
+            purge,
+            "--summary-json",
+            json.to_str().unwrap(),
+            "--parameters",
+            "rowsPerSecond=200000,messagesLimit=400000",
         ])
         .output()
         .unwrap();
@@ -64,7 +87,12 @@ fn log_purge_keeps_the_logs_bounded_over_a_long_run() {
 }
 
 fn read_ids(bootstrap: &str, topic: &str, expect: usize, limit: Duration) -> HashMap<u64, u32> {
-    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).set("group.id", "it-read").set("enable.auto.commit", "false").create().unwrap();
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "it-read")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
     let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in md.topics()[0].partitions() {
@@ -94,29 +122,79 @@ async fn a_bad_message_stops_kafka_to_kafka_and_loses_nothing() {
     flexrun::kafka::create_topic(&stack.kafka, &output, 1).await.unwrap();
     // 300 good, then one that is not JSON, then 200 good: 501 in one partition.
     flexrun::local::produce(&stack.kafka, &input, 1, 0, 300, None, 50).await.unwrap();
-    let producer: rdkafka::producer::FutureProducer = ClientConfig::new().set("bootstrap.servers", &stack.kafka).create().unwrap();
-    producer.send(rdkafka::producer::FutureRecord::<(), [u8]>::to(&input).payload(&b"{not json"[..]).partition(0), Duration::from_secs(10)).await.unwrap();
+    let producer: rdkafka::producer::FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &stack.kafka).create().unwrap();
+    producer
+        .send(
+            rdkafka::producer::FutureRecord::<(), [u8]>::to(&input).payload(&b"{not json"[..]).partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     flexrun::local::produce(&stack.kafka, &input, 1, 300, 200, None, 50).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().to_str().unwrap();
-    let params = |format: &str| format!("readBootstrapServerAndTopic={};{input},writeBootstrapServerAndTopic={};{output},kafkaReadOffset=earliest,messageFormat={format}", stack.kafka, stack.kafka);
-    let o = flexrun(&["--template", "kafka-to-kafka", "--job-name", "bad", "--checkpoint-dir", ckpt, "--batch-rows", "100", "--idle-timeout", "3s", "--parameters", &params("JSON")]).output().unwrap();
+    let params = |format: &str| {
+        format!("readBootstrapServerAndTopic={};{input},writeBootstrapServerAndTopic={};{output},kafkaReadOffset=earliest,messageFormat={format}", stack.kafka, stack.kafka)
+    };
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-kafka",
+        "--job-name",
+        "bad",
+        "--checkpoint-dir",
+        ckpt,
+        "--batch-rows",
+        "100",
+        "--idle-timeout",
+        "3s",
+        "--parameters",
+        &params("JSON"),
+    ])
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(err.contains("is not JSON") && err.contains("nothing is lost") && err.contains("messageFormat=RAW"), "{err}");
+    assert!(
+        err.contains("is not JSON") && err.contains("nothing is lost") && err.contains("messageFormat=RAW"),
+        "{err}"
+    );
     let written = output_count(&stack.kafka, &output);
     assert!(written <= 300, "only batches before the bad one were written: {written}");
-    let o = flexrun(&["--template", "kafka-to-kafka", "--job-name", "bad", "--checkpoint-dir", ckpt, "--batch-rows", "100", "--idle-timeout", "3s", "--parameters", &params("RAW")]).output().unwrap();
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-kafka",
+        "--job-name",
+        "bad",
+        "--checkpoint-dir",
+        ckpt,
+        "--batch-rows",
+        "100",
+        "--idle-timeout",
+        "3s",
+        "--parameters",
+        &params("RAW"),
+    ])
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     // The failed batch was not written at all, so its replay adds no duplicates.
-    assert_eq!(output_count(&stack.kafka, &output), 501, "the restart delivers the rest, the bad message included, once");
+    assert_eq!(
+        output_count(&stack.kafka, &output),
+        501,
+        "the restart delivers the rest, the bad message included, once"
+    );
 }
 
 /// Messages in a topic (sum of high watermarks).
 fn output_count(bootstrap: &str, topic: &str) -> u64 {
     let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
     let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
-    md.topics()[0].partitions().iter().map(|p| c.fetch_watermarks(topic, p.id(), Duration::from_secs(10)).unwrap().1 as u64).sum()
+    md.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| c.fetch_watermarks(topic, p.id(), Duration::from_secs(10)).unwrap().1 as u64)
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -129,10 +207,27 @@ async fn kafka_to_kafka_survives_a_kill_under_async_progress_without_loss() {
     let n = 60_000u64;
     flexrun::local::produce(&stack.kafka, &input, 4, 0, n, None, 200).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let params = format!("readBootstrapServerAndTopic={};{input},writeBootstrapServerAndTopic={};{output},kafkaReadOffset=earliest", stack.kafka, stack.kafka);
+    let params = format!(
+        "readBootstrapServerAndTopic={};{input},writeBootstrapServerAndTopic={};{output},kafkaReadOffset=earliest",
+        stack.kafka, stack.kafka
+    );
     let ckpt = dir.path().to_str().unwrap().to_string();
     let args = |extra: &[&str]| {
-        let mut a = vec!["--template", "kafka-to-kafka", "--job-name", "k2k", "--checkpoint-dir", &ckpt, "--async-progress-tracking", "--progress-checkpoint-interval", "200ms", "--batch-rows", "500", "--parameters", &params];
+        let mut a = vec![
+            "--template",
+            "kafka-to-kafka",
+            "--job-name",
+            "k2k",
+            "--checkpoint-dir",
+            &ckpt,
+            "--async-progress-tracking",
+            "--progress-checkpoint-interval",
+            "200ms",
+            "--batch-rows",
+            "500",
+            "--parameters",
+            &params,
+        ];
         a.extend_from_slice(extra);
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
@@ -147,10 +242,20 @@ async fn kafka_to_kafka_survives_a_kill_under_async_progress_without_loss() {
     child.kill().unwrap();
     let _ = child.wait();
     let written_before = output_count(&stack.kafka, &output);
-    assert!(written_before < n, "the kill came after the job had finished ({written_before} written): the test did not test a crash");
+    assert!(
+        written_before < n,
+        "the kill came after the job had finished ({written_before} written): the test did not test a crash"
+    );
     // Second run: resumes from the last persisted progress and drains when idle.
     let json = dir.path().join("s.json");
-    let second = flexrun(&args(&["--idle-timeout", "3s", "--summary-json", json.to_str().unwrap()]).iter().map(String::as_str).collect::<Vec<_>>()).spawn().unwrap();
+    let second = flexrun(
+        &args(&["--idle-timeout", "3s", "--summary-json", json.to_str().unwrap()])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .spawn()
+    .unwrap();
     let o = wait_with_timeout(second, Duration::from_secs(120));
     assert!(o.status.success(), "{}", text(&o));
     let s = summary(&json);
@@ -178,13 +283,25 @@ fn bad_microbatch_parameters_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{params}: {}", text(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains(needle), "{params}: {}", text(&o));
     }
-    let o = flexrun(&["--template", "rate-to-stats", "--latency-warm-up", "later", "--parameters", "rowsPerSecond=100"]).output().unwrap();
+    let o =
+        flexrun(&["--template", "rate-to-stats", "--latency-warm-up", "later", "--parameters", "rowsPerSecond=100"])
+            .output()
+            .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--latency-warm-up"), "{}", text(&o));
-    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t,writeBootstrapServerAndTopic=h:1;u,messageFormat=AVRO"]).output().unwrap();
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-kafka",
+        "--parameters",
+        "readBootstrapServerAndTopic=h:1;t,writeBootstrapServerAndTopic=h:1;u,messageFormat=AVRO",
+    ])
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("messageFormat"), "{}", text(&o));
-    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"]).output().unwrap();
+    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("writeBootstrapServerAndTopic"), "{}", text(&o));
 }

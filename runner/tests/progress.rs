@@ -15,7 +15,17 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "useStorageWriteApiAtLeastOnce=true");
     // 4 MB/s per worker, one worker: about 4,000 messages/s, so the crash lands mid-topic.
-    let extra = ["--async-progress-tracking", "--progress-checkpoint-interval", "1s", "--worker-capacity", "4MB/s", "--autoscaling-algorithm", "NONE", "--batch-rows", "500"];
+    let extra = [
+        "--async-progress-tracking",
+        "--progress-checkpoint-interval",
+        "1s",
+        "--worker-capacity",
+        "4MB/s",
+        "--autoscaling-algorithm",
+        "NONE",
+        "--batch-rows",
+        "500",
+    ];
     let mut child = spawn_job("asyncprog", ck.path(), &params, &extra);
     std::thread::sleep(Duration::from_millis(4500));
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
@@ -26,7 +36,9 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
     assert!(o.status.success(), "{}", text(&o));
     let (rows, distinct) = s.count(&f.table).await;
     let dups = rows - distinct;
-    eprintln!("async progress, 1 s interval, ~4,000 msg/s: {rows} rows, {distinct} distinct, {dups} replayed after the crash");
+    eprintln!(
+        "async progress, 1 s interval, ~4,000 msg/s: {rows} rows, {distinct} distinct, {dups} replayed after the crash"
+    );
     assert_eq!(distinct, n as i64, "nothing lost");
     // At most one interval (plus the batch in flight) of ~4,000 msg/s is replayed.
     assert!(dups <= 4_000 + 2_000, "replayed {dups} messages: more than one 1 s interval's worth");

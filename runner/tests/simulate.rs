@@ -22,7 +22,22 @@ fn config(args: &[&str]) -> SimConfig {
 /// The seed's setup: ~1,000,000 msg/s of ~1 KiB (1 GiB/s as the publication sizes it:
 /// 1000 MiB/s), 1,000 partitions, e2-standard-2, at most 120 workers, 24 h, 400 streams.
 fn seed_setup(partitions: &str, duration: &str, extra: &[&str]) -> SimConfig {
-    let mut args = vec!["--qps", "1000000", "--message-size", "1048.576", "--partitions", partitions, "--max-workers", "120", "--worker-machine-type", "e2-standard-2", "--duration", duration, "--parameters", "numStorageWriteApiStreams=400"];
+    let mut args = vec![
+        "--qps",
+        "1000000",
+        "--message-size",
+        "1048.576",
+        "--partitions",
+        partitions,
+        "--max-workers",
+        "120",
+        "--worker-machine-type",
+        "e2-standard-2",
+        "--duration",
+        duration,
+        "--parameters",
+        "numStorageWriteApiStreams=400",
+    ];
     args.extend_from_slice(extra);
     config(&args)
 }
@@ -35,7 +50,13 @@ fn within(got: f64, published: f64, tolerance: f64) -> bool {
 fn exactly_once_lands_near_the_published_workers_cpu_and_latency() {
     let r = simulate::run(&seed_setup("1000", "24h", &[]), &mut |_| {});
     let s = &r.summary;
-    eprintln!("exactly-once: {:.1} workers, {:.1}% CPU, latency {:?} ms, SECU {:.1}/h", s.workers_mean, s.mean_cpu * 100.0, s.latency_ms, s.secu_per_hour);
+    eprintln!(
+        "exactly-once: {:.1} workers, {:.1}% CPU, latency {:?} ms, SECU {:.1}/h",
+        s.workers_mean,
+        s.mean_cpu * 100.0,
+        s.latency_ms,
+        s.secu_per_hour
+    );
     assert!(within(s.workers_mean, 63.0, 0.10), "workers {:.1} not within 10% of 63", s.workers_mean);
     assert!(within(s.mean_cpu, 0.70, 0.10), "CPU {:.3} not within 10% of 0.70", s.mean_cpu);
     for (got, published) in s.latency_ms.iter().zip([1200.0, 3000.0, 5400.0]) {
@@ -49,9 +70,17 @@ fn exactly_once_lands_near_the_published_workers_cpu_and_latency() {
 
 #[test]
 fn at_least_once_lands_near_the_published_workers_and_cpu() {
-    let r = simulate::run(&seed_setup("1000", "24h", &["--additional-experiments", "streaming_mode_at_least_once"]), &mut |_| {});
+    let r = simulate::run(
+        &seed_setup("1000", "24h", &["--additional-experiments", "streaming_mode_at_least_once"]),
+        &mut |_| {},
+    );
     let s = &r.summary;
-    eprintln!("at-least-once: {:.1} workers, {:.1}% CPU, latency {:?} ms", s.workers_mean, s.mean_cpu * 100.0, s.latency_ms);
+    eprintln!(
+        "at-least-once: {:.1} workers, {:.1}% CPU, latency {:?} ms",
+        s.workers_mean,
+        s.mean_cpu * 100.0,
+        s.latency_ms
+    );
     assert!(within(s.workers_mean, 53.0, 0.10), "workers {:.1} not within 10% of 53", s.workers_mean);
     assert!(within(s.mean_cpu, 0.75, 0.10), "CPU {:.3} not within 10% of 0.75", s.mean_cpu);
     assert_eq!(s.secu_per_hour, 0.0, "as published");
@@ -75,7 +104,10 @@ fn too_few_partitions_plateau_and_are_reported() {
     }
     assert_eq!(s.max_parallelism, 20, "40 partitions on 2-vCPU workers");
     assert!(s.workers_max <= 20, "no worker beyond the partitions' parallelism: {}", s.workers_max);
-    let capped = r.decisions.iter().any(|d| d.rationale == Rationale::HitNonResourceRelatedLimit && d.detail.contains("partitions"));
+    let capped = r
+        .decisions
+        .iter()
+        .any(|d| d.rationale == Rationale::HitNonResourceRelatedLimit && d.detail.contains("partitions"));
     assert!(capped, "a decision names the partition limit: {:#?}", r.decisions);
     assert!(s.bottleneck.describe().contains("Insufficient Apache Kafka source partitions"));
 }
@@ -86,7 +118,20 @@ fn too_few_partitions_plateau_and_are_reported() {
 #[test]
 fn a_load_step_is_followed_with_the_live_pools_decisions() {
     for policy in ["dataflow", "ds2"] {
-        let mut cfg = config(&["--qps", "200000", "--partitions", "200", "--duration", "6h", "--profile", "steps:0=1,3h=2", "--autoscaling-policy", policy, "--max-workers", "100"]);
+        let mut cfg = config(&[
+            "--qps",
+            "200000",
+            "--partitions",
+            "200",
+            "--duration",
+            "6h",
+            "--profile",
+            "steps:0=1,3h=2",
+            "--autoscaling-policy",
+            policy,
+            "--max-workers",
+            "100",
+        ]);
         cfg.record_snapshots = true;
         let r = simulate::run(&cfg, &mut |_| {});
         let at = |t: f64| r.series.iter().find(|p| p.time_s >= t).unwrap().workers;
@@ -100,7 +145,11 @@ fn a_load_step_is_followed_with_the_live_pools_decisions() {
         // saturated utilization hides how far short the pool is, so it climbs in several
         // steps and may overshoot once. Neither flaps.
         let most = if policy == "ds2" { 4 } else { 8 };
-        assert!((1..=most).contains(&after_step.len()) && reversals <= 2, "{policy}: {} changes, {reversals} reversals: {after_step:#?}", after_step.len());
+        assert!(
+            (1..=most).contains(&after_step.len()) && reversals <= 2,
+            "{policy}: {} changes, {reversals} reversals: {after_step:#?}",
+            after_step.len()
+        );
         let mut live = cfg.pool.policy();
         let limits = cfg.pool.limits(r.summary.max_parallelism);
         assert!(!r.snapshots.is_empty());
@@ -113,7 +162,18 @@ fn a_load_step_is_followed_with_the_live_pools_decisions() {
 #[test]
 fn the_same_inputs_and_seed_give_the_same_output() {
     let run = |seed: &str| {
-        let cfg = config(&["--qps", "50000", "--partitions", "100", "--duration", "3h", "--profile", "sine:amplitude=0.3,period=1h", "--seed", seed]);
+        let cfg = config(&[
+            "--qps",
+            "50000",
+            "--partitions",
+            "100",
+            "--duration",
+            "3h",
+            "--profile",
+            "sine:amplitude=0.3,period=1h",
+            "--seed",
+            seed,
+        ]);
         let r = simulate::run(&cfg, &mut |_| {});
         (serde_json::to_string(&r).unwrap(), r.series)
     };
@@ -190,7 +250,23 @@ fn simulate_writes_json_series_and_a_chart() {
     let svg = dir.path().join("plot.svg");
     let profile = dir.path().join("profile.yaml");
     std::fs::write(&profile, "kind: spikes\nevery: 30m\nlength: 5m\nheight: 2\n").unwrap();
-    let out = flexrun(&["simulate", "--qps", "100000", "--partitions", "64", "--duration", "2h", "--profile-file", profile.to_str().unwrap(), "--format", "json", "--series", csv.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
+    let out = flexrun(&[
+        "simulate",
+        "--qps",
+        "100000",
+        "--partitions",
+        "64",
+        "--duration",
+        "2h",
+        "--profile-file",
+        profile.to_str().unwrap(),
+        "--format",
+        "json",
+        "--series",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["summary"]["workers_mean"].as_f64().unwrap() > 1.0, "{v}");

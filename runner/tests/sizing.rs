@@ -39,7 +39,19 @@ fn calibrate_writes_a_baseline_that_estimate_and_simulate_read() {
     assert!((e["workers_exact"].as_f64().unwrap() - expected).abs() < 1e-9, "{e} vs {expected}");
 
     // simulate: the capacity it uses is the one calibrate measured (per-message + per-byte split).
-    let s = json(&flexrun(&["simulate", "--baseline", p, "--qps", "20000", "--duration", "1h", "--partitions", "16", "--format", "json"]));
+    let s = json(&flexrun(&[
+        "simulate",
+        "--baseline",
+        p,
+        "--qps",
+        "20000",
+        "--duration",
+        "1h",
+        "--partitions",
+        "16",
+        "--format",
+        "json",
+    ]));
     let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1024.0;
     let want_mib_s = 1024.0 / per_msg_s / (1024.0 * 1024.0);
     let got = s["summary"]["vcpu_capacity_mib_s"].as_f64().unwrap();
@@ -63,7 +75,20 @@ fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
         (vec!["calibrate", "--duration", "10ms"], "--duration"),
         (vec!["calibrate", "--modes", "twice"], "exactly-once or at-least-once"),
         (vec!["calibrate", "--schema-template", template.to_str().unwrap()], "--table-schema"),
-        (vec!["calibrate", "--duration", "200ms", "--schema-template", template.to_str().unwrap(), "--table-schema", schema.to_str().unwrap(), "--output", out_file.to_str().unwrap()], "did not map onto the table schema"),
+        (
+            vec![
+                "calibrate",
+                "--duration",
+                "200ms",
+                "--schema-template",
+                template.to_str().unwrap(),
+                "--table-schema",
+                schema.to_str().unwrap(),
+                "--output",
+                out_file.to_str().unwrap(),
+            ],
+            "did not map onto the table schema",
+        ),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "0"], "invalid"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "4"], "outside 8 B"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "5000", "--high", "100"], "0 < low < high"),
@@ -71,10 +96,41 @@ fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--p99-limit", "soon"], "soon"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "-5"], "positive"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--partitions", "0"], "--partitions"),
-        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "100", "--high", "1000", "--tolerance", "5000"], "tolerance"),
+        (
+            vec![
+                "capacity",
+                "--bootstrap-server",
+                "127.0.0.1:9",
+                "--low",
+                "100",
+                "--high",
+                "1000",
+                "--tolerance",
+                "5000",
+            ],
+            "tolerance",
+        ),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "20MiB"], "outside 8 B"),
-        (vec!["calibrate", "--schema-template", template.to_str().unwrap(), "--table-schema", template_not_schema.to_str().unwrap()], "--table-schema"),
-        (vec!["calibrate", "--schema-template", broken_template.to_str().unwrap(), "--table-schema", schema.to_str().unwrap()], "--schema-template"),
+        (
+            vec![
+                "calibrate",
+                "--schema-template",
+                template.to_str().unwrap(),
+                "--table-schema",
+                template_not_schema.to_str().unwrap(),
+            ],
+            "--table-schema",
+        ),
+        (
+            vec![
+                "calibrate",
+                "--schema-template",
+                broken_template.to_str().unwrap(),
+                "--table-schema",
+                schema.to_str().unwrap(),
+            ],
+            "--schema-template",
+        ),
     ] {
         let out = flexrun(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -100,8 +156,27 @@ fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
     let svg = dir.path().join("boundary.svg");
     // 2,000..64,000 msg/s, 8,000 tolerance: at most ⌈log2(62000/8000)⌉ + 1 = 4 trials per size.
     let out = flexrun(&[
-        "capacity", "--bootstrap-server", &stack.kafka, "--topic", &topic, "--partitions", "4", "--sizes", "100,4KiB", "--low", "2000", "--high", "64000", "--tolerance", "8000", "--trial", "2s", "--format", "json",
-        "--plot", svg.to_str().unwrap(),
+        "capacity",
+        "--bootstrap-server",
+        &stack.kafka,
+        "--topic",
+        &topic,
+        "--partitions",
+        "4",
+        "--sizes",
+        "100,4KiB",
+        "--low",
+        "2000",
+        "--high",
+        "64000",
+        "--tolerance",
+        "8000",
+        "--trial",
+        "2s",
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
     ]);
     let v = json(&out);
     let sizes = v.as_array().unwrap();
@@ -127,6 +202,12 @@ fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
         }
     }
     let mb = |i: usize| sizes[i]["mb_per_s"].as_f64().unwrap();
-    eprintln!("boundary: 100 B → {} msg/s ({:.2} MB/s); 4 KiB → {} msg/s ({:.2} MB/s)", sizes[0]["messages_per_s"], mb(0), sizes[1]["messages_per_s"], mb(1));
+    eprintln!(
+        "boundary: 100 B → {} msg/s ({:.2} MB/s); 4 KiB → {} msg/s ({:.2} MB/s)",
+        sizes[0]["messages_per_s"],
+        mb(0),
+        sizes[1]["messages_per_s"],
+        mb(1)
+    );
     assert!(std::fs::read_to_string(&svg).unwrap().contains("MB/s"));
 }

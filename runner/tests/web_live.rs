@@ -23,13 +23,21 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
     let ck = tempfile::tempdir().unwrap();
-    let child = spawn_job("webjob", ck.path(), &f.params(&s, ""), &["--web", &addr, "--worker-capacity", "4MB/s", "--batch-rows", "1000"]);
+    let child = spawn_job(
+        "webjob",
+        ck.path(),
+        &f.params(&s, ""),
+        &["--web", &addr, "--worker-capacity", "4MB/s", "--batch-rows", "1000"],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut job = serde_json::Value::Null;
     while Instant::now() < deadline {
         if let Some(body) = http_get(&addr, "/api/jobs/webjob/metrics") {
             if let Ok(j) = serde_json::from_str::<serde_json::Value>(&body) {
-                if j["points"].as_array().is_some_and(|p| p.iter().any(|p| p["elements_read"].as_u64().unwrap_or(0) > 0 && p["stages"]["end_to_end"].is_object())) {
+                if j["points"].as_array().is_some_and(|p| {
+                    p.iter()
+                        .any(|p| p["elements_read"].as_u64().unwrap_or(0) > 0 && p["stages"]["end_to_end"].is_object())
+                }) {
                     job = j;
                     break;
                 }
@@ -40,7 +48,11 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     assert!(job.is_object(), "the job's series never showed progress");
     assert_eq!(job["template"], "kafka-to-bq");
     let metrics = http_get(&addr, "/metrics").unwrap();
-    for want in ["job_current_num_vcpus{job=\"webjob\"} 2", "job_backlog_elements{job=\"webjob\"}", "job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}"] {
+    for want in [
+        "job_current_num_vcpus{job=\"webjob\"} 2",
+        "job_backlog_elements{job=\"webjob\"}",
+        "job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}",
+    ] {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }
     assert!(http_get(&addr, "/jobs/webjob").unwrap().contains("Job webjob"));

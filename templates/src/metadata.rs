@@ -88,7 +88,8 @@ const BUILTIN_SOURCES: &[(&str, &str)] = &[
 
 /// Parse one template from YAML text and check that its regexes compile.
 pub fn parse_template(file: &str, yaml: &str) -> Result<Template, TemplateError> {
-    let t: Template = serde_yaml::from_str(yaml).map_err(|source| TemplateError::Yaml { file: file.to_string(), source })?;
+    let t: Template =
+        serde_yaml::from_str(yaml).map_err(|source| TemplateError::Yaml { file: file.to_string(), source })?;
     for p in &t.parameters {
         for r in &p.regexes {
             regex::Regex::new(r).map_err(|source| TemplateError::Regex {
@@ -108,7 +109,9 @@ pub fn builtin() -> &'static [Template] {
     CELL.get_or_init(|| {
         BUILTIN_SOURCES
             .iter()
-            .map(|(file, yaml)| parse_template(file, yaml).unwrap_or_else(|e| panic!("built-in template is broken: {e}")))
+            .map(|(file, yaml)| {
+                parse_template(file, yaml).unwrap_or_else(|e| panic!("built-in template is broken: {e}"))
+            })
             .collect()
     })
 }

@@ -173,11 +173,19 @@ pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<Resol
         }
         let Some(p) = template.parameter(name) else {
             let names = template.parameters.iter().map(|p| p.name.as_str()).chain(PIPELINE_OPTIONS.iter().copied());
-            errors.push(ParamError::Unknown { name: name.clone(), template: template.name.clone(), suggestion: nearest(name, names) });
+            errors.push(ParamError::Unknown {
+                name: name.clone(),
+                template: template.name.clone(),
+                suggestion: nearest(name, names),
+            });
             continue;
         };
         if !p.enum_options.is_empty() && !p.enum_options.iter().any(|o| o == value) {
-            errors.push(ParamError::Invalid { name: name.clone(), value: value.clone(), expected: format!("one of {}", p.enum_options.join(", ")) });
+            errors.push(ParamError::Invalid {
+                name: name.clone(),
+                value: value.clone(),
+                expected: format!("one of {}", p.enum_options.join(", ")),
+            });
             continue;
         }
         let mut ok = true;
@@ -185,7 +193,11 @@ pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<Resol
             // The template loader already checked that the regexes compile.
             let re = regex::Regex::new(r).expect("template regexes are checked at load");
             if !re.is_match(value) {
-                errors.push(ParamError::Invalid { name: name.clone(), value: value.clone(), expected: format!("{} (pattern {r})", p.help_text) });
+                errors.push(ParamError::Invalid {
+                    name: name.clone(),
+                    value: value.clone(),
+                    expected: format!("{} (pattern {r})", p.help_text),
+                });
                 ok = false;
                 break;
             }
@@ -203,7 +215,9 @@ pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<Resol
             (Some(d), _) => {
                 out.values.insert(p.name.clone(), d.clone());
             }
-            (None, false) if !errors.iter().any(|e| matches!(e, ParamError::Invalid { name, .. } if name == &p.name)) => {
+            (None, false)
+                if !errors.iter().any(|e| matches!(e, ParamError::Invalid { name, .. } if name == &p.name)) =>
+            {
                 errors.push(ParamError::Missing { name: p.name.clone(), help: p.help_text.clone() })
             }
             _ => {}
@@ -255,25 +269,41 @@ mod tests {
     #[test]
     fn unknown_names_get_a_suggestion() {
         let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,outputTablespec=p:d.t")).unwrap_err();
-        assert_eq!(e.to_string(), "unknown parameter outputTablespec for template kafka-to-bq; did you mean outputTableSpec?");
+        assert_eq!(
+            e.to_string(),
+            "unknown parameter outputTablespec for template kafka-to-bq; did you mean outputTableSpec?"
+        );
         let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,zzz=1")).unwrap_err();
         assert_eq!(e.to_string(), "unknown parameter zzz for template kafka-to-bq");
     }
 
     #[test]
     fn bad_values_name_the_expected_form() {
-        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=nohostport,messageFormat=XML,useBigQueryDLQ=yes")).unwrap_err();
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=nohostport,messageFormat=XML,useBigQueryDLQ=yes"))
+            .unwrap_err();
         let s = e.to_string();
         assert_eq!(e.0.len(), 3, "{s}");
-        assert!(s.contains("invalid value \"nohostport\" for parameter readBootstrapServerAndTopic: expected `host:port"), "{s}");
-        assert!(s.contains("parameter messageFormat: expected one of AVRO_CONFLUENT_WIRE_FORMAT, AVRO_BINARY_ENCODING, JSON"), "{s}");
+        assert!(
+            s.contains("invalid value \"nohostport\" for parameter readBootstrapServerAndTopic: expected `host:port"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "parameter messageFormat: expected one of AVRO_CONFLUENT_WIRE_FORMAT, AVRO_BINARY_ENCODING, JSON"
+            ),
+            "{s}"
+        );
         assert!(s.contains("useBigQueryDLQ"), "{s}");
-        assert!(!s.contains("missing required parameter readBootstrapServerAndTopic"), "an invalid value is not also missing: {s}");
+        assert!(
+            !s.contains("missing required parameter readBootstrapServerAndTopic"),
+            "an invalid value is not also missing: {s}"
+        );
     }
 
     #[test]
     fn duplicates_and_pipeline_options() {
-        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,readBootstrapServerAndTopic=h:2;t")).unwrap_err();
+        let e = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,readBootstrapServerAndTopic=h:2;t"))
+            .unwrap_err();
         assert!(matches!(&e.0[0], ParamError::Duplicate { .. }));
         let r = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,maxNumWorkers=10")).unwrap();
         assert_eq!(r.pipeline_options.get("maxNumWorkers").map(String::as_str), Some("10"));
@@ -283,10 +313,16 @@ mod tests {
     #[test]
     fn table_specs_accept_colon_and_dot_forms() {
         for ok in ["p:d.t", "p.d.t", "my-proj:ds_1.tbl"] {
-            assert!(validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={ok}"))).is_ok(), "{ok}");
+            assert!(
+                validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={ok}"))).is_ok(),
+                "{ok}"
+            );
         }
         for bad in ["d.t", "p:d", "p:d.t.x"] {
-            assert!(validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={bad}"))).is_err(), "{bad}");
+            assert!(
+                validate(k2bq(), &pairs(&format!("readBootstrapServerAndTopic=h:1;t,outputTableSpec={bad}"))).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -10,7 +10,14 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-async fn one_connection(addr: String, path: String, rate: f64, secs: f64, offset: f64, start: Instant) -> (Histogram<u64>, u64) {
+async fn one_connection(
+    addr: String,
+    path: String,
+    rate: f64,
+    secs: f64,
+    offset: f64,
+    start: Instant,
+) -> (Histogram<u64>, u64) {
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
     let mut errors = 0;
     let stream = TcpStream::connect(&addr).await.expect("connect");
@@ -57,11 +64,14 @@ async fn main() {
         eprintln!("usage: loadgen HOST:PORT PATH RATE SECONDS [CONNECTIONS]");
         std::process::exit(2);
     }
-    let (addr, path, rate, secs) = (a[1].clone(), a[2].clone(), a[3].parse::<f64>().expect("rate"), a[4].parse::<f64>().expect("seconds"));
+    let (addr, path, rate, secs) =
+        (a[1].clone(), a[2].clone(), a[3].parse::<f64>().expect("rate"), a[4].parse::<f64>().expect("seconds"));
     let conns: usize = a.get(5).map(|c| c.parse().expect("connections")).unwrap_or(8);
     let start = Instant::now() + Duration::from_millis(200);
     let per = rate / conns as f64;
-    let tasks: Vec<_> = (0..conns).map(|k| tokio::spawn(one_connection(addr.clone(), path.clone(), per, secs, k as f64 / rate, start))).collect();
+    let tasks: Vec<_> = (0..conns)
+        .map(|k| tokio::spawn(one_connection(addr.clone(), path.clone(), per, secs, k as f64 / rate, start)))
+        .collect();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
     let mut errors = 0;
     for t in tasks {
@@ -70,6 +80,19 @@ async fn main() {
         errors += e;
     }
     let ms = |q: f64| all.value_at_quantile(q) as f64 / 1000.0;
-    println!("{:<28} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}", "path", "req/s", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors");
-    println!("{:<28} {:>8.0} {:>9} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>7}", &path[..path.len().min(28)], rate, all.len(), ms(0.5), ms(0.9), ms(0.99), all.max() as f64 / 1000.0, errors);
+    println!(
+        "{:<28} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "path", "req/s", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"
+    );
+    println!(
+        "{:<28} {:>8.0} {:>9} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>7}",
+        &path[..path.len().min(28)],
+        rate,
+        all.len(),
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        all.max() as f64 / 1000.0,
+        errors
+    );
 }

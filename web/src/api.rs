@@ -71,8 +71,18 @@ pub fn estimate_from_query(q: &HashMap<String, String>) -> Result<EstimateRespon
         Some(s) => est::parse_size(s).map_err(|e| ApiError::bad("message_size", e.to_string()))?,
         None => baseline.message_bytes.unwrap_or(1024.0),
     };
-    let mode = q.get("mode").map(String::as_str).unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
-    let commitment = q.get("commitment").map(String::as_str).unwrap_or("none").parse::<est::Commitment>().map_err(|e| ApiError::bad("commitment", e))?;
+    let mode = q
+        .get("mode")
+        .map(String::as_str)
+        .unwrap_or("exactly-once")
+        .parse::<est::Mode>()
+        .map_err(|e| ApiError::bad("mode", e))?;
+    let commitment = q
+        .get("commitment")
+        .map(String::as_str)
+        .unwrap_or("none")
+        .parse::<est::Commitment>()
+        .map_err(|e| ApiError::bad("commitment", e))?;
     let machine_type = q.get("machine_type").cloned().unwrap_or_else(|| "e2-standard-2".into());
     let req = est::Request { throughput_bytes_s: rate.bytes_per_second(msg), mode, machine_type, commitment };
     let pricing = est::Pricing::us_central1();
@@ -114,10 +124,28 @@ pub struct JobSummary {
 
 /// `GET /api/jobs`
 pub async fn jobs(State(reg): State<JobRegistry>) -> Json<Vec<JobSummary>> {
-    Json(reg.all().into_iter().map(|j| JobSummary { latest: j.points.back().cloned(), id: j.id, template: j.template, delivery: j.delivery, status: j.status }).collect())
+    Json(
+        reg.all()
+            .into_iter()
+            .map(|j| JobSummary {
+                latest: j.points.back().cloned(),
+                id: j.id,
+                template: j.template,
+                delivery: j.delivery,
+                status: j.status,
+            })
+            .collect(),
+    )
 }
 
 /// `GET /api/jobs/{id}/metrics`
-pub async fn job_metrics(State(reg): State<JobRegistry>, Path(id): Path<String>) -> Result<Json<crate::state::JobView>, ApiError> {
-    reg.get(&id).map(Json).ok_or(ApiError { field: "id".into(), error: format!("no job {id:?}; see /api/jobs"), status: StatusCode::NOT_FOUND })
+pub async fn job_metrics(
+    State(reg): State<JobRegistry>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::state::JobView>, ApiError> {
+    reg.get(&id).map(Json).ok_or(ApiError {
+        field: "id".into(),
+        error: format!("no job {id:?}; see /api/jobs"),
+        status: StatusCode::NOT_FOUND,
+    })
 }

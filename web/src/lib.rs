@@ -32,14 +32,30 @@ pub fn router(jobs: JobRegistry) -> Router {
         .route("/api/estimate", get(api::estimate))
         .route("/api/jobs", get(api::jobs))
         .route("/api/jobs/{id}/metrics", get(api::job_metrics))
-        .route("/metrics", get(|axum::extract::State(j): axum::extract::State<JobRegistry>| async move { ([("content-type", "text/plain; version=0.0.4")], metrics::render(&j)) }))
-        .route("/assets/uplot.js", get(|| async { ([("content-type", "application/javascript"), ("cache-control", "max-age=86400")], pages::UPLOT_JS) }))
-        .route("/assets/uplot.css", get(|| async { ([("content-type", "text/css"), ("cache-control", "max-age=86400")], pages::UPLOT_CSS) }))
+        .route(
+            "/metrics",
+            get(|axum::extract::State(j): axum::extract::State<JobRegistry>| async move {
+                ([("content-type", "text/plain; version=0.0.4")], metrics::render(&j))
+            }),
+        )
+        .route(
+            "/assets/uplot.js",
+            get(|| async {
+                ([("content-type", "application/javascript"), ("cache-control", "max-age=86400")], pages::UPLOT_JS)
+            }),
+        )
+        .route(
+            "/assets/uplot.css",
+            get(|| async { ([("content-type", "text/css"), ("cache-control", "max-age=86400")], pages::UPLOT_CSS) }),
+        )
         .with_state(jobs)
 }
 
 /// Bind `addr` and serve until the process ends. Returns the bound address.
-pub async fn serve(addr: &str, jobs: JobRegistry) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn serve(
+    addr: &str,
+    jobs: JobRegistry,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let app = router(jobs);

@@ -49,8 +49,18 @@ pub fn render(jobs: &JobRegistry) -> String {
     let written = gauge(&reg, JOB_BIGQUERY_WRITE_COUNT, "Rows written to BigQuery so far", &["job"]);
     let dlq = gauge(&reg, JOB_DEAD_LETTER_COUNT, "Rows written to the dead-letter table so far", &["job"]);
     let tput = gauge(&reg, JOB_THROUGHPUT_ELEMENTS, "Messages read per second over the last interval", &["job"]);
-    let events = gauge(&reg, JOB_RELIABILITY_EVENTS, "Retries, replaced streams, possible duplicates and retention gaps so far", &["job", "event"]);
-    let lat = gauge(&reg, JOB_STAGE_END_TO_END_LATENCIES, "Stage latency over the last interval, ms", &["job", "stage", "quantile"]);
+    let events = gauge(
+        &reg,
+        JOB_RELIABILITY_EVENTS,
+        "Retries, replaced streams, possible duplicates and retention gaps so far",
+        &["job", "event"],
+    );
+    let lat = gauge(
+        &reg,
+        JOB_STAGE_END_TO_END_LATENCIES,
+        "Stage latency over the last interval, ms",
+        &["job", "stage", "quantile"],
+    );
     for j in jobs.all() {
         let Some(p) = j.points.back() else { continue };
         let l = [j.id.as_str()];

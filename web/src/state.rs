@@ -94,7 +94,14 @@ pub struct JobRegistry {
 impl JobRegistry {
     /// Register a job (replacing one with the same id).
     pub fn register(&self, id: &str, template: &str, delivery: &str) {
-        let v = JobView { id: id.into(), template: template.into(), delivery: delivery.into(), status: "running".into(), points: VecDeque::new(), decisions: Vec::new() };
+        let v = JobView {
+            id: id.into(),
+            template: template.into(),
+            delivery: delivery.into(),
+            status: "running".into(),
+            points: VecDeque::new(),
+            decisions: Vec::new(),
+        };
         self.inner.write().expect("registry lock").insert(id.into(), v);
     }
 

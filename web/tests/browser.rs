@@ -23,8 +23,16 @@ fn artifacts() -> PathBuf {
 }
 
 const FLAGS: &[&str] = &[
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--virtual-time-budget=8000", "--window-size=1280,1600",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=8000",
+    "--window-size=1280,1600",
 ];
 
 /// Load `url` and return the DOM after the page's scripts ran; also save a screenshot.
@@ -35,7 +43,12 @@ fn render(url: &str, shot: &str) -> String {
     let dom = Command::new(chromium()).args(&args).arg("--dump-dom").arg(url).output().expect("run chromium");
     assert!(dom.status.success(), "chromium failed: {}", String::from_utf8_lossy(&dom.stderr));
     let path = artifacts().join(shot);
-    let s = Command::new(chromium()).args(&args).arg(format!("--screenshot={}", path.display())).arg(url).output().expect("run chromium");
+    let s = Command::new(chromium())
+        .args(&args)
+        .arg(format!("--screenshot={}", path.display()))
+        .arg(url)
+        .output()
+        .expect("run chromium");
     assert!(s.status.success() && path.exists(), "screenshot failed: {}", String::from_utf8_lossy(&s.stderr));
     String::from_utf8(dom.stdout).unwrap()
 }
@@ -45,14 +58,32 @@ fn job() -> JobRegistry {
     jobs.register("demo-job", "kafka-to-bq", "exactly-once");
     for i in 0..60 {
         let t = i as f64;
-        let mut p = MetricsPoint { t_s: t, workers: if i < 20 { 2 } else { 7 }, target_workers: if i < 20 { 2 } else { 7 }, vcpus: 4.0, throughput_msgs: 2000.0 + 80.0 * t, backlog_elements: (600.0 - 10.0 * t).max(0.0) as u64, utilization: 0.6 + 0.003 * t, ..Default::default() };
+        let mut p = MetricsPoint {
+            t_s: t,
+            workers: if i < 20 { 2 } else { 7 },
+            target_workers: if i < 20 { 2 } else { 7 },
+            vcpus: 4.0,
+            throughput_msgs: 2000.0 + 80.0 * t,
+            backlog_elements: (600.0 - 10.0 * t).max(0.0) as u64,
+            utilization: 0.6 + 0.003 * t,
+            ..Default::default()
+        };
         for (k, st) in ["read", "transform", "write", "end_to_end"].iter().enumerate() {
             let base = 4.0 + k as f64 * 10.0 + (t / 10.0).sin() * 2.0;
             p.stages.insert(st.to_string(), StageLatency { p50_ms: base, p95_ms: base * 2.0, p99_ms: base * 3.0 });
         }
         jobs.push_point("demo-job", p);
     }
-    jobs.push_decision("demo-job", DecisionView { t_s: 20.0, from: 2, to: 7, rationale: "High backlog".into(), detail: "true rate 1960 rec/s per worker".into() });
+    jobs.push_decision(
+        "demo-job",
+        DecisionView {
+            t_s: 20.0,
+            from: 2,
+            to: 7,
+            rationale: "High backlog".into(),
+            detail: "true rate 1960 rec/s per worker".into(),
+        },
+    );
     jobs
 }
 
@@ -62,7 +93,14 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     let base = format!("http://{addr}");
     let dom = tokio::task::spawn_blocking({
         let base = base.clone();
-        move || render(&format!("{base}/estimate?throughput=100&unit=MiB/s&mode=exactly-once&machine_type=e2-standard-2&submit=1"), "estimate.png")
+        move || {
+            render(
+                &format!(
+                    "{base}/estimate?throughput=100&unit=MiB/s&mode=exactly-once&machine_type=e2-standard-2&submit=1"
+                ),
+                "estimate.png",
+            )
+        }
     })
     .await
     .unwrap();

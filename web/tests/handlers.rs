@@ -41,7 +41,20 @@ async fn estimate_api_answers_and_names_bad_fields() {
 }
 
 fn point(t: f64) -> MetricsPoint {
-    let mut p = MetricsPoint { t_s: t, workers: 3, target_workers: 4, vcpus: 6.0, throughput_msgs: 1000.0, backlog_elements: 42, backlog_bytes: 42_000, utilization: 0.7, elements_read: 10, rows_written: 9, dead_lettered: 1, ..Default::default() };
+    let mut p = MetricsPoint {
+        t_s: t,
+        workers: 3,
+        target_workers: 4,
+        vcpus: 6.0,
+        throughput_msgs: 1000.0,
+        backlog_elements: 42,
+        backlog_bytes: 42_000,
+        utilization: 0.7,
+        elements_read: 10,
+        rows_written: 9,
+        dead_lettered: 1,
+        ..Default::default()
+    };
     p.stages.insert("end_to_end".into(), StageLatency { p50_ms: 12.0, p95_ms: 30.0, p99_ms: 55.0 });
     p.events.insert("offsets_lost_to_retention".into(), 7);
     p.events.insert("retry_Unavailable".into(), 3);
@@ -81,7 +94,12 @@ async fn jobs_api_and_prometheus_metrics() {
 #[tokio::test]
 async fn pages_and_assets_are_served() {
     let jobs = JobRegistry::default();
-    for (uri, want) in [("/estimate", "Price a Kafka"), ("/jobs", "id=\"jobs\""), ("/jobs/some%20job", "Job some job"), ("/assets/uplot.js", "uPlot")] {
+    for (uri, want) in [
+        ("/estimate", "Price a Kafka"),
+        ("/jobs", "id=\"jobs\""),
+        ("/jobs/some%20job", "Job some job"),
+        ("/assets/uplot.js", "uPlot"),
+    ] {
         let (s, body) = get(&jobs, uri).await;
         assert_eq!(s, StatusCode::OK, "{uri}");
         assert!(body.contains(want), "{uri}");

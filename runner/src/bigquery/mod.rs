@@ -66,7 +66,9 @@ impl TableRef {
     pub fn from_stream(stream: &str) -> Option<TableRef> {
         let parts: Vec<&str> = stream.split('/').collect();
         match parts.as_slice() {
-            ["projects", p, "datasets", d, "tables", t, "streams", _] => Some(TableRef { project: p.to_string(), dataset: d.to_string(), table: t.to_string() }),
+            ["projects", p, "datasets", d, "tables", t, "streams", _] => {
+                Some(TableRef { project: p.to_string(), dataset: d.to_string(), table: t.to_string() })
+            }
             _ => None,
         }
     }
@@ -98,8 +100,14 @@ impl Endpoints {
     /// From explicit `host:port` overrides (flags), falling back to the environment,
     /// then to Google. Giving only one of the two overrides is an error.
     pub fn resolve(rest_override: Option<&str>, grpc_override: Option<&str>) -> Result<Endpoints, String> {
-        let rest = rest_override.map(str::to_string).or_else(|| std::env::var(ENV_REST_EMULATOR).ok()).filter(|s| !s.is_empty());
-        let grpc = grpc_override.map(str::to_string).or_else(|| std::env::var(ENV_GRPC_EMULATOR).ok()).filter(|s| !s.is_empty());
+        let rest = rest_override
+            .map(str::to_string)
+            .or_else(|| std::env::var(ENV_REST_EMULATOR).ok())
+            .filter(|s| !s.is_empty());
+        let grpc = grpc_override
+            .map(str::to_string)
+            .or_else(|| std::env::var(ENV_GRPC_EMULATOR).ok())
+            .filter(|s| !s.is_empty());
         match (rest, grpc) {
             (None, None) => Ok(Endpoints { rest: GOOGLE_REST_URL.into(), grpc: GOOGLE_STORAGE_URL.into(), emulator: false }),
             (Some(r), Some(g)) => Ok(Endpoints { rest: format!("{}/bigquery/v2", with_scheme(&r)), grpc: with_scheme(&g), emulator: true }),

@@ -66,7 +66,11 @@ impl Authenticator for NoAuth {
 pub async fn client(endpoints: &Endpoints) -> Result<Client, RestError> {
     let mut b = gcp_bigquery_client::client_builder::ClientBuilder::new();
     b.with_v2_base_url(endpoints.rest.clone());
-    let r = if endpoints.emulator { b.build_from_authenticator(Arc::new(NoAuth)).await } else { b.build_from_application_default_credentials().await };
+    let r = if endpoints.emulator {
+        b.build_from_authenticator(Arc::new(NoAuth)).await
+    } else {
+        b.build_from_application_default_credentials().await
+    };
     r.map_err(|source| RestError::Client { endpoint: endpoints.rest.clone(), source })
 }
 
@@ -81,7 +85,11 @@ fn from_schema(s: &Schema) -> TableSchema {
 
 /// The destination table's schema (the table must exist: Google's JSON path uses CREATE_NEVER).
 pub async fn table_schema(c: &Client, endpoints: &Endpoints, t: &TableRef) -> Result<Schema, RestError> {
-    let table = c.table().get(&t.project, &t.dataset, &t.table, None).await.map_err(|source| RestError::GetTable { table: t.clone(), endpoint: endpoints.rest.clone(), source })?;
+    let table = c.table().get(&t.project, &t.dataset, &t.table, None).await.map_err(|source| RestError::GetTable {
+        table: t.clone(),
+        endpoint: endpoints.rest.clone(),
+        source,
+    })?;
     to_schema(t, &table.schema)
 }
 
@@ -99,7 +107,12 @@ pub async fn ensure_dataset(c: &Client, project: &str, dataset: &str) -> Result<
 }
 
 /// Create the table with `schema` if it is missing; return its actual schema.
-pub async fn ensure_table(c: &Client, endpoints: &Endpoints, t: &TableRef, schema: &Schema) -> Result<Schema, RestError> {
+pub async fn ensure_table(
+    c: &Client,
+    endpoints: &Endpoints,
+    t: &TableRef,
+    schema: &Schema,
+) -> Result<Schema, RestError> {
     if let Ok(s) = table_schema(c, endpoints, t).await {
         return Ok(s);
     }
@@ -119,14 +132,22 @@ pub async fn drop_table(c: &Client, t: &TableRef) {
 
 /// Run a query and return the first row's integer columns (for counts).
 pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Option<i64>>, RestError> {
-    let resp = c.job().query(project, QueryRequest::new(sql)).await.map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+    let resp = c
+        .job()
+        .query(project, QueryRequest::new(sql))
+        .await
+        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
     let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
     if !rs.next_row() {
         return Ok(Vec::new());
     }
     let n = rs.column_names().len();
     (0..n)
-        .map(|i| rs.get_i64(i).or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok()))).map_err(|source| RestError::Call { what: format!("read column {i} of {sql:?}"), source }))
+        .map(|i| {
+            rs.get_i64(i)
+                .or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok())))
+                .map_err(|source| RestError::Call { what: format!("read column {i} of {sql:?}"), source })
+        })
         .collect()
 }
 
@@ -134,12 +155,23 @@ pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Opti
 pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, RestError> {
     let mut req = QueryRequest::new(sql);
     req.max_results = Some(100_000);
-    let resp = c.job().query(project, req).await.map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+    let resp = c
+        .job()
+        .query(project, req)
+        .await
+        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
     let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
     let n = rs.column_names().len();
     let mut out = Vec::new();
     while rs.next_row() {
-        let row = (0..n).map(|i| rs.get_json_value(i).ok().flatten().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))).collect();
+        let row = (0..n)
+            .map(|i| {
+                rs.get_json_value(i)
+                    .ok()
+                    .flatten()
+                    .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+            })
+            .collect();
         out.push(row);
     }
     Ok(out)

@@ -13,9 +13,10 @@ use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
     append_rows_request::{ProtoData, Rows},
     append_rows_response::Response,
     big_query_write_client::BigQueryWriteClient,
-    write_stream::Type as StreamType,
     storage_error::StorageErrorCode,
-    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, GetWriteStreamRequest, ProtoRows, ProtoSchema, StorageError, WriteStream,
+    write_stream::Type as StreamType,
+    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, GetWriteStreamRequest, ProtoRows, ProtoSchema,
+    StorageError, WriteStream,
 };
 use prost_types::DescriptorProto;
 use std::sync::Arc;
@@ -176,10 +177,20 @@ impl WriteError {
     /// retried: it means a server bug, and retrying it forever would hide it. NOT_FOUND
     /// on an AppendRows or GetWriteStream call names a missing stream.
     fn from_status(what: &'static str, s: tonic::Status, stream: Option<&str>) -> WriteError {
-        if let Some(gone) = stream.and_then(|st| stream_gone(st, s.code() as i32, s.message(), &status_details(s.details()))) {
+        if let Some(gone) =
+            stream.and_then(|st| stream_gone(st, s.code() as i32, s.message(), &status_details(s.details())))
+        {
             return gone;
         }
-        let retryable = matches!(s.code(), Code::Unavailable | Code::Internal | Code::Aborted | Code::DeadlineExceeded | Code::Cancelled | Code::ResourceExhausted);
+        let retryable = matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::Internal
+                | Code::Aborted
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::ResourceExhausted
+        );
         WriteError::Status { what, code: format!("{:?}", s.code()), message: s.message().to_string(), retryable }
     }
 
@@ -209,7 +220,11 @@ fn status_details(details: &[u8]) -> Vec<StorageError> {
 
 fn storage_errors(details: &[prost_types::Any]) -> Vec<StorageError> {
     use prost::Message;
-    details.iter().filter(|a| a.type_url == STORAGE_ERROR_TYPE).filter_map(|a| StorageError::decode(a.value.as_slice()).ok()).collect()
+    details
+        .iter()
+        .filter(|a| a.type_url == STORAGE_ERROR_TYPE)
+        .filter_map(|a| StorageError::decode(a.value.as_slice()).ok())
+        .collect()
 }
 
 /// Whether an error says the stream itself is gone or closed, from what the API
@@ -217,7 +232,8 @@ fn storage_errors(details: &[prost_types::Any]) -> Vec<StorageError> {
 /// INVALID_STREAM_STATE ("... not finalized or is garbaged"), or NOT_FOUND. A
 /// TABLE_NOT_FOUND is not a lost stream (the table is gone; nothing can be written).
 fn stream_gone(stream: &str, code: i32, message: &str, errors: &[StorageError]) -> Option<WriteError> {
-    let gone_codes = [StorageErrorCode::StreamNotFound, StorageErrorCode::StreamFinalized, StorageErrorCode::InvalidStreamState];
+    let gone_codes =
+        [StorageErrorCode::StreamNotFound, StorageErrorCode::StreamFinalized, StorageErrorCode::InvalidStreamState];
     let by_detail = errors.iter().any(|e| gone_codes.iter().any(|c| *c as i32 == e.code));
     let table_missing = errors.iter().any(|e| e.code == StorageErrorCode::TableNotFound as i32);
     let by_code = code == rpc_code::NOT_FOUND && !table_missing && !message.contains("Table");
@@ -239,15 +255,21 @@ async fn google_token_fn() -> Result<TokenFn, WriteError> {
     let cred = |e: &dyn std::fmt::Display| WriteError::Credentials(e.to_string());
     let opts = y::ApplicationDefaultCredentialsFlowOpts::default();
     let auth = match y::ApplicationDefaultCredentialsAuthenticator::builder(opts).await {
-        y::authenticator::ApplicationDefaultCredentialsTypes::ServiceAccount(b) => b.build().await.map_err(|e| cred(&e))?,
-        y::authenticator::ApplicationDefaultCredentialsTypes::InstanceMetadata(b) => b.build().await.map_err(|e| cred(&e))?,
+        y::authenticator::ApplicationDefaultCredentialsTypes::ServiceAccount(b) => {
+            b.build().await.map_err(|e| cred(&e))?
+        }
+        y::authenticator::ApplicationDefaultCredentialsTypes::InstanceMetadata(b) => {
+            b.build().await.map_err(|e| cred(&e))?
+        }
     };
     let auth = Arc::new(auth);
     Ok(Arc::new(move || {
         let auth = auth.clone();
         Box::pin(async move {
             let t = auth.token(&[SCOPE]).await.map_err(|e| WriteError::Credentials(e.to_string()))?;
-            t.token().map(str::to_string).ok_or_else(|| WriteError::Credentials("the token response had no access token".into()))
+            t.token()
+                .map(str::to_string)
+                .ok_or_else(|| WriteError::Credentials("the token response had no access token".into()))
         }) as BoxFuture<'static, _>
     }))
 }
@@ -255,17 +277,24 @@ async fn google_token_fn() -> Result<TokenFn, WriteError> {
 impl WriteClient {
     /// Connect to the Storage Write endpoint in `endpoints`.
     pub async fn connect(endpoints: &Endpoints) -> Result<WriteClient, WriteError> {
-        let connect_err = |e: &dyn std::fmt::Display| WriteError::Connect { endpoint: endpoints.grpc.clone(), message: e.to_string() };
+        let connect_err = |e: &dyn std::fmt::Display| WriteError::Connect {
+            endpoint: endpoints.grpc.clone(),
+            message: e.to_string(),
+        };
         let ep = Channel::from_shared(endpoints.grpc.clone()).map_err(|e| connect_err(&e))?;
         let (ep, token) = if endpoints.emulator {
             (ep, None)
         } else {
-            let host = endpoints.grpc.trim_start_matches("https://").split(['/', ':']).next().unwrap_or_default().to_string();
+            let host =
+                endpoints.grpc.trim_start_matches("https://").split(['/', ':']).next().unwrap_or_default().to_string();
             let tls = ClientTlsConfig::new().domain_name(host).with_enabled_roots();
             (ep.tls_config(tls).map_err(|e| connect_err(&e))?, Some(google_token_fn().await?))
         };
-        let channel = ep.connect_timeout(std::time::Duration::from_secs(10)).connect().await.map_err(|e| connect_err(&e))?;
-        let client = BigQueryWriteClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let channel =
+            ep.connect_timeout(std::time::Duration::from_secs(10)).connect().await.map_err(|e| connect_err(&e))?;
+        let client = BigQueryWriteClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(WriteClient { client, endpoint: endpoints.grpc.clone(), token })
     }
 
@@ -276,7 +305,9 @@ impl WriteClient {
         }
         if let Some(token) = &self.token {
             let t = token().await?;
-            let v = format!("Bearer {t}").parse().map_err(|_| WriteError::Credentials("the access token is not a valid header value".into()))?;
+            let v = format!("Bearer {t}")
+                .parse()
+                .map_err(|_| WriteError::Credentials("the access token is not a valid header value".into()))?;
             req.metadata_mut().insert("authorization", v);
         }
         Ok(req)
@@ -284,9 +315,17 @@ impl WriteClient {
 
     /// Create a COMMITTED stream on `table` (rows visible as soon as appended).
     pub async fn create_committed_stream(&self, table: &TableRef) -> Result<String, WriteError> {
-        let msg = CreateWriteStreamRequest { parent: table.path(), write_stream: Some(WriteStream { r#type: StreamType::Committed as i32, ..Default::default() }) };
+        let msg = CreateWriteStreamRequest {
+            parent: table.path(),
+            write_stream: Some(WriteStream { r#type: StreamType::Committed as i32, ..Default::default() }),
+        };
         let req = self.request(msg, &format!("parent={}", table.path())).await?;
-        let s = self.client.clone().create_write_stream(req).await.map_err(|s| WriteError::from_status("CreateWriteStream", s, None))?;
+        let s = self
+            .client
+            .clone()
+            .create_write_stream(req)
+            .await
+            .map_err(|s| WriteError::from_status("CreateWriteStream", s, None))?;
         Ok(s.into_inner().name)
     }
 
@@ -294,8 +333,18 @@ impl WriteClient {
     /// whether a stream is usable (see `pipeline::shard::open_target`); it is here for
     /// diagnostics and for tests of the emulator's fidelity.
     pub async fn get_stream(&self, stream: &str) -> Result<WriteStream, WriteError> {
-        let req = self.request(GetWriteStreamRequest { name: stream.to_string(), ..Default::default() }, &format!("name={stream}")).await?;
-        let r = self.client.clone().get_write_stream(req).await.map_err(|s| WriteError::from_status("GetWriteStream", s, Some(stream)))?;
+        let req = self
+            .request(
+                GetWriteStreamRequest { name: stream.to_string(), ..Default::default() },
+                &format!("name={stream}"),
+            )
+            .await?;
+        let r = self
+            .client
+            .clone()
+            .get_write_stream(req)
+            .await
+            .map_err(|s| WriteError::from_status("GetWriteStream", s, Some(stream)))?;
         Ok(r.into_inner())
     }
 
@@ -306,7 +355,15 @@ impl WriteClient {
         let mut client = self.client.clone();
         // The call only completes once the first request is sent, so send it concurrently.
         let responses = tokio::spawn(async move { client.append_rows(req).await });
-        Ok(AppendConnection { tx, pending: Some(responses), responses: None, stream: stream.to_string(), descriptor, sent_schema: false, endpoint: self.endpoint.clone() })
+        Ok(AppendConnection {
+            tx,
+            pending: Some(responses),
+            responses: None,
+            stream: stream.to_string(),
+            descriptor,
+            sent_schema: false,
+            endpoint: self.endpoint.clone(),
+        })
     }
 }
 
@@ -329,7 +386,8 @@ impl AppendConnection {
 
     /// Append `rows` (encoded per the descriptor), at `offset` when given.
     pub async fn append(&mut self, rows: Vec<Vec<u8>>, offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
-        let writer_schema = (!self.sent_schema).then(|| ProtoSchema { proto_descriptor: Some(self.descriptor.clone()) });
+        let writer_schema =
+            (!self.sent_schema).then(|| ProtoSchema { proto_descriptor: Some(self.descriptor.clone()) });
         let req = AppendRowsRequest {
             // BigQuery needs the stream name only on the first request; the emulator on every one.
             write_stream: self.stream.clone(),
@@ -337,7 +395,12 @@ impl AppendConnection {
             rows: Some(Rows::ProtoRows(ProtoData { writer_schema, rows: Some(ProtoRows { serialized_rows: rows }) })),
             ..Default::default()
         };
-        let closed = || WriteError::Status { what: "AppendRows", code: "Unavailable".into(), message: "the connection closed".into(), retryable: true };
+        let closed = || WriteError::Status {
+            what: "AppendRows",
+            code: "Unavailable".into(),
+            message: "the connection closed".into(),
+            retryable: true,
+        };
         self.tx.send(req).await.map_err(|_| closed())?;
         self.sent_schema = true;
         let timed_out = || WriteError::Status {
@@ -348,8 +411,11 @@ impl AppendConnection {
         };
         let resp = tokio::time::timeout(APPEND_TIMEOUT, async {
             if let Some(p) = self.pending.take() {
-                let r = p.await.map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
-                self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s, Some(&self.stream)))?.into_inner());
+                let r = p
+                    .await
+                    .map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
+                self.responses =
+                    Some(r.map_err(|s| WriteError::from_status("AppendRows", s, Some(&self.stream)))?.into_inner());
             }
             let responses = self.responses.as_mut().ok_or_else(closed)?;
             match responses.message().await {
@@ -365,7 +431,9 @@ impl AppendConnection {
 
     fn outcome(&self, resp: AppendRowsResponse, offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
         if !resp.row_errors.is_empty() {
-            return Ok(AppendOutcome::RowErrors(resp.row_errors.into_iter().map(|e| (e.index as usize, e.message)).collect()));
+            return Ok(AppendOutcome::RowErrors(
+                resp.row_errors.into_iter().map(|e| (e.index as usize, e.message)).collect(),
+            ));
         }
         match resp.response {
             Some(Response::AppendResult(_)) | None => Ok(AppendOutcome::Appended),
@@ -376,7 +444,11 @@ impl AppendConnection {
                 }
                 match st.code {
                     rpc_code::ALREADY_EXISTS => Ok(AppendOutcome::AlreadyExists),
-                    rpc_code::OUT_OF_RANGE => Err(WriteError::OutOfRange { stream: self.stream.clone(), offset: offset.unwrap_or(-1), message: st.message }),
+                    rpc_code::OUT_OF_RANGE => Err(WriteError::OutOfRange {
+                        stream: self.stream.clone(),
+                        offset: offset.unwrap_or(-1),
+                        message: st.message,
+                    }),
                     code => Err(WriteError::Status {
                         what: "AppendRows",
                         code: Code::from_i32(code).description().to_string(),
@@ -384,7 +456,13 @@ impl AppendConnection {
                         // storage.proto on AppendRowsResponse.error: "ABORTED: ... can be
                         // retried if previous failure is addressed"; "INTERNAL: Indicates
                         // server side error(s) that can be retried."
-                        retryable: matches!(code, rpc_code::ABORTED | rpc_code::INTERNAL | rpc_code::UNAVAILABLE | rpc_code::RESOURCE_EXHAUSTED),
+                        retryable: matches!(
+                            code,
+                            rpc_code::ABORTED
+                                | rpc_code::INTERNAL
+                                | rpc_code::UNAVAILABLE
+                                | rpc_code::RESOURCE_EXHAUSTED
+                        ),
                     }),
                 }
             }
@@ -403,10 +481,18 @@ mod tests {
 
     #[test]
     fn a_stream_is_gone_only_when_an_error_says_so() {
-        let finalized = any(StorageError { code: StorageErrorCode::StreamFinalized as i32, entity: "s".into(), error_message: "finalized".into() });
+        let finalized = any(StorageError {
+            code: StorageErrorCode::StreamFinalized as i32,
+            entity: "s".into(),
+            error_message: "finalized".into(),
+        });
         assert!(stream_gone("s", rpc_code::FAILED_PRECONDITION, "x", &storage_errors(&[finalized])).is_some());
         assert!(stream_gone("s", rpc_code::NOT_FOUND, "Stream not found: s", &[]).is_some());
-        let table = StorageError { code: StorageErrorCode::TableNotFound as i32, entity: "t".into(), error_message: String::new() };
+        let table = StorageError {
+            code: StorageErrorCode::TableNotFound as i32,
+            entity: "t".into(),
+            error_message: String::new(),
+        };
         assert!(stream_gone("s", rpc_code::NOT_FOUND, "x", &[table]).is_none(), "a missing table is not a lost stream");
         assert!(stream_gone("s", rpc_code::FAILED_PRECONDITION, "other precondition", &[]).is_none());
         assert!(stream_gone("s", rpc_code::ALREADY_EXISTS, "x", &[]).is_none());

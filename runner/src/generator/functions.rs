@@ -198,7 +198,15 @@ pub fn check(c: &Call) -> Result<(), String> {
 
 /// The bounds of `repeat(n)` or `repeat(min, max)` (both inclusive).
 pub fn repeat_bounds(c: &Call) -> Result<(u64, u64), String> {
-    let n: Result<Vec<u64>, String> = c.args.iter().map(|a| lit(a).ok_or("arguments must be numbers".to_string()).and_then(|s| s.trim().parse::<u64>().map_err(|_| format!("expected a whole number, got {s:?}")))).collect();
+    let n: Result<Vec<u64>, String> = c
+        .args
+        .iter()
+        .map(|a| {
+            lit(a)
+                .ok_or("arguments must be numbers".to_string())
+                .and_then(|s| s.trim().parse::<u64>().map_err(|_| format!("expected a whole number, got {s:?}")))
+        })
+        .collect();
     let n = n?;
     match n.as_slice() {
         [k] => Ok((*k, *k)),
@@ -377,7 +385,8 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
         Func::Regexify => {
             let re = ctx.arg(c, n - 1)?.into_owned();
             if !ctx.regexes.contains_key(&re) {
-                let g = rand_regex::Regex::compile(&re, 64).map_err(|e| format!("regexify: invalid regex {re:?}: {e}"))?;
+                let g =
+                    rand_regex::Regex::compile(&re, 64).map_err(|e| format!("regexify: invalid regex {re:?}: {e}"))?;
                 ctx.regexes.insert(re.clone(), g);
             }
             let g = &ctx.regexes[&re];
@@ -440,7 +449,11 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let ms = if n == 2 {
                 let a = javatime::parse_ms(&ctx.arg(c, 0)?, javatime::DEFAULT_INPUT)?;
                 let b = javatime::parse_ms(&ctx.arg(c, 1)?, javatime::DEFAULT_INPUT)?;
-                if b > a { ctx.rng.random_range(a..b) } else { a }
+                if b > a {
+                    ctx.rng.random_range(a..b)
+                } else {
+                    a
+                }
             } else if n == 0 {
                 ctx.now_ms
             } else {
@@ -476,15 +489,26 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
                 3 => {
                     let a = javatime::parse_time_ms(&ctx.arg(c, 0)?, &fmt)?;
                     let b = javatime::parse_time_ms(&ctx.arg(c, 1)?, &fmt)?;
-                    if b > a { ctx.rng.random_range(a..b) } else { a }
+                    if b > a {
+                        ctx.rng.random_range(a..b)
+                    } else {
+                        a
+                    }
                 }
                 2 => return Err("time() takes 0, 1 (format) or 3 (from, to, format) arguments".into()),
                 _ => ctx.now_ms,
             };
             out.push_str(&javatime::format_ms(ms, &fmt)?);
         }
-        Func::AddDays | Func::AddHours | Func::AddMinutes | Func::AddMonths | Func::AddSeconds | Func::AddWeeks | Func::AddYears => {
-            let (fmt, d, k) = if n == 3 { (ctx.arg(c, 0)?.into_owned(), 1, 2) } else { (javatime::DEFAULT_INPUT.to_string(), 0, 1) };
+        Func::AddDays
+        | Func::AddHours
+        | Func::AddMinutes
+        | Func::AddMonths
+        | Func::AddSeconds
+        | Func::AddWeeks
+        | Func::AddYears => {
+            let (fmt, d, k) =
+                if n == 3 { (ctx.arg(c, 0)?.into_owned(), 1, 2) } else { (javatime::DEFAULT_INPUT.to_string(), 0, 1) };
             let ms = javatime::parse_ms(&ctx.arg(c, d)?, &fmt)?;
             let amount = ctx.int(c, k)?;
             let r = javatime::add(ms, c.func, amount)?;
@@ -510,7 +534,8 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let domain = if n == 1 {
                 ctx.arg(c, 0)?.into_owned()
             } else {
-                let co: String = pick(&mut ctx.rng, words::COMPANIES).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+                let co: String =
+                    pick(&mut ctx.rng, words::COMPANIES).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
                 format!("{}.com", co.to_lowercase())
             };
             let _ = write!(out, "{f}.{l}@{domain}");
@@ -521,23 +546,31 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
         Func::Street => out.push_str(pick(&mut ctx.rng, words::STREETS)),
         Func::Country => out.push_str(words::COUNTRIES[ctx.rng.random_range(0..words::COUNTRIES.len())].1),
         Func::CountriesList => {
-            let codes: Vec<String> = (0..n).map(|i| ctx.arg(c, i).map(|s| s.to_uppercase())).collect::<Result<_, _>>()?;
-            let chosen: Vec<&(&str, &str)> = if codes.is_empty() { words::COUNTRIES.iter().collect() } else { words::COUNTRIES.iter().filter(|(k, _)| codes.iter().any(|c| c == k)).collect() };
+            let codes: Vec<String> =
+                (0..n).map(|i| ctx.arg(c, i).map(|s| s.to_uppercase())).collect::<Result<_, _>>()?;
+            let chosen: Vec<&(&str, &str)> = if codes.is_empty() {
+                words::COUNTRIES.iter().collect()
+            } else {
+                words::COUNTRIES.iter().filter(|(k, _)| codes.iter().any(|c| c == k)).collect()
+            };
             if codes.len() == 1 {
                 if let Some((_, name)) = chosen.first() {
                     out.push_str(name);
                 }
             } else {
-                let m: serde_json::Map<String, serde_json::Value> = chosen.iter().map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect();
+                let m: serde_json::Map<String, serde_json::Value> =
+                    chosen.iter().map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect();
                 out.push_str(&serde_json::Value::Object(m).to_string());
             }
         }
         Func::Phone => {
-            let (a, b, d) = (ctx.rng.random_range(200..1000), ctx.rng.random_range(200..1000), ctx.rng.random_range(0..10000));
+            let (a, b, d) =
+                (ctx.rng.random_range(200..1000), ctx.rng.random_range(200..1000), ctx.rng.random_range(0..10000));
             let _ = write!(out, "{a:03}-{b:03}-{d:04}");
         }
         Func::Ssn => {
-            let (a, b, d) = (ctx.rng.random_range(1..900), ctx.rng.random_range(1..100), ctx.rng.random_range(1..10000));
+            let (a, b, d) =
+                (ctx.rng.random_range(1..900), ctx.rng.random_range(1..100), ctx.rng.random_range(1..10000));
             let _ = write!(out, "{a:03}-{b:02}-{d:04}");
         }
         Func::Gender => {

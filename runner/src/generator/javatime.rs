@@ -117,7 +117,8 @@ pub fn parse_ms(s: &str, pattern: &str) -> Result<i64, String> {
 /// Parse a time of day with a Java pattern into milliseconds after the epoch's midnight.
 pub fn parse_time_ms(s: &str, pattern: &str) -> Result<i64, String> {
     let f = to_chrono(pattern, true)?;
-    let t = NaiveTime::parse_from_str(s.trim(), &f).map_err(|_| format!("{s:?} does not match the time format {pattern:?}"))?;
+    let t = NaiveTime::parse_from_str(s.trim(), &f)
+        .map_err(|_| format!("{s:?} does not match the time format {pattern:?}"))?;
     Ok((t - NaiveTime::MIN).num_milliseconds())
 }
 
@@ -155,7 +156,10 @@ mod tests {
         assert_eq!(format_ms(ms, DEFAULT_DATE_OUTPUT).unwrap(), "Wed, 31 Jan 2024 13:05:09 UTC");
         assert_eq!(format_ms(ms, DEFAULT_TIME).unwrap(), "1:05 PM");
         assert_eq!(format_ms(ms, "yyyy-MM-dd'T'HH:mm:ss.SSS").unwrap(), "2024-01-31T13:05:09.000");
-        assert_eq!(parse_ms("2024-01-31", "yyyy-MM-dd").unwrap(), parse_ms("31-01-2024 00:00:00", DEFAULT_INPUT).unwrap());
+        assert_eq!(
+            parse_ms("2024-01-31", "yyyy-MM-dd").unwrap(),
+            parse_ms("31-01-2024 00:00:00", DEFAULT_INPUT).unwrap()
+        );
         assert!(to_chrono("QQQ", false).unwrap_err().contains("unsupported"));
         assert!(parse_ms("yesterday", DEFAULT_INPUT).is_err());
     }

@@ -140,16 +140,27 @@ impl<'a> Parser<'a> {
                             self.i += 1;
                             break;
                         }
-                        Some(c) => return Err(self.err(self.i, format!("expected ',' or ')' in the arguments of {name}, found {c:?}"))),
+                        Some(c) => {
+                            return Err(self
+                                .err(self.i, format!("expected ',' or ')' in the arguments of {name}, found {c:?}")))
+                        }
                         None => return Err(self.err(start, format!("unclosed '(' in the call to {name}"))),
                     }
                 }
             }
         }
-        let func = functions::lookup(&name).ok_or_else(|| self.err(start, format!("unknown function {name}(); see the JSON Data Generator function list")))?;
+        let func = functions::lookup(&name).ok_or_else(|| {
+            self.err(start, format!("unknown function {name}(); see the JSON Data Generator function list"))
+        })?;
         let (lo, hi) = func.arity();
         if args.len() < lo || args.len() > hi {
-            let want = if lo == hi { format!("{lo}") } else if hi == usize::MAX { format!("at least {lo}") } else { format!("{lo} to {hi}") };
+            let want = if lo == hi {
+                format!("{lo}")
+            } else if hi == usize::MAX {
+                format!("at least {lo}")
+            } else {
+                format!("{lo} to {hi}")
+            };
             return Err(self.err(start, format!("{name}() takes {want} argument(s), got {}", args.len())));
         }
         let call = Call { func, args, pos: self.pos_at(start) };
@@ -235,14 +246,23 @@ impl<'a> Parser<'a> {
     fn braces(&mut self) -> Result<Call, CompileError> {
         let open = self.i;
         self.i += 2;
-        let call = self.call().map_err(|e| if e.message.starts_with("unclosed") { self.err(open, "unclosed '{{'") } else { e })?;
+        let call =
+            self.call()
+                .map_err(|e| if e.message.starts_with("unclosed") { self.err(open, "unclosed '{{'") } else { e })?;
         self.skip_ws();
         if !self.starts_with("}}") {
             let rest: String = self.chars[self.i..].iter().collect();
             if !rest.contains("}}") {
                 return Err(self.err(open, "unclosed '{{'"));
             }
-            return Err(self.err(self.i, format!("expected '}}}}' to close the call to {}, found {:?}", call.func.name(), self.peek().unwrap_or(' '))));
+            return Err(self.err(
+                self.i,
+                format!(
+                    "expected '}}}}' to close the call to {}, found {:?}",
+                    call.func.name(),
+                    self.peek().unwrap_or(' ')
+                ),
+            ));
         }
         self.i += 2;
         Ok(call)
@@ -260,7 +280,9 @@ impl<'a> Parser<'a> {
                 if self.starts_with("{{") && self.repeat_ahead() {
                     let call = self.braces()?;
                     if self.peek() != Some(q) {
-                        return Err(self.err(save, "repeat() must be a quoted array element of its own, like '{{repeat(3)}}',"));
+                        return Err(
+                            self.err(save, "repeat() must be a quoted array element of its own, like '{{repeat(3)}}',")
+                        );
                     }
                     self.i += 1;
                     self.skip_ws();
@@ -272,7 +294,8 @@ impl<'a> Parser<'a> {
                     let body_start = self.i;
                     let body_end = self.element_end(body_start)?;
                     let body = self.nodes(body_end)?;
-                    let (min, max) = functions::repeat_bounds(&call).map_err(|m| self.err(save, format!("repeat(): {m}")))?;
+                    let (min, max) =
+                        functions::repeat_bounds(&call).map_err(|m| self.err(save, format!("repeat(): {m}")))?;
                     if !text.is_empty() {
                         out.push(Node::Text(std::mem::take(&mut text)));
                     }
@@ -287,7 +310,10 @@ impl<'a> Parser<'a> {
                 }
                 let call = self.braces()?;
                 if call.func == Func::Repeat {
-                    return Err(CompileError { pos: call.pos, message: "repeat() must be a quoted array element of its own, like '{{repeat(3)}}',".into() });
+                    return Err(CompileError {
+                        pos: call.pos,
+                        message: "repeat() must be a quoted array element of its own, like '{{repeat(3)}}',".into(),
+                    });
                 }
                 out.push(Node::Call(call));
                 continue;
@@ -394,8 +420,12 @@ mod tests {
     fn text_and_calls() {
         let n = compile(r#"{"id": "{{integer(1, 5)}}", "s": "{{concat("a", toUpperCase('b'))}}"}"#).unwrap();
         assert_eq!(n.len(), 5);
-        assert!(matches!(&n[1], Node::Call(c) if c.func == Func::Integer && c.args == vec![Arg::Lit("1".into()), Arg::Lit("5".into())]));
-        assert!(matches!(&n[3], Node::Call(c) if matches!(&c.args[1], Arg::Call(inner) if inner.func == Func::ToUpperCase)));
+        assert!(
+            matches!(&n[1], Node::Call(c) if c.func == Func::Integer && c.args == vec![Arg::Lit("1".into()), Arg::Lit("5".into())])
+        );
+        assert!(
+            matches!(&n[3], Node::Call(c) if matches!(&c.args[1], Arg::Call(inner) if inner.func == Func::ToUpperCase))
+        );
     }
 
     #[test]

@@ -44,7 +44,13 @@ impl Generator {
     pub fn new(schema: &str, seed: u64) -> Result<Generator, CompileError> {
         Ok(Generator {
             nodes: language::compile(schema)?,
-            ctx: Ctx { rng: rand::rngs::SmallRng::seed_from_u64(seed), indexes: HashMap::new(), cache: HashMap::new(), regexes: HashMap::new(), now_ms: 0 },
+            ctx: Ctx {
+                rng: rand::rngs::SmallRng::seed_from_u64(seed),
+                indexes: HashMap::new(),
+                cache: HashMap::new(),
+                regexes: HashMap::new(),
+                now_ms: 0,
+            },
         })
     }
 
@@ -131,7 +137,9 @@ impl GeneratorConfig {
         }
         let (schema, schema_path) = match (p.get("schemaLocation"), p.get("schemaTemplate")) {
             (Some(loc), _) if loc.starts_with("gs://") => {
-                errs.push(format!("schemaLocation={loc}: Cloud Storage is not reachable from here; give a local file path"));
+                errs.push(format!(
+                    "schemaLocation={loc}: Cloud Storage is not reachable from here; give a local file path"
+                ));
                 (String::new(), loc.to_string())
             }
             (Some(loc), _) => match std::fs::read_to_string(loc) {
@@ -146,7 +154,10 @@ impl GeneratorConfig {
                 (String::new(), String::new())
             }
             (None, None) => {
-                errs.push("one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required".into());
+                errs.push(
+                    "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required"
+                        .into(),
+                );
                 (String::new(), String::new())
             }
         };
@@ -170,9 +181,14 @@ impl GeneratorConfig {
                 }
             },
             "FILE" => match p.get("outputDirectory") {
-                Some(d) if !d.starts_with("gs://") => SinkSpec::File(std::path::Path::new(d).join(format!("{}generated.json", p.get("outputFilenamePrefix").unwrap_or("output-")))),
+                Some(d) if !d.starts_with("gs://") => SinkSpec::File(
+                    std::path::Path::new(d)
+                        .join(format!("{}generated.json", p.get("outputFilenamePrefix").unwrap_or("output-"))),
+                ),
                 Some(d) => {
-                    errs.push(format!("outputDirectory={d}: Cloud Storage is not reachable from here; give a local directory"));
+                    errs.push(format!(
+                        "outputDirectory={d}: Cloud Storage is not reachable from here; give a local directory"
+                    ));
                     SinkSpec::Null
                 }
                 None => {
@@ -190,7 +206,14 @@ impl GeneratorConfig {
         if !errs.is_empty() {
             return Err(errs);
         }
-        Ok(GeneratorConfig { qps, schema, schema_path, limit, sink, seed: seed.unwrap_or_else(|| rand::rng().random()) })
+        Ok(GeneratorConfig {
+            qps,
+            schema,
+            schema_path,
+            limit,
+            sink,
+            seed: seed.unwrap_or_else(|| rand::rng().random()),
+        })
     }
 }
 
@@ -218,15 +241,22 @@ pub struct GeneratorReport {
 }
 
 /// Run a generator until its limit, or until `cancel` becomes true.
-pub async fn run(cfg: GeneratorConfig, cancel: tokio::sync::watch::Receiver<bool>, progress: bool) -> Result<GeneratorReport> {
-    let mut generator = Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
+pub async fn run(
+    cfg: GeneratorConfig,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    progress: bool,
+) -> Result<GeneratorReport> {
+    let mut generator =
+        Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
     let mut sink = match &cfg.sink {
         SinkSpec::Kafka { bootstrap, topic } => sink::Sink::kafka(bootstrap, topic).await?,
         SinkSpec::File(path) => {
             if let Some(d) = path.parent() {
                 std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
             }
-            sink::Sink::File(std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?))
+            sink::Sink::File(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+            ))
         }
         SinkSpec::Stdout => sink::Sink::Stdout(std::io::BufWriter::new(std::io::stdout())),
         SinkSpec::Null => sink::Sink::Null,
@@ -237,7 +267,12 @@ pub async fn run(cfg: GeneratorConfig, cancel: tokio::sync::watch::Receiver<bool
             Some(l) => indicatif::ProgressBar::new(l),
             None => indicatif::ProgressBar::new_spinner(),
         };
-        b.set_style(indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} messages [{elapsed_precise}] {per_sec} {msg}").expect("template"));
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} messages [{elapsed_precise}] {per_sec} {msg}",
+            )
+            .expect("template"),
+        );
         b
     } else {
         indicatif::ProgressBar::hidden()
@@ -274,7 +309,12 @@ pub async fn run(cfg: GeneratorConfig, cancel: tokio::sync::watch::Receiver<bool
                 fell_behind = true;
                 if last_warn.elapsed() > Duration::from_secs(5) {
                     let rate = sent as f64 / start.elapsed().as_secs_f64();
-                    tracing::warn!(target_qps = cfg.qps, achieved_qps = rate as u64, behind_s = behind, "cannot keep up: this machine or the broker produces less than the target rate");
+                    tracing::warn!(
+                        target_qps = cfg.qps,
+                        achieved_qps = rate as u64,
+                        behind_s = behind,
+                        "cannot keep up: this machine or the broker produces less than the target rate"
+                    );
                     last_warn = Instant::now();
                 }
             }
@@ -293,7 +333,20 @@ pub async fn run(cfg: GeneratorConfig, cancel: tokio::sync::watch::Receiver<bool
         }
         bar.set_position(sent);
         bar.finish();
-        Ok((GeneratorReport { sent, delivered: None, delivered_qps: None, elapsed_s, target_qps: cfg.qps, achieved_qps: if elapsed_s > 0.0 { sent as f64 / elapsed_s } else { 0.0 }, fell_behind, seed: cfg.seed, cpu_s: 0.0 }, sink))
+        Ok((
+            GeneratorReport {
+                sent,
+                delivered: None,
+                delivered_qps: None,
+                elapsed_s,
+                target_qps: cfg.qps,
+                achieved_qps: if elapsed_s > 0.0 { sent as f64 / elapsed_s } else { 0.0 },
+                fell_behind,
+                seed: cfg.seed,
+                cpu_s: 0.0,
+            },
+            sink,
+        ))
     });
     let (mut report, mut sink) = handle.await.context("generator thread")??;
     let (ok, failed) = sink.finish()?;
@@ -303,7 +356,12 @@ pub async fn run(cfg: GeneratorConfig, cancel: tokio::sync::watch::Receiver<bool
         report.delivered = Some(ok);
         report.delivered_qps = Some(ok as f64 / t0.elapsed().as_secs_f64());
         if failed > 0 || ok != report.sent {
-            bail!("{} of {} messages were not delivered to Kafka (first error: {})", report.sent - ok, report.sent, sink.first_error().unwrap_or_else(|| "none reported".into()));
+            bail!(
+                "{} of {} messages were not delivered to Kafka (first error: {})",
+                report.sent - ok,
+                report.sent,
+                sink.first_error().unwrap_or_else(|| "none reported".into())
+            );
         }
     }
     Ok(report)

@@ -3,8 +3,8 @@
 use anyhow::{anyhow, Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::message::Message as _;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +70,13 @@ pub enum Sink {
 impl Sink {
     /// A Kafka sink for `topic` (which must exist; its partitions are looked up).
     pub async fn kafka(bootstrap: &str, topic: &str) -> Result<Sink> {
-        let settings = crate::kafka::SourceSettings { bootstrap: bootstrap.into(), topic: topic.into(), auth: crate::kafka::Auth::None, group_id: "flexrun-generator".into(), start_earliest: true };
+        let settings = crate::kafka::SourceSettings {
+            bootstrap: bootstrap.into(),
+            topic: topic.into(),
+            auth: crate::kafka::Auth::None,
+            group_id: "flexrun-generator".into(),
+            start_earliest: true,
+        };
         let partitions = settings.partitions().await?;
         let deliveries = Arc::new(Deliveries::default());
         let producer: ThreadedProducer<Counting> = ClientConfig::new()
@@ -91,7 +97,8 @@ impl Sink {
             Sink::Kafka { producer, topic, partitions, next, .. } => {
                 let p = partitions[*next % partitions.len()];
                 *next += 1;
-                let mut rec: BaseRecord<'_, (), [u8]> = BaseRecord::to(topic).payload(payload).partition(p).timestamp(ts_ms);
+                let mut rec: BaseRecord<'_, (), [u8]> =
+                    BaseRecord::to(topic).payload(payload).partition(p).timestamp(ts_ms);
                 loop {
                     match producer.send(rec) {
                         Ok(()) => return Ok(()),

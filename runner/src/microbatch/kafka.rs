@@ -35,8 +35,15 @@ impl KafkaSource {
             .set("fetch.min.bytes", "1")
             .create()
             .context("creating a Kafka consumer")?;
-        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e}"))?;
-        let mut partitions: Vec<i32> = md.topics().iter().find(|t| t.name() == topic).map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e}"))?;
+        let mut partitions: Vec<i32> = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+            .unwrap_or_default();
         if partitions.is_empty() {
             bail!("topic {topic} does not exist on {bootstrap} (or has no partitions)");
         }
@@ -68,7 +75,11 @@ impl Source for KafkaSource {
                 Some(Err(e)) => return Err(anyhow!("reading {}: {e}", self.topic)),
                 Some(Ok(m)) => {
                     let created_us = m.timestamp().to_millis().map_or_else(super::now_us, |ms| ms.max(0) as u64 * 1000);
-                    batch.records.push(Record { created_us, read_us: super::now_us(), payload: m.payload().unwrap_or_default().to_vec() });
+                    batch.records.push(Record {
+                        created_us,
+                        read_us: super::now_us(),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                    });
                     let e = batch.ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
                     e.1 = m.offset() + 1;
                     // After the first record, take only what is already here.
@@ -100,7 +111,13 @@ impl Acks {
     /// Empty counters.
     pub fn new() -> Arc<Acks> {
         let h = || Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"));
-        Arc::new(Acks { ok: AtomicU64::new(0), failed: AtomicU64::new(0), first_error: Mutex::new(None), latency_us: h(), in_job_us: h() })
+        Arc::new(Acks {
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            latency_us: h(),
+            in_job_us: h(),
+        })
     }
 }
 
@@ -178,7 +195,9 @@ impl Sink for KafkaSink {
         };
         for (r, m) in batch.records.iter().zip(&mapped) {
             let payload: &[u8] = m.as_deref().unwrap_or(&r.payload);
-            let mut rec = BaseRecord::with_opaque_to(&self.topic, Box::new((r.created_us, r.read_us))).payload(payload).timestamp((r.created_us / 1000) as i64);
+            let mut rec = BaseRecord::with_opaque_to(&self.topic, Box::new((r.created_us, r.read_us)))
+                .payload(payload)
+                .timestamp((r.created_us / 1000) as i64);
             loop {
                 match self.producer.send::<[u8], [u8]>(rec) {
                     Ok(()) => break,
@@ -200,9 +219,15 @@ impl Sink for KafkaSink {
             std::thread::sleep(Duration::from_micros(100));
         }
         if self.acks.failed.load(Ordering::Relaxed) > 0 {
-            bail!("writing to {} failed: {}", self.topic, self.acks.first_error.lock().expect("lock").clone().unwrap_or_default());
+            bail!(
+                "writing to {} failed: {}",
+                self.topic,
+                self.acks.first_error.lock().expect("lock").clone().unwrap_or_default()
+            );
         }
-        for (from, to) in [(&self.acks.latency_us, &mut latency.end_to_end_us), (&self.acks.in_job_us, &mut latency.in_job_us)] {
+        for (from, to) in
+            [(&self.acks.latency_us, &mut latency.end_to_end_us), (&self.acks.in_job_us, &mut latency.in_job_us)]
+        {
             let mut h = from.lock().expect("lock");
             to.add(&*h).map_err(|e| anyhow!("latency histogram: {e}"))?;
             h.reset();

@@ -134,12 +134,20 @@ pub fn now_us() -> u64 {
 }
 
 /// Run `source` into `sink` until the source ends, the idle timeout passes, or `stop`.
-pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig, stop: &AtomicBool) -> Result<MicroBatchReport> {
-    std::fs::create_dir_all(&cfg.checkpoint_dir).with_context(|| format!("creating {}", cfg.checkpoint_dir.display()))?;
+pub fn run(
+    source: &mut dyn Source,
+    sink: &mut dyn Sink,
+    cfg: &MicroBatchConfig,
+    stop: &AtomicBool,
+) -> Result<MicroBatchReport> {
+    std::fs::create_dir_all(&cfg.checkpoint_dir)
+        .with_context(|| format!("creating {}", cfg.checkpoint_dir.display()))?;
     let log = ShardLog::open_with(&cfg.checkpoint_dir, cfg.progress.purge)?;
     let (start_positions, start, mut batch_id) = match log.recover()? {
         Recovery::Fresh => (BTreeMap::new(), "fresh".to_string(), 0),
-        Recovery::Clean { commit, .. } => (commit.positions.clone(), format!("resumed after batch {}", commit.batch), commit.batch + 1),
+        Recovery::Clean { commit, .. } => {
+            (commit.positions.clone(), format!("resumed after batch {}", commit.batch), commit.batch + 1)
+        }
         Recovery::Replay(o) => {
             let mut p = o.positions.clone();
             for (part, (from, _)) in &o.ranges {
@@ -152,7 +160,11 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
     source.seek(&start_positions)?;
     let mut positions = start_positions;
     let mut latency = Latencies::new();
-    let (mut log, asynchronous) = if cfg.progress.async_progress { (None, Some(AsyncProgress::start(log, cfg.progress.interval))) } else { (Some(log), None) };
+    let (mut log, asynchronous) = if cfg.progress.async_progress {
+        (None, Some(AsyncProgress::start(log, cfg.progress.interval)))
+    } else {
+        (Some(log), None)
+    };
     let started = Instant::now();
     let (mut records, mut batches) = (0u64, 0u64);
     let mut last_data = Instant::now();
@@ -171,7 +183,12 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
             positions.insert(*p, *to);
         }
         if let Some(log) = log.as_mut() {
-            log.log_offsets(&OffsetEntry { batch: batch_id, ranges: batch.ranges.clone(), positions: positions.clone(), ..Default::default() })?;
+            log.log_offsets(&OffsetEntry {
+                batch: batch_id,
+                ranges: batch.ranges.clone(),
+                positions: positions.clone(),
+                ..Default::default()
+            })?;
         }
         let warming = first_data.get_or_insert_with(Instant::now).elapsed() < cfg.latency_warm_up;
         sink.write(&batch, if warming { &mut warm_up } else { &mut latency })?;
@@ -189,8 +206,22 @@ pub fn run(source: &mut dyn Source, sink: &mut dyn Sink, cfg: &MicroBatchConfig,
         a.finish()?;
     }
     drop(log);
-    let q = |h: &Histogram<u64>| if h.is_empty() { [0.0; 4] } else { [0.5, 0.99, 0.999].map(|p| h.value_at_quantile(p) as f64 / 1000.0).into_iter().chain([h.max() as f64 / 1000.0]).collect::<Vec<_>>().try_into().expect("4 values") };
-    let segments = std::fs::read_dir(&cfg.checkpoint_dir).map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".log")).count()).unwrap_or(0);
+    let q = |h: &Histogram<u64>| {
+        if h.is_empty() {
+            [0.0; 4]
+        } else {
+            [0.5, 0.99, 0.999]
+                .map(|p| h.value_at_quantile(p) as f64 / 1000.0)
+                .into_iter()
+                .chain([h.max() as f64 / 1000.0])
+                .collect::<Vec<_>>()
+                .try_into()
+                .expect("4 values")
+        }
+    };
+    let segments = std::fs::read_dir(&cfg.checkpoint_dir)
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".log")).count())
+        .unwrap_or(0);
     Ok(MicroBatchReport {
         records,
         batches,
@@ -251,7 +282,9 @@ mod tests {
                 return Ok(None);
             }
             let to = (self.next + max as i64).min(self.end);
-            let records = (self.next..to).map(|i| Record { created_us: now_us(), read_us: now_us(), payload: i.to_le_bytes().to_vec() }).collect();
+            let records = (self.next..to)
+                .map(|i| Record { created_us: now_us(), read_us: now_us(), payload: i.to_le_bytes().to_vec() })
+                .collect();
             let b = Batch { records, ranges: BTreeMap::from([(0, (self.next, to))]) };
             self.next = to;
             Ok(Some(b))
@@ -281,7 +314,13 @@ mod tests {
     }
 
     fn cfg(dir: &std::path::Path) -> MicroBatchConfig {
-        MicroBatchConfig { checkpoint_dir: dir.to_path_buf(), progress: ProgressConfig { async_progress: false, ..Default::default() }, max_batch: 10, idle_timeout: None, latency_warm_up: Duration::ZERO }
+        MicroBatchConfig {
+            checkpoint_dir: dir.to_path_buf(),
+            progress: ProgressConfig { async_progress: false, ..Default::default() },
+            max_batch: 10,
+            idle_timeout: None,
+            latency_warm_up: Duration::ZERO,
+        }
     }
 
     #[test]
@@ -313,7 +352,13 @@ mod tests {
         assert_eq!((r.records, sink.seen.len()), (50, 50));
         assert_eq!(r.latency_ms, [0.0; 4], "all in the warm-up");
         let dir = tempfile::tempdir().unwrap();
-        let r = run(&mut Counter { next: 0, end: 50 }, &mut Collect { seen: vec![], batches: 0, fail_at: None }, &cfg(dir.path()), &stop).unwrap();
+        let r = run(
+            &mut Counter { next: 0, end: 50 },
+            &mut Collect { seen: vec![], batches: 0, fail_at: None },
+            &cfg(dir.path()),
+            &stop,
+        )
+        .unwrap();
         assert!(r.latency_ms[3] > 0.0, "without a warm-up every batch counts");
     }
 }

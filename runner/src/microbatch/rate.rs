@@ -52,7 +52,12 @@ impl Source for RateSource {
             if Instant::now() >= deadline {
                 return Ok(Some(Batch::default()));
             }
-            std::thread::sleep(next_at.saturating_sub(now).min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_micros(50)));
+            std::thread::sleep(
+                next_at
+                    .saturating_sub(now)
+                    .min(deadline.saturating_duration_since(Instant::now()))
+                    .max(Duration::from_micros(50)),
+            );
             upto = due(self);
         }
         let to = upto.min(self.next + max as u64);

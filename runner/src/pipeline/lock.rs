@@ -27,7 +27,13 @@ impl JobLock {
     pub fn acquire(job_dir: &Path, job: &str) -> Result<JobLock> {
         std::fs::create_dir_all(job_dir).with_context(|| format!("creating {}", job_dir.display()))?;
         let path = job_dir.join("LOCK");
-        let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

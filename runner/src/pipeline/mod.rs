@@ -128,7 +128,11 @@ pub struct Mapping {
 
 impl Mapping {
     fn new(schema: Schema, max_row_bytes: usize) -> Mapping {
-        Mapping { fingerprint: schema.fingerprint(), descriptor: proto::descriptor(&schema, "Row"), mapper: Mapper::new(schema, max_row_bytes) }
+        Mapping {
+            fingerprint: schema.fingerprint(),
+            descriptor: proto::descriptor(&schema, "Row"),
+            mapper: Mapper::new(schema, max_row_bytes),
+        }
     }
 }
 
@@ -169,7 +173,10 @@ impl JobCtx {
     /// position (before the first commit of this run, its checkpoint position).
     pub fn backlog(&self, high_watermarks: &BTreeMap<i32, i64>) -> i64 {
         let pos = self.positions.lock().expect("positions lock");
-        high_watermarks.iter().map(|(p, h)| (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0)).sum()
+        high_watermarks
+            .iter()
+            .map(|(p, h)| (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0))
+            .sum()
     }
 
     /// Where partition `p` starts when its shard has no position for it.
@@ -193,8 +200,15 @@ impl JobCtx {
             return Ok(m.clone());
         }
         let path = schema_path(&self.job_dir, fp);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("job {}: a logged batch was mapped with schema {fp}, but its copy {} cannot be read", self.cfg.job_name, path.display()))?;
-        let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "job {}: a logged batch was mapped with schema {fp}, but its copy {} cannot be read",
+                self.cfg.job_name,
+                path.display()
+            )
+        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
         let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
         tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
         let m = Arc::new(Mapping::new(schema, self.mapping.mapper.max_row_bytes()));
@@ -246,7 +260,8 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
     let path = job_dir.join("job.json");
     match std::fs::read(&path) {
         Ok(bytes) => {
-            let have: JobIdentity = serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
+            let have: JobIdentity =
+                serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
             // The shard count is the checkpoint's; the dead-letter table may be added or
             // changed (the usual fix after a job stopped on a bad record).
             let same = JobIdentity { shards: have.shards, dlq: have.dlq.clone(), ..want.clone() };
@@ -273,7 +288,13 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
 
 /// Plan where every partition starts (see [`positions`]), report retention gaps and
 /// new partitions, and remember the partitions the job now knows.
-async fn start_positions(cfg: &KafkaToBqConfig, job_dir: &Path, partitions: &[i32], existed: bool, stats: &JobStats) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
+async fn start_positions(
+    cfg: &KafkaToBqConfig,
+    job_dir: &Path,
+    partitions: &[i32],
+    existed: bool,
+    stats: &JobStats,
+) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
     let checkpoint = positions::checkpoint_positions(job_dir)?;
     let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
     let initial = cfg.source.initial_positions(partitions).await?;
@@ -289,12 +310,19 @@ async fn start_positions(cfg: &KafkaToBqConfig, job_dir: &Path, partitions: &[i3
         tracing::info!(job = %cfg.job_name, partitions = ?plan.new_partitions, "partitions added since the job last ran start at their earliest offset");
         stats.note(|r| r.partitions_discovered += plan.new_partitions.len() as u64);
     }
-    positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>()).with_context(|| format!("writing {}", job_dir.display()))?;
+    positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>())
+        .with_context(|| format!("writing {}", job_dir.display()))?;
     Ok((plan.positions, lows))
 }
 
 /// Run a kafka-to-bq job until it is cancelled (or idle for `--idle-timeout`).
-pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option<Endpoints>, cancel_tx: watch::Sender<bool>, web: Option<flexrun_web::JobRegistry>) -> Result<RunReport> {
+pub async fn run(
+    cfg: KafkaToBqConfig,
+    checkpoint_root: &Path,
+    endpoints: Option<Endpoints>,
+    cancel_tx: watch::Sender<bool>,
+    web: Option<flexrun_web::JobRegistry>,
+) -> Result<RunReport> {
     let started = Instant::now();
     let partitions = cfg.source.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
@@ -315,15 +343,19 @@ pub async fn run(cfg: KafkaToBqConfig, checkpoint_root: &Path, endpoints: Option
 
     let (schema, write_client) = match (&cfg.sink, &endpoints) {
         (SinkKind::Stats { schema_file }, _) => {
-            let text = std::fs::read_to_string(schema_file).with_context(|| format!("reading schema file {schema_file}"))?;
-            let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("schema file {schema_file} is not JSON"))?;
+            let text =
+                std::fs::read_to_string(schema_file).with_context(|| format!("reading schema file {schema_file}"))?;
+            let json: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("schema file {schema_file} is not JSON"))?;
             (Schema::from_json(&json).with_context(|| format!("schema file {schema_file}"))?, None)
         }
         (SinkKind::BigQuery, Some(ep)) => {
             let client = rest::client(ep).await?;
             let schema = rest::table_schema(&client, ep, &cfg.table).await?;
             if let Some(dlq) = &cfg.dlq {
-                rest::ensure_table(&client, ep, dlq, &crate::dlq::schema()).await.with_context(|| format!("preparing the dead-letter table {dlq}"))?;
+                rest::ensure_table(&client, ep, dlq, &crate::dlq::schema())
+                    .await
+                    .with_context(|| format!("preparing the dead-letter table {dlq}"))?;
             }
             (schema, Some(WriteClient::connect(ep).await?))
         }
@@ -408,7 +440,12 @@ async fn run_pool(
     let limits = pc.limits(pool.max_parallelism());
     let initial = pc.num_workers.clamp(pc.min_workers, pc.max_workers).min(pool.max_parallelism());
     if initial < pc.num_workers {
-        tracing::warn!(asked = pc.num_workers, running = initial, shards = pool.max_parallelism(), "more workers than shards: each shard runs on one worker at a time");
+        tracing::warn!(
+            asked = pc.num_workers,
+            running = initial,
+            shards = pool.max_parallelism(),
+            "more workers than shards: each shard runs on one worker at a time"
+        );
     }
     pool.resize(initial).await?;
     let mut policy = pc.policy();
@@ -443,7 +480,15 @@ async fn run_pool(
             }
         }
         if let Some(p) = publisher.as_mut() {
-            p.maybe_publish(ctx, &partitions, started, pool.workers(), decisions.last().map_or(pool.workers(), |d| d.to), last_utilization).await;
+            p.maybe_publish(
+                ctx,
+                &partitions,
+                started,
+                pool.workers(),
+                decisions.last().map_or(pool.workers(), |d| d.to),
+                last_utilization,
+            )
+            .await;
         }
         if Instant::now() < next_decision || pc.algorithm == Algorithm::None {
             continue;
@@ -484,7 +529,16 @@ async fn run_pool(
         if d.is_change() || changed_rationale {
             decisions.push(d.clone());
             if let Some(p) = &publisher {
-                p.jobs.push_decision(&ctx.cfg.job_name, flexrun_web::DecisionView { t_s: d.time_s, from: d.from, to: d.to, rationale: d.rationale.as_str().into(), detail: d.detail.clone() });
+                p.jobs.push_decision(
+                    &ctx.cfg.job_name,
+                    flexrun_web::DecisionView {
+                        t_s: d.time_s,
+                        from: d.from,
+                        to: d.to,
+                        rationale: d.rationale.as_str().into(),
+                        detail: d.detail.clone(),
+                    },
+                );
             }
         }
         if d.is_change() {
@@ -520,7 +574,8 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
     let lows = ctx.cfg.source.low_watermarks(&new).await?;
     ctx.add_partitions(&lows);
     partitions.extend(&new);
-    positions::write_known(&ctx.job_dir, &partitions.iter().copied().collect()).with_context(|| format!("writing {}", ctx.job_dir.display()))?;
+    positions::write_known(&ctx.job_dir, &partitions.iter().copied().collect())
+        .with_context(|| format!("writing {}", ctx.job_dir.display()))?;
     ctx.stats.note(|r| r.partitions_discovered += new.len() as u64);
     tracing::info!(job = %ctx.cfg.job_name, partitions = ?new, "new partitions found: they start at their earliest offset");
     pool.add_partitions(&new).await
@@ -541,7 +596,15 @@ impl Publisher {
         Publisher { jobs, job, vcpus_per_worker, last: Instant::now(), last_read: 0, last_bytes: 0 }
     }
 
-    async fn maybe_publish(&mut self, ctx: &JobCtx, partitions: &[i32], started: Instant, workers: u32, target: u32, utilization: f64) {
+    async fn maybe_publish(
+        &mut self,
+        ctx: &JobCtx,
+        partitions: &[i32],
+        started: Instant,
+        workers: u32,
+        target: u32,
+        utilization: f64,
+    ) {
         let dt = self.last.elapsed().as_secs_f64();
         if dt < 1.0 {
             return;

@@ -35,7 +35,12 @@ pub struct Pool {
 impl Pool {
     /// A pool for these shards (id and partitions) out of `shard_count`; nothing
     /// runs until [`Pool::resize`].
-    pub fn new(ctx: Arc<JobCtx>, shards: Vec<(usize, Vec<i32>)>, shard_count: usize, capacity: Option<Capacity>) -> Pool {
+    pub fn new(
+        ctx: Arc<JobCtx>,
+        shards: Vec<(usize, Vec<i32>)>,
+        shard_count: usize,
+        capacity: Option<Capacity>,
+    ) -> Pool {
         Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), capacity, shard_count }
     }
 
@@ -56,7 +61,9 @@ impl Pool {
         let (stop, stop_rx) = watch::channel(false);
         let ctx = self.ctx.clone();
         let worker = slot.id;
-        let handle = tokio::spawn(async move { Shard::open(id, ctx, parts, slot, stop_rx).await?.run().await.with_context(|| format!("shard {id}")) });
+        let handle = tokio::spawn(async move {
+            Shard::open(id, ctx, parts, slot, stop_rx).await?.run().await.with_context(|| format!("shard {id}"))
+        });
         self.running.insert(id, Running { worker, stop, handle });
     }
 
@@ -68,7 +75,9 @@ impl Pool {
             self.workers.push(Arc::new(WorkerSlot::new(self.workers.len() as u32, self.capacity)));
         }
         self.workers.truncate(n);
-        let moving: Vec<usize> = (0..self.shards.len()).filter(|pos| self.running.get(&self.shards[*pos].0).is_some_and(|r| r.worker as usize != pos % n)).collect();
+        let moving: Vec<usize> = (0..self.shards.len())
+            .filter(|pos| self.running.get(&self.shards[*pos].0).is_some_and(|r| r.worker as usize != pos % n))
+            .collect();
         let mut stopped = Vec::new();
         for pos in &moving {
             if let Some(r) = self.running.remove(&self.shards[*pos].0) {

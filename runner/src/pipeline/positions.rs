@@ -58,7 +58,13 @@ pub struct StartPlan {
 /// assert_eq!(p.gaps[0].lost(), 3);
 /// assert_eq!(p.new_partitions, vec![1]);
 /// ```
-pub fn plan(partitions: &[i32], checkpoint: &BTreeMap<i32, i64>, known: Option<&BTreeSet<i32>>, initial: &BTreeMap<i32, i64>, lows: &BTreeMap<i32, i64>) -> StartPlan {
+pub fn plan(
+    partitions: &[i32],
+    checkpoint: &BTreeMap<i32, i64>,
+    known: Option<&BTreeSet<i32>>,
+    initial: &BTreeMap<i32, i64>,
+    lows: &BTreeMap<i32, i64>,
+) -> StartPlan {
     let mut out = StartPlan::default();
     for &p in partitions {
         let low = lows.get(&p).copied().unwrap_or(0);
@@ -129,13 +135,25 @@ mod tests {
 
     #[test]
     fn a_restart_resumes_from_the_checkpoint_not_from_the_group_or_earliest() {
-        let p = plan(&[0], &BTreeMap::from([(0, 900)]), Some(&BTreeSet::from([0])), &BTreeMap::from([(0, 0)]), &BTreeMap::from([(0, 0)]));
+        let p = plan(
+            &[0],
+            &BTreeMap::from([(0, 900)]),
+            Some(&BTreeSet::from([0])),
+            &BTreeMap::from([(0, 0)]),
+            &BTreeMap::from([(0, 0)]),
+        );
         assert_eq!(p.positions[&0], 900);
     }
 
     #[test]
     fn known_partitions_without_a_checkpoint_use_the_initial_position_and_gaps_are_counted() {
-        let p = plan(&[0, 1], &BTreeMap::from([(0, 10)]), Some(&BTreeSet::from([0, 1])), &BTreeMap::from([(1, 7)]), &BTreeMap::from([(0, 25), (1, 0)]));
+        let p = plan(
+            &[0, 1],
+            &BTreeMap::from([(0, 10)]),
+            Some(&BTreeSet::from([0, 1])),
+            &BTreeMap::from([(1, 7)]),
+            &BTreeMap::from([(0, 25), (1, 0)]),
+        );
         assert_eq!(p.positions, BTreeMap::from([(0, 25), (1, 7)]));
         assert_eq!(p.gaps, vec![Gap { partition: 0, from: 10, to: 25 }]);
         assert!(p.new_partitions.is_empty());

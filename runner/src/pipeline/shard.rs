@@ -79,7 +79,13 @@ pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
 impl Shard {
     /// Open the shard's logs, recover, and get its streams ready. `stop` ends a
     /// retry wait (a drain or a move).
-    pub async fn open(id: usize, ctx: Arc<JobCtx>, partitions: Vec<i32>, slot: Arc<WorkerSlot>, stop: watch::Receiver<bool>) -> Result<Shard> {
+    pub async fn open(
+        id: usize,
+        ctx: Arc<JobCtx>,
+        partitions: Vec<i32>,
+        slot: Arc<WorkerSlot>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
         let log = ShardLog::open_with(&dir, ctx.cfg.progress.purge)?;
         let recovery = log.recover()?;
@@ -107,7 +113,19 @@ impl Shard {
         } else {
             (Some(log), None)
         };
-        let mut shard = Shard { id, ctx, log, progress, consumer, positions, next_batch, writer, stages: StageStats::default(), slot, retry };
+        let mut shard = Shard {
+            id,
+            ctx,
+            log,
+            progress,
+            consumer,
+            positions,
+            next_batch,
+            writer,
+            stages: StageStats::default(),
+            slot,
+            retry,
+        };
         if let Some(e) = replay {
             shard.replay(e).await?;
             shard.retarget_after_replay().await?;
@@ -133,7 +151,8 @@ impl Shard {
         }
         let from: BTreeMap<i32, i64> = e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect();
         kafka::assign(&self.consumer, &topic, &from)?;
-        let mut pending: BTreeMap<i32, i64> = e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
+        let mut pending: BTreeMap<i32, i64> =
+            e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
         let mut msgs = Vec::new();
         while !pending.is_empty() {
             let m = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
@@ -277,7 +296,9 @@ impl Shard {
             Writer::Stats => ctx.cfg.dlq.is_some(),
         };
         let (slot, stages) = (self.slot.clone(), &mut self.stages);
-        let mut mapped = slot.work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts)).await?;
+        let mut mapped = slot
+            .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts))
+            .await?;
         let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
         apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
         let t_write = Instant::now();
@@ -285,11 +306,23 @@ impl Shard {
             // Keep the write-ahead log as exactly-once would, so the stats sink
             // measures the runner's full cost.
             if ctx.cfg.delivery == Delivery::ExactlyOnce && replay.is_none() {
-                let entry = OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), ..Default::default() };
+                let entry = OffsetEntry {
+                    batch,
+                    ranges: cut.ranges.clone(),
+                    positions: cut.positions.clone(),
+                    ..Default::default()
+                };
                 self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
             }
         } else {
-            let mut entry = OffsetEntry { batch, ranges: cut.ranges.clone(), positions: cut.positions.clone(), schema: Some(mapping.fingerprint.clone()), rejected, ..Default::default() };
+            let mut entry = OffsetEntry {
+                batch,
+                ranges: cut.ranges.clone(),
+                positions: cut.positions.clone(),
+                schema: Some(mapping.fingerprint.clone()),
+                rejected,
+                ..Default::default()
+            };
             self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
         }
         crate::crash_point!("eo::before_commit_log");
@@ -301,10 +334,20 @@ impl Shard {
     /// Steps 2 and 3 of the protocol: log the batch (when its entry is new), append
     /// its rows and dead-letter rows; on row errors or a lost stream, log again and
     /// append again.
-    async fn write_bq(&mut self, entry: &mut OffsetEntry, cut: &Cut, mapped: &mut Mapped, mapping: &Mapping, replay: Option<&OffsetEntry>, counts: &mut BatchCounts) -> Result<()> {
+    async fn write_bq(
+        &mut self,
+        entry: &mut OffsetEntry,
+        cut: &Cut,
+        mapped: &mut Mapped,
+        mapping: &Mapping,
+        replay: Option<&OffsetEntry>,
+        counts: &mut BatchCounts,
+    ) -> Result<()> {
         let ctx = self.ctx.clone();
         let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
-        let Writer::Bq { client, main, dlq } = &mut self.writer else { unreachable!("write_bq is only called with a BigQuery writer") };
+        let Writer::Bq { client, main, dlq } = &mut self.writer else {
+            unreachable!("write_bq is only called with a BigQuery writer")
+        };
         main.set_descriptor(mapping.descriptor.clone());
         // In a replay the targets were opened at the logged offsets.
         let mut x = main.next;
@@ -322,8 +365,20 @@ impl Shard {
                 self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
                 crate::crash_point!("eo::after_offset_log");
             }
-            let step = append_both(client, main, dlq.as_mut(), mapped, exactly.then_some(x), y.filter(|_| exactly), &mut self.retry).await;
-            let step = step.map_err(|e| anyhow::Error::new(e).context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table)))?;
+            let step = append_both(
+                client,
+                main,
+                dlq.as_mut(),
+                mapped,
+                exactly.then_some(x),
+                y.filter(|_| exactly),
+                &mut self.retry,
+            )
+            .await;
+            let step = step.map_err(|e| {
+                anyhow::Error::new(e)
+                    .context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table))
+            })?;
             match step {
                 Step::Done { already_existed } => {
                     counts.already_existed += already_existed;
@@ -336,10 +391,19 @@ impl Shard {
                         bail!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset());
                     }
                     reject_rows(&ctx, cut, mapped, &errs, entry, counts)?;
-                    tracing::warn!(shard = self.id, batch = entry.batch, rejected = errs.len(), "BigQuery rejected rows; they go to the dead-letter table");
+                    tracing::warn!(
+                        shard = self.id,
+                        batch = entry.batch,
+                        rejected = errs.len(),
+                        "BigQuery rejected rows; they go to the dead-letter table"
+                    );
                 }
                 Step::StreamGone { table_main, stream, message } => {
-                    let target = if table_main { &mut *main } else { dlq.as_mut().expect("a dead-letter append failed, so there is a target") };
+                    let target = if table_main {
+                        &mut *main
+                    } else {
+                        dlq.as_mut().expect("a dead-letter append failed, so there is a target")
+                    };
                     let new = new_stream(client, &target.table, &mut self.retry).await?;
                     ctx.stats.note(|r| r.streams_replaced += 1);
                     if attempted {
@@ -368,7 +432,14 @@ impl Shard {
     }
 
     /// Step 4: the commit log, the Kafka group commit, counters and latencies.
-    fn commit(&mut self, batch: u64, cut: Cut, mapped: Mapped, mut counts: BatchCounts, t_write: Instant) -> Result<()> {
+    fn commit(
+        &mut self,
+        batch: u64,
+        cut: Cut,
+        mapped: Mapped,
+        mut counts: BatchCounts,
+        t_write: Instant,
+    ) -> Result<()> {
         let ctx = self.ctx.clone();
         let entry = CommitEntry { batch, positions: cut.positions.clone() };
         match &self.progress {
@@ -400,7 +471,13 @@ fn is_interrupted(e: &anyhow::Error) -> bool {
 }
 
 fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
-    StreamSlot { stream: t.stream.clone(), offset, rows: rows.len() as i64, table: t.table.to_string(), digest: Some(rows_digest(rows)) }
+    StreamSlot {
+        stream: t.stream.clone(),
+        offset,
+        rows: rows.len() as i64,
+        table: t.table.to_string(),
+        digest: Some(rows_digest(rows)),
+    }
 }
 
 /// What one round of appends came to.
@@ -411,9 +488,19 @@ enum Step {
 }
 
 /// Append the table rows, then the dead-letter rows.
-async fn append_both(client: &WriteClient, main: &mut Target, dlq: Option<&mut Target>, mapped: &Mapped, x: Option<i64>, y: Option<i64>, retry: &mut RetryCtl) -> Result<Step, WriteError> {
+async fn append_both(
+    client: &WriteClient,
+    main: &mut Target,
+    dlq: Option<&mut Target>,
+    mapped: &Mapped,
+    x: Option<i64>,
+    y: Option<i64>,
+    retry: &mut RetryCtl,
+) -> Result<Step, WriteError> {
     let gone = |table_main, e: WriteError| match e {
-        WriteError::StreamGone { stream, message } if x.is_some() => Ok(Step::StreamGone { table_main, stream, message }),
+        WriteError::StreamGone { stream, message } if x.is_some() => {
+            Ok(Step::StreamGone { table_main, stream, message })
+        }
         e => Err(e),
     };
     let mut already_existed = 0;
@@ -428,7 +515,14 @@ async fn append_both(client: &WriteClient, main: &mut Target, dlq: Option<&mut T
     if let (Some(d), false) = (dlq, mapped.dlq_rows.is_empty()) {
         match d.append_batch(client, &mapped.dlq_rows, y, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
-            Ok(BatchAppend::RowErrors(errs)) => return Err(WriteError::Status { what: "AppendRows", code: "InvalidArgument".into(), message: format!("the dead-letter table {} rejected rows: {errs:?}", d.table), retryable: false }),
+            Ok(BatchAppend::RowErrors(errs)) => {
+                return Err(WriteError::Status {
+                    what: "AppendRows",
+                    code: "InvalidArgument".into(),
+                    message: format!("the dead-letter table {} rejected rows: {errs:?}", d.table),
+                    retryable: false,
+                })
+            }
             Err(e) => return gone(false, e),
         }
     }
@@ -455,12 +549,20 @@ fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: &OffsetEntr
 
 /// Move the rows BigQuery refused (by row index) to the dead-letter rows and record
 /// them in the entry, so a replay does the same.
-fn reject_rows(ctx: &JobCtx, cut: &Cut, mapped: &mut Mapped, errs: &[(usize, String)], entry: &mut OffsetEntry, counts: &mut BatchCounts) -> Result<()> {
+fn reject_rows(
+    ctx: &JobCtx,
+    cut: &Cut,
+    mapped: &mut Mapped,
+    errs: &[(usize, String)],
+    entry: &mut OffsetEntry,
+    counts: &mut BatchCounts,
+) -> Result<()> {
     if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= mapped.rows.len()) {
         bail!("BigQuery reported an error for row {i} of a {}-row append", mapped.rows.len());
     }
     let rejected: BTreeMap<usize, String> = errs.iter().cloned().collect();
-    let (kept, kept_src, refused) = split_rejected(std::mem::take(&mut mapped.rows), std::mem::take(&mut mapped.row_src), &rejected);
+    let (kept, kept_src, refused) =
+        split_rejected(std::mem::take(&mut mapped.rows), std::mem::take(&mut mapped.row_src), &rejected);
     mapped.rows = kept;
     mapped.row_src = kept_src;
     for (msg_idx, why) in refused {
@@ -480,9 +582,18 @@ fn push_rejected_dlq_row(ctx: &JobCtx, m: &OwnedMessage, why: &str, mapped: &mut
 
 /// In a replay, move the messages the log says BigQuery refused to the dead-letter
 /// rows, in the logged order, as the first attempt did.
-fn apply_rejections(ctx: &JobCtx, cut: &Cut, mapped: &mut Mapped, rejected: &[(i32, i64, String)], counts: &mut BatchCounts) {
+fn apply_rejections(
+    ctx: &JobCtx,
+    cut: &Cut,
+    mapped: &mut Mapped,
+    rejected: &[(i32, i64, String)],
+    counts: &mut BatchCounts,
+) {
     for (p, o, why) in rejected {
-        let Some(k) = mapped.row_src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (*p, *o)) else { continue };
+        let Some(k) = mapped.row_src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (*p, *o))
+        else {
+            continue;
+        };
         mapped.rows.remove(k);
         let src = mapped.row_src.remove(k);
         push_rejected_dlq_row(ctx, &cut.msgs[src], why, mapped, counts);
@@ -491,7 +602,14 @@ fn apply_rejections(ctx: &JobCtx, cut: &Cut, mapped: &mut Mapped, rejected: &[(i
 
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
 /// dead-letter row. Without a dead-letter table, a bad record stops the job.
-fn map_batch(ctx: &JobCtx, mapping: &Mapping, cut: &Cut, has_dlq: bool, stages: &mut StageStats, counts: &mut BatchCounts) -> Result<Mapped> {
+fn map_batch(
+    ctx: &JobCtx,
+    mapping: &Mapping,
+    cut: &Cut,
+    has_dlq: bool,
+    stages: &mut StageStats,
+    counts: &mut BatchCounts,
+) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
     let mut rows: Vec<Vec<u8>> = Vec::with_capacity(cut.msgs.len());
     let mut row_src: Vec<usize> = Vec::with_capacity(cut.msgs.len());
@@ -523,7 +641,11 @@ fn map_batch(ctx: &JobCtx, mapping: &Mapping, cut: &Cut, has_dlq: bool, stages: 
 
 /// Split a batch after BigQuery refused some rows (by row index): the rows to append
 /// again with the messages they came from, and the refused rows' messages with the reason.
-fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: &BTreeMap<usize, String>) -> (Vec<Vec<u8>>, Vec<usize>, Vec<(usize, String)>) {
+fn split_rejected(
+    rows: Vec<Vec<u8>>,
+    row_src: Vec<usize>,
+    rejected: &BTreeMap<usize, String>,
+) -> (Vec<Vec<u8>>, Vec<usize>, Vec<(usize, String)>) {
     let mut kept = Vec::with_capacity(rows.len());
     let mut kept_src = Vec::with_capacity(rows.len());
     let mut refused = Vec::new();
@@ -544,16 +666,39 @@ fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: &BTreeMap<u
 const OWNS_LOGS: &str = "the shard owns its logs unless asynchronous progress tracking (at-least-once) does";
 
 fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {
-    RecordRef { topic, partition: m.partition(), offset: m.offset(), timestamp_ms: m.timestamp().to_millis(), key: m.key(), value: m.payload().unwrap_or_default() }
+    RecordRef {
+        topic,
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms: m.timestamp().to_millis(),
+        key: m.key(),
+        value: m.payload().unwrap_or_default(),
+    }
 }
 
 /// The shard's writer: for BigQuery, the table and dead-letter targets as the logs
 /// leave them.
-async fn open_writer(ctx: &JobCtx, shard: usize, last: Option<&OffsetEntry>, replaying: bool, retry: &mut RetryCtl) -> Result<Writer> {
+async fn open_writer(
+    ctx: &JobCtx,
+    shard: usize,
+    last: Option<&OffsetEntry>,
+    replaying: bool,
+    retry: &mut RetryCtl,
+) -> Result<Writer> {
     let Some(client) = &ctx.write_client else { return Ok(Writer::Stats) };
     let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
     let budget = crate::bigquery::write::request_row_budget(ctx.cfg.append_request_bytes);
-    let main = open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), replaying, exactly, ctx.descriptor.clone(), budget, retry).await?;
+    let main = open_target(
+        client,
+        &ctx.cfg.table,
+        last.and_then(|e| e.main.as_ref()),
+        replaying,
+        exactly,
+        ctx.descriptor.clone(),
+        budget,
+        retry,
+    )
+    .await?;
     // A replay finishes on the logged dead-letter stream even if the setting changed
     // since; the shard moves to the configured table afterwards.
     let dlq_table = match (last.and_then(|e| e.dlq.as_ref()), replaying) {
@@ -561,7 +706,19 @@ async fn open_writer(ctx: &JobCtx, shard: usize, last: Option<&OffsetEntry>, rep
         _ => ctx.cfg.dlq.clone(),
     };
     let dlq = match dlq_table {
-        Some(t) => Some(open_target(client, &t, last.and_then(|e| e.dlq.as_ref()), replaying, exactly, ctx.dlq_descriptor.clone(), budget, retry).await?),
+        Some(t) => Some(
+            open_target(
+                client,
+                &t,
+                last.and_then(|e| e.dlq.as_ref()),
+                replaying,
+                exactly,
+                ctx.dlq_descriptor.clone(),
+                budget,
+                retry,
+            )
+            .await?,
+        ),
         None => None,
     };
     tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), "write targets ready");
@@ -595,7 +752,9 @@ async fn open_target(
 }
 
 async fn new_stream(client: &WriteClient, table: &TableRef, retry: &mut RetryCtl) -> Result<String> {
-    with_retries("CreateWriteStream", retry, || client.create_committed_stream(table)).await.with_context(|| format!("creating a COMMITTED write stream on {table}"))
+    with_retries("CreateWriteStream", retry, || client.create_committed_stream(table))
+        .await
+        .with_context(|| format!("creating a COMMITTED write stream on {table}"))
 }
 
 #[cfg(test)]
@@ -619,16 +778,30 @@ mod tests {
     #[test]
     fn a_replay_that_would_not_resend_the_logged_rows_stops_and_says_what_differs() {
         let rows = vec![b"a".to_vec(), b"b".to_vec()];
-        let slot = |rows: &[Vec<u8>]| Some(StreamSlot { stream: "s".into(), offset: 40, rows: rows.len() as i64, table: "p:d.t".into(), digest: Some(rows_digest(rows)) });
+        let slot = |rows: &[Vec<u8>]| {
+            Some(StreamSlot {
+                stream: "s".into(),
+                offset: 40,
+                rows: rows.len() as i64,
+                table: "p:d.t".into(),
+                digest: Some(rows_digest(rows)),
+            })
+        };
         let logged = OffsetEntry { batch: 7, main: slot(&rows), ..Default::default() };
         assert!(verify_replay("j", 2, &logged, &logged.clone()).is_ok());
         let changed = OffsetEntry { main: slot(&[b"a".to_vec(), b"c".to_vec()]), ..logged.clone() };
         let e = verify_replay("j", 2, &logged, &changed).unwrap_err().to_string();
-        assert!(e.contains("job j shard 2: replaying batch 7") && e.contains("logged 2 rows") && e.contains("no row was written"), "{e}");
+        assert!(
+            e.contains("job j shard 2: replaying batch 7")
+                && e.contains("logged 2 rows")
+                && e.contains("no row was written"),
+            "{e}"
+        );
         let fewer = OffsetEntry { main: slot(&rows[..1]), ..logged.clone() };
         assert!(verify_replay("j", 2, &logged, &fewer).unwrap_err().to_string().contains("re-read 1 rows"));
         // Entries from before digests were logged are checked on the row count only.
-        let legacy = OffsetEntry { main: Some(StreamSlot { digest: None, ..logged.main.clone().unwrap() }), ..logged.clone() };
+        let legacy =
+            OffsetEntry { main: Some(StreamSlot { digest: None, ..logged.main.clone().unwrap() }), ..logged.clone() };
         assert!(verify_replay("j", 2, &legacy, &changed).is_ok());
     }
 

@@ -82,7 +82,13 @@ pub struct Target {
 
 impl Target {
     /// A target on `stream` starting at row offset `next`.
-    pub fn new(table: TableRef, stream: String, next: i64, descriptor: DescriptorProto, request_budget: usize) -> Target {
+    pub fn new(
+        table: TableRef,
+        stream: String,
+        next: i64,
+        descriptor: DescriptorProto,
+        request_budget: usize,
+    ) -> Target {
         Target { table, stream, next, descriptor, conn: None, request_budget }
     }
 
@@ -104,7 +110,13 @@ impl Target {
 
     /// Append a batch's rows starting at `offset` (None: the `_default` stream, no
     /// offsets), as consecutive requests under the request limit.
-    pub async fn append_batch(&mut self, client: &WriteClient, rows: &[Vec<u8>], offset: Option<i64>, ctl: &mut RetryCtl) -> Result<BatchAppend, WriteError> {
+    pub async fn append_batch(
+        &mut self,
+        client: &WriteClient,
+        rows: &[Vec<u8>],
+        offset: Option<i64>,
+        ctl: &mut RetryCtl,
+    ) -> Result<BatchAppend, WriteError> {
         let mut already_existed = 0;
         let requests = split_requests(rows, self.request_budget);
         let many = requests.len() > 1;
@@ -116,7 +128,9 @@ impl Target {
             match self.append(client, &rows[r.clone()], at, ctl).await? {
                 AppendOutcome::Appended => {}
                 AppendOutcome::AlreadyExists => already_existed += 1,
-                AppendOutcome::RowErrors(errs) => return Ok(BatchAppend::RowErrors(errs.into_iter().map(|(j, m)| (r.start + j, m)).collect())),
+                AppendOutcome::RowErrors(errs) => {
+                    return Ok(BatchAppend::RowErrors(errs.into_iter().map(|(j, m)| (r.start + j, m)).collect()))
+                }
             }
             if many {
                 tracing::debug!(stream = %self.stream, request = i, rows = r.len(), "request of a multi-request batch appended");
@@ -128,7 +142,13 @@ impl Target {
     /// Append rows in one request, at `offset` when given, retrying transient
     /// failures on a new connection. A retried append with an offset is safe: if the
     /// first try landed, the retry gets ALREADY_EXISTS.
-    async fn append(&mut self, client: &WriteClient, rows: &[Vec<u8>], offset: Option<i64>, ctl: &mut RetryCtl) -> Result<AppendOutcome, WriteError> {
+    async fn append(
+        &mut self,
+        client: &WriteClient,
+        rows: &[Vec<u8>],
+        offset: Option<i64>,
+        ctl: &mut RetryCtl,
+    ) -> Result<AppendOutcome, WriteError> {
         let mut attempt = 0;
         loop {
             attempt += 1;

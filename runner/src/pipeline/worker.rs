@@ -51,7 +51,14 @@ pub struct WorkerSlot {
 impl WorkerSlot {
     /// A worker with an optional emulated capacity.
     pub fn new(id: u32, capacity: Option<Capacity>) -> WorkerSlot {
-        WorkerSlot { id, cpu: tokio::sync::Mutex::new(()), capacity, busy_us: AtomicU64::new(0), records: AtomicU64::new(0), bytes: AtomicU64::new(0) }
+        WorkerSlot {
+            id,
+            cpu: tokio::sync::Mutex::new(()),
+            capacity,
+            busy_us: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
     }
 
     /// Run `f` (the CPU work for `records` messages of `bytes` bytes) on this worker's

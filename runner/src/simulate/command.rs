@@ -91,27 +91,46 @@ struct TemplateSettings {
 }
 
 fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
-    let template = flexrun_templates::find(&a.template).ok_or_else(|| usage(format!("unknown template {:?}: flexrun simulate supports kafka-to-bq", a.template)))?;
+    let template = flexrun_templates::find(&a.template)
+        .ok_or_else(|| usage(format!("unknown template {:?}: flexrun simulate supports kafka-to-bq", a.template)))?;
     if template.name != "kafka-to-bq" {
-        return Err(usage(format!("flexrun simulate supports kafka-to-bq, not {} (its cost is the producer's, not a pipeline's)", template.name)));
+        return Err(usage(format!(
+            "flexrun simulate supports kafka-to-bq, not {} (its cost is the producer's, not a pipeline's)",
+            template.name
+        )));
     }
     let mut pairs = Vec::new();
     for p in &a.parameters {
         pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
     }
     // Where to read and write does not change a simulation; fill them in if left out.
-    for (k, v) in [("readBootstrapServerAndTopic", "simulated:9092;simulated"), ("outputTableSpec", "simulated:simulated.simulated")] {
+    for (k, v) in [
+        ("readBootstrapServerAndTopic", "simulated:9092;simulated"),
+        ("outputTableSpec", "simulated:simulated.simulated"),
+    ] {
         if !pairs.iter().any(|(n, _)| n == k) {
             pairs.push((k.into(), v.into()));
         }
     }
     let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
-    let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") { p.flag("useStorageWriteApiAtLeastOnce") } else { a.scaling.at_least_once_experiment() };
+    let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
+        p.flag("useStorageWriteApiAtLeastOnce")
+    } else {
+        a.scaling.at_least_once_experiment()
+    };
     let streams: f64 = p.get("numStorageWriteApiStreams").and_then(|v| v.parse().ok()).unwrap_or(0.0);
     // 0 means Beam's dynamic sharding: modelled as one stream per vCPU of the largest pool.
     let streams = if streams > 0.0 { streams } else { a.scaling.max_workers.unwrap_or(100) as f64 * 2.0 };
-    let triggering_s = p.get("storageWriteApiTriggeringFrequencySec").and_then(|v| v.parse().ok()).filter(|v: &f64| *v > 0.0).unwrap_or(5.0);
-    Ok(TemplateSettings { mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce }, streams, triggering_s })
+    let triggering_s = p
+        .get("storageWriteApiTriggeringFrequencySec")
+        .and_then(|v| v.parse().ok())
+        .filter(|v: &f64| *v > 0.0)
+        .unwrap_or(5.0);
+    Ok(TemplateSettings {
+        mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce },
+        streams,
+        triggering_s,
+    })
 }
 
 /// Build the configuration from the flags (every problem is a usage error).
@@ -132,7 +151,12 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
     let pricing = flexrun_estimator::Pricing::us_central1();
     let base_vcpus = match pricing.machine_types.get(&baseline.machine_type) {
         Some(m) => m.vcpus,
-        None => baseline.vcpus_per_worker.ok_or_else(|| usage(format!("baseline {baseline_name}: machine type {:?} is not a known one and the file gives no vcpus_per_worker", baseline.machine_type)))?,
+        None => baseline.vcpus_per_worker.ok_or_else(|| {
+            usage(format!(
+                "baseline {baseline_name}: machine type {:?} is not a known one and the file gives no vcpus_per_worker",
+                baseline.machine_type
+            ))
+        })?,
     };
     let mean = a.message_size.mean();
     let cost = match a.vcpu_capacity {
@@ -143,7 +167,9 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
     let base_records_per_s = match (a.qps, a.rate) {
         (Some(q), None) => q,
         (None, Some(r)) => r.bytes_per_second(mean) / mean,
-        (None, None) => return Err(usage("flexrun simulate needs the input: --qps N (messages/s) or --rate RATE (e.g. 1GiB/s)")),
+        (None, None) => {
+            return Err(usage("flexrun simulate needs the input: --qps N (messages/s) or --rate RATE (e.g. 1GiB/s)"))
+        }
         (Some(_), Some(_)) => unreachable!("clap rejects --qps with --rate"),
     };
     let profile = match &a.profile_file {
@@ -166,7 +192,14 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         return Err(usage("--series-interval must be at least 1s"));
     }
     Ok(SimConfig {
-        workload: Workload { base_records_per_s, message: a.message_size.clone(), partitions: a.partitions, duration_s, profile, noise: a.noise },
+        workload: Workload {
+            base_records_per_s,
+            message: a.message_size.clone(),
+            partitions: a.partitions,
+            duration_s,
+            profile,
+            noise: a.noise,
+        },
         mode: t.mode,
         pool,
         machine_type,
@@ -186,14 +219,18 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
 /// Run `flexrun simulate`.
 pub fn run(a: &SimulateArgs) -> Result<()> {
     let cfg = config(a)?;
-    let bar = crate::cli::progress_bar(cfg.workload.duration_s as u64, "simulating {bar:40} {pos}/{len} virtual s ({elapsed})");
+    let bar = crate::cli::progress_bar(
+        cfg.workload.duration_s as u64,
+        "simulating {bar:40} {pos}/{len} virtual s ({elapsed})",
+    );
     let started = std::time::Instant::now();
     let report = super::run(&cfg, &mut |t| bar.set_position(t as u64));
     bar.finish_and_clear();
     let wall = started.elapsed();
     tracing::info!(virtual_s = cfg.workload.duration_s, wall_ms = wall.as_millis() as u64, "simulation finished");
     if let Some(p) = &a.series {
-        super::report::write_series_csv(p, &report.series).map_err(|e| anyhow::anyhow!("cannot write --series {}: {e}", p.display()))?;
+        super::report::write_series_csv(p, &report.series)
+            .map_err(|e| anyhow::anyhow!("cannot write --series {}: {e}", p.display()))?;
     }
     if let Some(p) = &a.plot {
         let title = format!("kafka-to-bq {} ({})", cfg.mode.as_str(), cfg.pool.policy.as_str());
@@ -230,21 +267,42 @@ fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
     let published = flexrun_estimator::google_kafka_to_bq();
     let p = published.baselines.iter().find(|b| b.mode == cfg.mode).filter(|_| compare);
     println!("{:<44} {:>14} {:>22}", "result", "simulated", if compare { "Google (1 GiB/s, n=3)" } else { "" });
-    let row = |name: &str, sim: String, publ: Option<String>| println!("{:<44} {:>14} {:>22}", name, sim, publ.unwrap_or_else(|| "-".into()));
-    row("input throughput per worker (MB/s)", format!("{:.1}", s.throughput_per_worker_mb_s), p.and_then(|b| b.throughput_per_worker_mb_s).map(|v| format!("{v:.0}")));
-    row("mean CPU utilization", format!("{:.0}%", s.mean_cpu * 100.0), p.map(|b| format!("{:.0}%", b.mean_cpu * 100.0)));
+    let row = |name: &str, sim: String, publ: Option<String>| {
+        println!("{:<44} {:>14} {:>22}", name, sim, publ.unwrap_or_else(|| "-".into()))
+    };
+    row(
+        "input throughput per worker (MB/s)",
+        format!("{:.1}", s.throughput_per_worker_mb_s),
+        p.and_then(|b| b.throughput_per_worker_mb_s).map(|v| format!("{v:.0}")),
+    );
+    row(
+        "mean CPU utilization",
+        format!("{:.0}%", s.mean_cpu * 100.0),
+        p.map(|b| format!("{:.0}%", b.mean_cpu * 100.0)),
+    );
     row("workers (mean running)", format!("{:.1}", s.workers_mean), p.map(|b| format!("{:.0}", b.workers)));
     row("workers (min..max after warm-up)", format!("{}..{}", s.workers_min, s.workers_max), None);
-    row("Streaming Engine compute units per hour", format!("{:.1}", s.secu_per_hour), p.map(|b| format!("{:.0}", b.secu_per_hour)));
+    row(
+        "Streaming Engine compute units per hour",
+        format!("{:.1}", s.secu_per_hour),
+        p.map(|b| format!("{:.0}", b.secu_per_hour)),
+    );
     let lat = p.and_then(|b| b.latency_ms);
     for (i, q) in ["P50", "P95", "P99"].iter().enumerate() {
-        row(&format!("stage latency excl. input {q} (ms)"), format!("{:.0}", s.latency_ms[i]), lat.map(|l| format!("{:.0}", [l.p50, l.p95, l.p99][i])));
+        row(
+            &format!("stage latency excl. input {q} (ms)"),
+            format!("{:.0}", s.latency_ms[i]),
+            lat.map(|l| format!("{:.0}", [l.p50, l.p95, l.p99][i])),
+        );
     }
     row("latency incl. Kafka wait P99 (ms)", format!("{:.0}", s.end_to_end_ms[2]), None);
     row("throughput (MiB/s)", format!("{:.1}", s.throughput_mib_s), p.map(|b| format!("{:.0}", b.throughput_mib_s)));
     row("cost per hour (USD, us-central1)", format!("{:.2}", s.cost_per_hour), None);
     println!("bottleneck: {}", s.bottleneck.describe());
-    println!("capacity: {:.2} MiB/s per vCPU at 100% CPU; useful parallelism {} workers; {} worker-count changes", s.vcpu_capacity_mib_s, s.max_parallelism, s.decisions);
+    println!(
+        "capacity: {:.2} MiB/s per vCPU at 100% CPU; useful parallelism {} workers; {} worker-count changes",
+        s.vcpu_capacity_mib_s, s.max_parallelism, s.decisions
+    );
     for d in r.decisions.iter().filter(|d| d.is_change()).take(12) {
         println!("  t={:>7.0}s {:>3} → {:<3} {}: {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
     }

@@ -115,7 +115,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         if (t / LATENCY_WINDOW_S).fract() == 0.0 {
             let u = if lat_window.2 > 0.0 { lat_window.1 / lat_window.2 } else { 0.0 };
             let throughput = lat_window.0 / LATENCY_WINDOW_S;
-            let cond = WindowConditions { utilization: u, throughput_bytes_s: throughput * mean_bytes, exactly_once: cfg.exactly_once(), streams: cfg.streams, triggering_s: cfg.triggering_s };
+            let cond = WindowConditions {
+                utilization: u,
+                throughput_bytes_s: throughput * mean_bytes,
+                exactly_once: cfg.exactly_once(),
+                streams: cfg.streams,
+                triggering_s: cfg.triggering_s,
+            };
             let kafka_wait = if throughput > 0.0 { backlog_records / throughput } else { 0.0 };
             latency.add_window(&cond, lat_window.0, kafka_wait, t > cfg.warm_up_s, &mut rng, &mut series_acc.samples);
             series_acc.kafka_wait = kafka_wait;
@@ -140,7 +146,15 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
                 let snap = Snapshot {
                     time_s: t,
                     window_s,
-                    workers: window.records.iter().map(|&r| WorkerMetrics { busy_s: r / worker_rate, records: r as u64, bytes: (r * mean_bytes) as u64 }).collect(),
+                    workers: window
+                        .records
+                        .iter()
+                        .map(|&r| WorkerMetrics {
+                            busy_s: r / worker_rate,
+                            records: r as u64,
+                            bytes: (r * mean_bytes) as u64,
+                        })
+                        .collect(),
                     input_records_per_s: window.input_records / window_s,
                     input_bytes_per_s: window.input_records / window_s * mean_bytes,
                     backlog_records: backlog_records as u64,
@@ -167,7 +181,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         }
 
         if (t / cfg.series_interval_s).fract() == 0.0 {
-            let secu = cfg.secu_per_hour_per_mib_s * series_acc.totals.processed / (series_acc.totals.steps.max(1.0) * STEP_S) * mean_bytes / MIB;
+            let secu = cfg.secu_per_hour_per_mib_s * series_acc.totals.processed
+                / (series_acc.totals.steps.max(1.0) * STEP_S)
+                * mean_bytes
+                / MIB;
             report.series.push(series_acc.point(t, mean_bytes, secu));
             series_acc = SeriesAcc::default();
         }
@@ -184,19 +201,38 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
     let workers_mean = post.totals.running / steps_post;
     let billed_mean = post.totals.billed / steps_post;
     let secu = cfg.secu_per_hour_per_mib_s * processed_mib_s;
-    let machine = flexrun_estimator::Pricing::us_central1().machine_types.get(&cfg.machine_type).copied().unwrap_or(flexrun_estimator::MachineType { vcpus, memory_gb: 4.0 * vcpus });
-    let (items, per_hour) = flexrun_estimator::bill(billed_mean, &machine, secu, flexrun_estimator::Commitment::None, &flexrun_estimator::Pricing::us_central1());
+    let machine = flexrun_estimator::Pricing::us_central1()
+        .machine_types
+        .get(&cfg.machine_type)
+        .copied()
+        .unwrap_or(flexrun_estimator::MachineType { vcpus, memory_gb: 4.0 * vcpus });
+    let (items, per_hour) = flexrun_estimator::bill(
+        billed_mean,
+        &machine,
+        secu,
+        flexrun_estimator::Commitment::None,
+        &flexrun_estimator::Pricing::us_central1(),
+    );
     let [p50, p95, p99] = percentiles(&latency.stage_ms);
     let [e50, e95, e99] = percentiles(&latency.end_to_end_ms);
-    let growth_mib_s = (post.last_backlog - post.first_backlog) * mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
+    let growth_mib_s =
+        (post.last_backlog - post.first_backlog) * mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
     let input_mib_s = post.totals.input / (steps_post * STEP_S) * mean_bytes / MIB;
     let partition_cap_mib_s = parts as f64 * vcpu_rate * mean_bytes / MIB;
     let workers_cap_mib_s = limits.max_workers as f64 * worker_rate * mean_bytes / MIB;
     let bottleneck = if growth_mib_s > 0.01 * input_mib_s.max(1e-9) {
         if partition_cap_mib_s <= workers_cap_mib_s {
-            Bottleneck::Partitions { partitions: w.partitions, max_mib_s: partition_cap_mib_s, backlog_growth_mib_s: growth_mib_s }
+            Bottleneck::Partitions {
+                partitions: w.partitions,
+                max_mib_s: partition_cap_mib_s,
+                backlog_growth_mib_s: growth_mib_s,
+            }
         } else {
-            Bottleneck::MaxWorkers { max_workers: limits.max_workers, max_mib_s: workers_cap_mib_s, backlog_growth_mib_s: growth_mib_s }
+            Bottleneck::MaxWorkers {
+                max_workers: limits.max_workers,
+                max_mib_s: workers_cap_mib_s,
+                backlog_growth_mib_s: growth_mib_s,
+            }
         }
     } else {
         Bottleneck::None

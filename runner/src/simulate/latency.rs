@@ -38,7 +38,13 @@ pub struct LatencyModel {
 
 impl Default for LatencyModel {
     fn default() -> Self {
-        LatencyModel { work_item_s: 0.05, persist_median_s: 0.4, persist_sigma: 1.05, append_s: 0.15, append_threshold_bytes: 2.0 * 1024.0 * 1024.0 }
+        LatencyModel {
+            work_item_s: 0.05,
+            persist_median_s: 0.4,
+            persist_sigma: 1.05,
+            append_s: 0.15,
+            append_threshold_bytes: 2.0 * 1024.0 * 1024.0,
+        }
     }
 }
 
@@ -73,7 +79,8 @@ impl LatencyModel {
         let map = Exp::new((1.0 - u) / self.work_item_s).expect("positive rate").sample(rng);
         let mut total = map + self.append_s;
         if c.exactly_once {
-            let persist = LogNormal::new(self.persist_median_s.ln(), self.persist_sigma).expect("valid log-normal").sample(rng);
+            let persist =
+                LogNormal::new(self.persist_median_s.ln(), self.persist_sigma).expect("valid log-normal").sample(rng);
             total += persist + rng.random::<f64>() * self.batch_fill_s(c);
         }
         total
@@ -106,7 +113,15 @@ impl LatencyRecorder {
     /// Add a window in which `records` records were written, having waited
     /// `kafka_wait_s` in Kafka on average; the window's samples (seconds) are appended to
     /// `samples`. Only windows with `count` enter the histograms (warm-up is left out).
-    pub fn add_window(&mut self, c: &WindowConditions, records: f64, kafka_wait_s: f64, count: bool, rng: &mut impl Rng, samples: &mut Vec<f64>) {
+    pub fn add_window(
+        &mut self,
+        c: &WindowConditions,
+        records: f64,
+        kafka_wait_s: f64,
+        count: bool,
+        rng: &mut impl Rng,
+        samples: &mut Vec<f64>,
+    ) {
         let n = self.samples_per_window.max(1);
         let weight = (records / n as f64).round() as u64;
         for _ in 0..n {
@@ -144,7 +159,13 @@ mod tests {
     use rand::SeedableRng;
 
     fn cond(u: f64, exactly_once: bool) -> WindowConditions {
-        WindowConditions { utilization: u, throughput_bytes_s: 1024.0 * 1024.0 * 1000.0, exactly_once, streams: 400.0, triggering_s: 5.0 }
+        WindowConditions {
+            utilization: u,
+            throughput_bytes_s: 1024.0 * 1024.0 * 1000.0,
+            exactly_once,
+            streams: 400.0,
+            triggering_s: 5.0,
+        }
     }
 
     #[test]

@@ -62,7 +62,9 @@ impl CpuCost {
     pub fn from_baseline(b: &Baseline, vcpus: f64) -> CpuCost {
         let per_vcpu_bytes_s = b.worker_capacity_bytes_s() / vcpus;
         match b.vcpu_us_per_message {
-            Some(us) => CpuCost { vcpu_s_per_byte: b.vcpu_ns_per_byte.unwrap_or(0.0) * 1e-9, vcpu_s_per_message: us * 1e-6 },
+            Some(us) => {
+                CpuCost { vcpu_s_per_byte: b.vcpu_ns_per_byte.unwrap_or(0.0) * 1e-9, vcpu_s_per_message: us * 1e-6 }
+            }
             None => CpuCost { vcpu_s_per_byte: 1.0 / per_vcpu_bytes_s, vcpu_s_per_message: 0.0 },
         }
     }

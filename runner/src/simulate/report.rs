@@ -146,7 +146,18 @@ pub fn write_series_csv(path: &Path, series: &[SeriesPoint]) -> std::io::Result<
         writeln!(
             f,
             "{:.0},{:.1},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{:.1},{:.1},{:.3}",
-            p.time_s, p.input_records_per_s, p.input_mib_s, p.throughput_mib_s, p.workers, p.workers_billed, p.cpu, p.backlog_mib, p.kafka_wait_s, p.latency_p50_ms, p.latency_p99_ms, p.secu_per_hour
+            p.time_s,
+            p.input_records_per_s,
+            p.input_mib_s,
+            p.throughput_mib_s,
+            p.workers,
+            p.workers_billed,
+            p.cpu,
+            p.backlog_mib,
+            p.kafka_wait_s,
+            p.latency_p50_ms,
+            p.latency_p99_ms,
+            p.secu_per_hour
         )?;
     }
     f.flush()
@@ -163,19 +174,57 @@ pub fn write_plot_svg(path: &Path, title: &str, series: &[SeriesPoint]) -> Resul
     let hours: Vec<f64> = series.iter().map(|p| p.time_s / 3600.0).collect();
     let t_max = hours.last().copied().unwrap_or(1.0).max(1e-3);
     type Line<'a> = (&'a str, RGBAColor, &'a dyn Fn(&SeriesPoint) -> f64);
-    let panel = |area: &DrawingArea<SVGBackend, plotters::coord::Shift>, caption: &str, y_desc: &str, y_max: f64, lines: &[Line]| -> Result<(), String> {
-        let mut c = ChartBuilder::on(area).caption(caption, ("sans-serif", 18)).margin(8).x_label_area_size(28).y_label_area_size(56).build_cartesian_2d(0.0..t_max, 0.0..y_max).map_err(|e| err(&e))?;
+    let panel = |area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+                 caption: &str,
+                 y_desc: &str,
+                 y_max: f64,
+                 lines: &[Line]|
+     -> Result<(), String> {
+        let mut c = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 18))
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(|e| err(&e))?;
         c.configure_mesh().x_desc("hours").y_desc(y_desc).draw().map_err(|e| err(&e))?;
         for (label, color, f) in lines {
             let color = *color;
-            c.draw_series(LineSeries::new(hours.iter().zip(series).map(|(h, p)| (*h, f(p))), color)).map_err(|e| err(&e))?.label(*label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            c.draw_series(LineSeries::new(hours.iter().zip(series).map(|(h, p)| (*h, f(p))), color))
+                .map_err(|e| err(&e))?
+                .label(*label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
         }
         c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(|e| err(&e))
     };
     let y_workers = series.iter().map(|p| p.workers_billed.max(p.workers)).fold(1.0, f64::max) * 1.1;
-    panel(&top, &format!("{title}: workers"), "workers", y_workers, &[("running", BLUE.to_rgba(), &|p| p.workers), ("billed", RED.mix(0.6), &|p| p.workers_billed)])?;
-    panel(&mid, "CPU utilization and backlog wait", "CPU %", 100.0, &[("CPU %", GREEN.to_rgba(), &|p| p.cpu * 100.0), ("Kafka wait s (cut at 100)", MAGENTA.to_rgba(), &|p| p.kafka_wait_s.min(100.0))])?;
+    panel(
+        &top,
+        &format!("{title}: workers"),
+        "workers",
+        y_workers,
+        &[("running", BLUE.to_rgba(), &|p| p.workers), ("billed", RED.mix(0.6), &|p| p.workers_billed)],
+    )?;
+    panel(
+        &mid,
+        "CPU utilization and backlog wait",
+        "CPU %",
+        100.0,
+        &[
+            ("CPU %", GREEN.to_rgba(), &|p| p.cpu * 100.0),
+            ("Kafka wait s (cut at 100)", MAGENTA.to_rgba(), &|p| p.kafka_wait_s.min(100.0)),
+        ],
+    )?;
     let y_lat = series.iter().map(|p| p.latency_p99_ms / 1000.0).fold(1.0, f64::max) * 1.1;
-    panel(&bottom, "stage latency (excluding the input stage)", "seconds", y_lat, &[("P50", BLUE.to_rgba(), &|p| p.latency_p50_ms / 1000.0), ("P99", RED.to_rgba(), &|p| p.latency_p99_ms / 1000.0)])?;
+    panel(
+        &bottom,
+        "stage latency (excluding the input stage)",
+        "seconds",
+        y_lat,
+        &[
+            ("P50", BLUE.to_rgba(), &|p| p.latency_p50_ms / 1000.0),
+            ("P99", RED.to_rgba(), &|p| p.latency_p99_ms / 1000.0),
+        ],
+    )?;
     root.present().map_err(|e| err(&e))
 }

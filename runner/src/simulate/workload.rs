@@ -118,16 +118,29 @@ fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 impl Profile {
     /// Parse the inline form (see the module docs).
     pub fn parse(text: &str) -> Result<Profile, WorkloadError> {
-        let err = |problem: String| WorkloadError { what: "load profile", given: text.into(), problem, expected: PROFILE_FORM };
+        let err = |problem: String| WorkloadError {
+            what: "load profile",
+            given: text.into(),
+            problem,
+            expected: PROFILE_FORM,
+        };
         let (kind, args) = text.split_once(':').unwrap_or((text, ""));
         let pairs: Vec<(&str, &str)> = if args.trim().is_empty() {
             Vec::new()
         } else {
-            args.split(',').map(|kv| kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())).ok_or_else(|| err(format!("{kv:?} is not key=value")))).collect::<Result<_, _>>()?
+            args.split(',')
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.trim(), v.trim()))
+                        .ok_or_else(|| err(format!("{kv:?} is not key=value")))
+                })
+                .collect::<Result<_, _>>()?
         };
         let secs = |v: &str| time_s(v).map_err(|_| err(format!("{v:?} is not a duration (90s, 5m, 2h)")));
         let num = |v: &str| v.parse::<f64>().map_err(|_| err(format!("{v:?} is not a number")));
-        let get = |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).ok_or_else(|| err(format!("missing {key}=")));
+        let get = |key: &str| {
+            pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).ok_or_else(|| err(format!("missing {key}=")))
+        };
         let known = |keys: &[&str]| match pairs.iter().find(|(k, _)| !keys.contains(k)) {
             Some((k, _)) => Err(err(format!("unknown key {k:?} for {kind} (keys: {})", keys.join(", ")))),
             None => Ok(()),
@@ -137,18 +150,36 @@ impl Profile {
                 known(&[])?;
                 Profile::Constant
             }
-            "steps" => Profile::Steps { steps: pairs.iter().map(|(k, v)| Ok(Step { at: secs(k)?, multiplier: num(v)? })).collect::<Result<_, WorkloadError>>()? },
+            "steps" => Profile::Steps {
+                steps: pairs
+                    .iter()
+                    .map(|(k, v)| Ok(Step { at: secs(k)?, multiplier: num(v)? }))
+                    .collect::<Result<_, WorkloadError>>()?,
+            },
             "ramp" => {
                 known(&["from", "to", "start", "end"])?;
-                Profile::Ramp { from: num(get("from")?)?, to: num(get("to")?)?, start: get("start").map_or(Ok(0.0), secs)?, end: secs(get("end")?)? }
+                Profile::Ramp {
+                    from: num(get("from")?)?,
+                    to: num(get("to")?)?,
+                    start: get("start").map_or(Ok(0.0), secs)?,
+                    end: secs(get("end")?)?,
+                }
             }
             "sine" => {
                 known(&["amplitude", "period", "phase"])?;
-                Profile::Sine { amplitude: num(get("amplitude")?)?, period: secs(get("period")?)?, phase: get("phase").map_or(Ok(0.0), secs)? }
+                Profile::Sine {
+                    amplitude: num(get("amplitude")?)?,
+                    period: secs(get("period")?)?,
+                    phase: get("phase").map_or(Ok(0.0), secs)?,
+                }
             }
             "spikes" => {
                 known(&["every", "length", "height"])?;
-                Profile::Spikes { every: secs(get("every")?)?, length: secs(get("length")?)?, height: num(get("height")?)? }
+                Profile::Spikes {
+                    every: secs(get("every")?)?,
+                    length: secs(get("length")?)?,
+                    height: num(get("height")?)?,
+                }
             }
             other => return Err(err(format!("unknown kind {other:?}"))),
         };
@@ -158,14 +189,20 @@ impl Profile {
 
     /// Parse the YAML form (a `--profile-file`).
     pub fn from_yaml(name: &str, yaml: &str) -> Result<Profile, WorkloadError> {
-        let err = |problem: String| WorkloadError { what: "load profile file", given: name.into(), problem, expected: PROFILE_FORM };
+        let err = |problem: String| WorkloadError {
+            what: "load profile file",
+            given: name.into(),
+            problem,
+            expected: PROFILE_FORM,
+        };
         let p: Profile = serde_yaml::from_str(yaml).map_err(|e| err(e.to_string()))?;
         p.check().map_err(err)?;
         Ok(p)
     }
 
     fn check(&self) -> Result<(), String> {
-        let mult = |m: f64| if m >= 0.0 && m.is_finite() { Ok(()) } else { Err(format!("multiplier {m} must be 0 or more")) };
+        let mult =
+            |m: f64| if m >= 0.0 && m.is_finite() { Ok(()) } else { Err(format!("multiplier {m} must be 0 or more")) };
         match self {
             Profile::Constant => Ok(()),
             Profile::Steps { steps } => {
@@ -208,9 +245,15 @@ impl Profile {
     pub fn multiplier(&self, t: f64) -> f64 {
         match self {
             Profile::Constant => 1.0,
-            Profile::Steps { steps } => steps.iter().take_while(|s| s.at <= t).last().map_or(steps[0].multiplier, |s| s.multiplier),
-            Profile::Ramp { from, to, start, end } => from + (to - from) * ((t - start) / (end - start)).clamp(0.0, 1.0),
-            Profile::Sine { amplitude, period, phase } => 1.0 + amplitude * (std::f64::consts::TAU * (t + phase) / period).sin(),
+            Profile::Steps { steps } => {
+                steps.iter().take_while(|s| s.at <= t).last().map_or(steps[0].multiplier, |s| s.multiplier)
+            }
+            Profile::Ramp { from, to, start, end } => {
+                from + (to - from) * ((t - start) / (end - start)).clamp(0.0, 1.0)
+            }
+            Profile::Sine { amplitude, period, phase } => {
+                1.0 + amplitude * (std::f64::consts::TAU * (t + phase) / period).sin()
+            }
             Profile::Spikes { every, length, height } => {
                 if t.rem_euclid(*every) < *length {
                     *height
@@ -239,7 +282,8 @@ pub enum MessageSize {
 impl MessageSize {
     /// Parse `1KiB`, `uniform:512..1536`, `normal:1024,200` or `lognormal:800,0.5`.
     pub fn parse(text: &str) -> Result<MessageSize, WorkloadError> {
-        let err = |problem: String| WorkloadError { what: "message size", given: text.into(), problem, expected: SIZE_FORM };
+        let err =
+            |problem: String| WorkloadError { what: "message size", given: text.into(), problem, expected: SIZE_FORM };
         let size = |v: &str| flexrun_estimator::parse_size(v.trim()).map_err(|e| err(e.to_string()));
         let m = match text.split_once(':') {
             None => MessageSize::Fixed(size(text)?),
@@ -253,12 +297,22 @@ impl MessageSize {
             }
             Some(("normal", r)) => {
                 let (m, sd) = r.split_once(',').ok_or_else(|| err("normal needs MEAN,SD".into()))?;
-                let sd: f64 = sd.trim().parse().ok().filter(|v: &f64| *v >= 0.0).ok_or_else(|| err(format!("SD {sd:?} is not a number ≥ 0")))?;
+                let sd: f64 = sd
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|v: &f64| *v >= 0.0)
+                    .ok_or_else(|| err(format!("SD {sd:?} is not a number ≥ 0")))?;
                 MessageSize::Normal(size(m)?, sd)
             }
             Some(("lognormal", r)) => {
                 let (m, s) = r.split_once(',').ok_or_else(|| err("lognormal needs MEDIAN,SIGMA".into()))?;
-                let s: f64 = s.trim().parse().ok().filter(|v: &f64| (0.0..=3.0).contains(v)).ok_or_else(|| err(format!("SIGMA {s:?} is not a number in 0..3")))?;
+                let s: f64 = s
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|v: &f64| (0.0..=3.0).contains(v))
+                    .ok_or_else(|| err(format!("SIGMA {s:?} is not a number in 0..3")))?;
                 MessageSize::LogNormal(size(m)?, s)
             }
             Some((kind, _)) => return Err(err(format!("unknown distribution {kind:?}"))),
@@ -349,7 +403,11 @@ mod tests {
 
     #[test]
     fn yaml_profiles_take_durations_as_text_or_seconds() {
-        let p = Profile::from_yaml("p.yaml", "kind: steps\nsteps:\n  - {at: 0s, multiplier: 1}\n  - {at: 90, multiplier: 4}\n").unwrap();
+        let p = Profile::from_yaml(
+            "p.yaml",
+            "kind: steps\nsteps:\n  - {at: 0s, multiplier: 1}\n  - {at: 90, multiplier: 4}\n",
+        )
+        .unwrap();
         assert_eq!(p.multiplier(100.0), 4.0);
         let e = Profile::from_yaml("p.yaml", "kind: sine\namplitude: 0.1\n").unwrap_err().to_string();
         assert!(e.contains("p.yaml") && e.contains("period"), "{e}");

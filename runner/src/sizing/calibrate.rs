@@ -53,14 +53,18 @@ impl Shape {
             {"name": "message", "type": "STRING", "mode": "NULLABLE"}
         ]))
         .expect("seed schema");
-        let messages = (0..DISTINCT_MESSAGES as u64).map(|i| crate::local::seed_shape_message(i, 7, message_chars)).collect();
+        let messages =
+            (0..DISTINCT_MESSAGES as u64).map(|i| crate::local::seed_shape_message(i, 7, message_chars)).collect();
         Shape { name: format!("seed shape ({message_chars} characters of text)"), schema, messages }
     }
 
     /// Messages from a JSON Data Generator schema, mapped onto a BigQuery JSON schema.
     pub fn generator(name: &str, template: &str, schema: Schema) -> Result<Shape> {
         let mut g = crate::generator::Generator::new(template, 7).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let messages = (0..DISTINCT_MESSAGES).map(|_| g.next_string().map(String::into_bytes)).collect::<Result<Vec<_>, _>>().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let messages = (0..DISTINCT_MESSAGES)
+            .map(|_| g.next_string().map(String::into_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         Ok(Shape { name: name.to_string(), schema, messages })
     }
 
@@ -130,16 +134,30 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
             messages += 1;
         }
         let n = rows.len() as i64;
-        let slot = StreamSlot { stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(), offset, rows: n, ..Default::default() };
+        let slot = StreamSlot {
+            stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(),
+            offset,
+            rows: n,
+            ..Default::default()
+        };
         if let Some(log) = log.as_mut() {
             let ranges = BTreeMap::from([(0, (first as i64, messages as i64))]);
             let positions = BTreeMap::from([(0, messages as i64)]);
-            log.log_offsets(&OffsetEntry { batch: batch_id, ranges, positions, main: Some(slot.clone()), ..Default::default() })?;
+            log.log_offsets(&OffsetEntry {
+                batch: batch_id,
+                ranges,
+                positions,
+                main: Some(slot.clone()),
+                ..Default::default()
+            })?;
         }
         let req = AppendRowsRequest {
             write_stream: slot.stream.clone(),
             offset: matches!(mode, Mode::ExactlyOnce).then_some(offset),
-            rows: Some(Rows::ProtoRows(ProtoData { writer_schema: (batch_id == 0).then(|| ProtoSchema { proto_descriptor: Some(descriptor.clone()) }), rows: Some(ProtoRows { serialized_rows: rows }) })),
+            rows: Some(Rows::ProtoRows(ProtoData {
+                writer_schema: (batch_id == 0).then(|| ProtoSchema { proto_descriptor: Some(descriptor.clone()) }),
+                rows: Some(ProtoRows { serialized_rows: rows }),
+            })),
             ..Default::default()
         };
         std::hint::black_box(req.encode_to_vec());
@@ -198,7 +216,11 @@ pub fn baseline(main: &[Measurement], split: &BTreeMap<&'static str, (f64, f64)>
         .map(|m| {
             // SECU is Streaming Engine's, not measurable here: Google's published SECU per
             // MiB/s for the mode, scaled to this throughput.
-            let secu_rate = google.baselines.iter().find(|b| b.mode == m.mode).map_or(0.0, |b| b.secu_per_hour / b.throughput_mib_s);
+            let secu_rate = google
+                .baselines
+                .iter()
+                .find(|b| b.mode == m.mode)
+                .map_or(0.0, |b| b.secu_per_hour / b.throughput_mib_s);
             let throughput = m.mib_per_core_s * info.target_cpu;
             let s = split.get(m.mode.as_str());
             Baseline {
@@ -240,7 +262,15 @@ pub fn baseline_yaml(b: &BaselineFile, target_cpu: f64) -> Result<String> {
 
 /// A short description of this machine (CPU model and cores).
 pub fn machine_description() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| t.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string())).unwrap_or_else(|| "unknown CPU".into());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     format!("{model}, {cores} cores available")
 }

@@ -14,6 +14,8 @@
 //! Each trial uses a fresh producer and consumer and starts at the topic's end, so
 //! trials do not carry each other's backlog.
 
+use crate::microbatch::kafka::{Acks, Timed};
+use crate::microbatch::now_us;
 use anyhow::{anyhow, Context, Result};
 use flexrun_estimator::Trial;
 use hdrhistogram::Histogram;
@@ -21,8 +23,6 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
-use crate::microbatch::kafka::{Acks, Timed};
-use crate::microbatch::now_us;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
@@ -75,7 +75,8 @@ fn histogram() -> Histogram<u64> {
 /// The topic's partitions (None when the topic does not exist), or a clear error when
 /// the broker cannot be reached.
 pub fn topic_partitions(bootstrap: &str, topic: &str) -> Result<Option<Vec<i32>>> {
-    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("creating a Kafka client")?;
+    let c: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("creating a Kafka client")?;
     let md = c.fetch_metadata(None, Duration::from_secs(5)).map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e} (is it running? `scripts/stack.sh start` starts the local one)"))?;
     let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
     let mut ps: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
@@ -114,7 +115,9 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         .context("creating a Kafka consumer")?;
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
-        let (_, high) = consumer.fetch_watermarks(&cfg.topic, *p, Duration::from_secs(10)).map_err(|e| anyhow!("reading the end of {}/{p}: {e}", cfg.topic))?;
+        let (_, high) = consumer
+            .fetch_watermarks(&cfg.topic, *p, Duration::from_secs(10))
+            .map_err(|e| anyhow!("reading the end of {}/{p}: {e}", cfg.topic))?;
         tpl.add_partition_offset(&cfg.topic, *p, Offset::Offset(high)).map_err(|e| anyhow!("{e}"))?;
     }
     consumer.assign(&tpl).map_err(|e| anyhow!("assigning {}: {e}", cfg.topic))?;
@@ -163,11 +166,15 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
             behind = true; // more than half a second behind: the sender cannot keep up
         }
         payload[..8].copy_from_slice(&now_us().to_le_bytes());
-        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new((now_us(), 0))).payload(&payload[..]).partition(parts[next % parts.len()]);
+        let rec = BaseRecord::with_opaque_to(&cfg.topic, Box::new((now_us(), 0)))
+            .payload(&payload[..])
+            .partition(parts[next % parts.len()]);
         next += 1;
         match producer.send::<[u8], [u8]>(rec) {
             Ok(()) => sent += 1,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => std::thread::sleep(Duration::from_millis(1)),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
             Err((e, _)) => return Err(anyhow!("producing to {}: {e}", cfg.topic)),
         }
     }
@@ -213,6 +220,15 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         lag_growth,
         tripped: tripped.clone(),
     };
-    tracing::info!(size, offered = rate as u64, achieved = achieved as u64, produce_p99_ms = detail.produce_p99_ms, e2e_p99_ms = detail.end_to_end_p99_ms, lag_growth = lag_growth as i64, tripped = tripped.as_deref().unwrap_or("-"), "capacity trial");
+    tracing::info!(
+        size,
+        offered = rate as u64,
+        achieved = achieved as u64,
+        produce_p99_ms = detail.produce_p99_ms,
+        e2e_p99_ms = detail.end_to_end_p99_ms,
+        lag_growth = lag_growth as i64,
+        tripped = tripped.as_deref().unwrap_or("-"),
+        "capacity trial"
+    );
     Ok((Trial { offered: rate, achieved, tripped }, detail))
 }

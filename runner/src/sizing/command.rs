@@ -50,11 +50,19 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     // The main shape, and for the seed shape a small one to split per-message from per-byte cost.
     let (main, small) = match (&a.schema_template, &a.table_schema) {
         (Some(t), Some(s)) => {
-            let template = std::fs::read_to_string(t).map_err(|e| usage(format!("--schema-template {}: {e}", t.display())))?;
-            let schema_text = std::fs::read_to_string(s).map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
-            let json: serde_json::Value = serde_json::from_str(&schema_text).map_err(|e| usage(format!("--table-schema {}: not JSON: {e}", s.display())))?;
-            let schema = crate::schema::Schema::from_json(&json).map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
-            (Shape::generator(&t.display().to_string(), &template, schema).map_err(|e| usage(format!("--schema-template: {e}")))?, None)
+            let template =
+                std::fs::read_to_string(t).map_err(|e| usage(format!("--schema-template {}: {e}", t.display())))?;
+            let schema_text =
+                std::fs::read_to_string(s).map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
+            let json: serde_json::Value = serde_json::from_str(&schema_text)
+                .map_err(|e| usage(format!("--table-schema {}: not JSON: {e}", s.display())))?;
+            let schema = crate::schema::Schema::from_json(&json)
+                .map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
+            (
+                Shape::generator(&t.display().to_string(), &template, schema)
+                    .map_err(|e| usage(format!("--schema-template: {e}")))?,
+                None,
+            )
         }
         _ => (Shape::seed(962), Some(Shape::seed(64))),
     };
@@ -67,7 +75,10 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
         let m = calibrate::measure(mode, shape, seconds, &mut |f| b.set_position(base + (f * 100.0) as u64))?;
         done += 100;
         if m.rejected > 0 {
-            return Err(usage(format!("{} rows of {} did not map onto the table schema: check that --table-schema matches --schema-template", m.rejected, shape.name)));
+            return Err(usage(format!(
+                "{} rows of {} did not map onto the table schema: check that --table-schema matches --schema-template",
+                m.rejected, shape.name
+            )));
         }
         Ok(m)
     };
@@ -86,9 +97,14 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
             split.insert(m.mode.as_str(), c);
         }
     }
-    let info = BaselineInfo { date: chrono::Utc::now().format("%Y-%m-%d").to_string(), machine: calibrate::machine_description(), target_cpu: a.target_cpu };
+    let info = BaselineInfo {
+        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        machine: calibrate::machine_description(),
+        target_cpu: a.target_cpu,
+    };
     let file = calibrate::baseline(&mains, &split, &info);
-    std::fs::write(&a.output, calibrate::baseline_yaml(&file, a.target_cpu)?).map_err(|e| anyhow!("cannot write {}: {e}", a.output.display()))?;
+    std::fs::write(&a.output, calibrate::baseline_yaml(&file, a.target_cpu)?)
+        .map_err(|e| anyhow!("cannot write {}: {e}", a.output.display()))?;
     #[derive(Serialize)]
     struct Report<'a> {
         measurements: Vec<&'a Measurement>,
@@ -97,13 +113,38 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     }
     let all: Vec<&Measurement> = mains.iter().chain(&smalls).collect();
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&Report { measurements: all, baseline: &file, output: a.output.display().to_string() })?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&Report { measurements: all, baseline: &file, output: a.output.display().to_string() })?),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&Report {
+                measurements: all,
+                baseline: &file,
+                output: a.output.display().to_string()
+            })?
+        ),
+        Format::Yaml => print!(
+            "{}",
+            serde_yaml::to_string(&Report {
+                measurements: all,
+                baseline: &file,
+                output: a.output.display().to_string()
+            })?
+        ),
         Format::Table => {
             println!("kafka-to-bq processing path on one core of {}", info.machine);
-            println!("{:<14} {:>10} {:>12} {:>14} {:>12} {:>10}", "mode", "bytes/msg", "messages", "msg/core-s", "MiB/core-s", "CPU s");
+            println!(
+                "{:<14} {:>10} {:>12} {:>14} {:>12} {:>10}",
+                "mode", "bytes/msg", "messages", "msg/core-s", "MiB/core-s", "CPU s"
+            );
             for m in &all {
-                println!("{:<14} {:>10.0} {:>12} {:>14.0} {:>12.1} {:>10.2}", m.mode.as_str(), m.message_bytes, m.messages, m.messages_per_core_s, m.mib_per_core_s, m.cpu_s);
+                println!(
+                    "{:<14} {:>10.0} {:>12} {:>14.0} {:>12.1} {:>10.2}",
+                    m.mode.as_str(),
+                    m.message_bytes,
+                    m.messages,
+                    m.messages_per_core_s,
+                    m.mib_per_core_s,
+                    m.cpu_s
+                );
             }
             for (mode, (us, ns)) in &split {
                 println!("{mode}: {us:.2} vCPU-µs per message + {ns:.3} vCPU-ns per byte");
@@ -176,7 +217,9 @@ pub fn capacity_space(a: &CapacityArgs) -> Result<SearchSpace> {
         return Err(usage("--sizes: expected at least one message size"));
     }
     if let Some(s) = a.sizes.iter().find(|s| **s < 8.0 || **s > 10.0 * 1024.0 * 1024.0) {
-        return Err(usage(format!("--sizes: {s} bytes is outside 8 B to 10 MiB (a message carries an 8-byte timestamp)")));
+        return Err(usage(format!(
+            "--sizes: {s} bytes is outside 8 B to 10 MiB (a message carries an 8-byte timestamp)"
+        )));
     }
     if a.trial < Duration::from_secs(1) {
         return Err(usage("--trial: expected at least 1s (a trial must see its lag over time)"));
@@ -190,14 +233,28 @@ pub fn capacity_space(a: &CapacityArgs) -> Result<SearchSpace> {
 pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
     let space = capacity_space(a)?;
     let (bootstrap, topic) = (a.bootstrap_server.clone(), a.topic.clone());
-    let existing = tokio::task::spawn_blocking(move || capacity::topic_partitions(&bootstrap, &topic)).await.map_err(|e| anyhow!("metadata task: {e}"))??;
+    let existing = tokio::task::spawn_blocking(move || capacity::topic_partitions(&bootstrap, &topic))
+        .await
+        .map_err(|e| anyhow!("metadata task: {e}"))??;
     if existing.is_none() {
-        crate::kafka::create_topic(&a.bootstrap_server, &a.topic, a.partitions).await.map_err(|e| anyhow!("cannot create topic {} on {}: {e}", a.topic, a.bootstrap_server))?;
+        crate::kafka::create_topic(&a.bootstrap_server, &a.topic, a.partitions)
+            .await
+            .map_err(|e| anyhow!("cannot create topic {} on {}: {e}", a.topic, a.bootstrap_server))?;
     }
-    let cfg = ProbeConfig { bootstrap: a.bootstrap_server.clone(), topic: a.topic.clone(), trial: a.trial, p99_limit: a.p99_limit, lag_growth_limit_s: a.lag_growth_limit, achieved_ratio: 0.95 };
+    let cfg = ProbeConfig {
+        bootstrap: a.bootstrap_server.clone(),
+        topic: a.topic.clone(),
+        trial: a.trial,
+        p99_limit: a.p99_limit,
+        lag_growth_limit_s: a.lag_growth_limit,
+        achieved_ratio: 0.95,
+    };
     let sizes: Vec<usize> = a.sizes.iter().map(|s| *s as usize).collect();
     let per_size = space.max_trials() as u64;
-    let b = crate::cli::progress_bar(per_size * sizes.len() as u64, "capacity search {bar:40} {pos}/{len} trials at most ({msg})");
+    let b = crate::cli::progress_bar(
+        per_size * sizes.len() as u64,
+        "capacity search {bar:40} {pos}/{len} trials at most ({msg})",
+    );
     let results = tokio::task::spawn_blocking(move || -> Result<Vec<SizeResult>> {
         let mut out = Vec::new();
         for (i, &size) in sizes.iter().enumerate() {
@@ -212,7 +269,11 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
                         t
                     }
                     Err(e) => {
-                        let t = flexrun_estimator::Trial { offered: rate, achieved: 0.0, tripped: Some(format!("error: {e:#}")) };
+                        let t = flexrun_estimator::Trial {
+                            offered: rate,
+                            achieved: 0.0,
+                            tripped: Some(format!("error: {e:#}")),
+                        };
                         err.get_or_insert(e);
                         t
                     }
@@ -222,7 +283,13 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
                 return Err(e);
             }
             b.set_position(per_size * (i as u64 + 1));
-            out.push(SizeResult { message_bytes: size, messages_per_s: boundary.safe, mb_per_s: boundary.safe * size as f64 / 1e6, boundary, trials: details });
+            out.push(SizeResult {
+                message_bytes: size,
+                messages_per_s: boundary.safe,
+                mb_per_s: boundary.safe * size as f64 / 1e6,
+                boundary,
+                trials: details,
+            });
         }
         b.finish_and_clear();
         Ok(out)
@@ -236,17 +303,37 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&results)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&results)?),
         Format::Table => {
-            println!("capacity boundary of {} (topic {}, {}-s trials, p99 limit {} ms)", a.bootstrap_server, a.topic, a.trial.as_secs_f64(), a.p99_limit.as_millis());
-            println!("{:>10} {:>12} {:>10} {:>7}  {}", "bytes/msg", "messages/s", "MB/s", "trials", "above it (tripped)");
+            println!(
+                "capacity boundary of {} (topic {}, {}-s trials, p99 limit {} ms)",
+                a.bootstrap_server,
+                a.topic,
+                a.trial.as_secs_f64(),
+                a.p99_limit.as_millis()
+            );
+            println!(
+                "{:>10} {:>12} {:>10} {:>7}  {}",
+                "bytes/msg", "messages/s", "MB/s", "trials", "above it (tripped)"
+            );
             for r in &results {
                 let why = if r.boundary.above_range {
                     format!("nothing tripped up to --high {:.0}: raise it", a.high)
                 } else if r.boundary.below_range {
                     format!("below --low {:.0}: {}", a.low, r.boundary.tripped.clone().unwrap_or_default())
                 } else {
-                    format!("{:.0} msg/s: {}", r.boundary.failed.unwrap_or(0.0), r.boundary.tripped.clone().unwrap_or_default())
+                    format!(
+                        "{:.0} msg/s: {}",
+                        r.boundary.failed.unwrap_or(0.0),
+                        r.boundary.tripped.clone().unwrap_or_default()
+                    )
                 };
-                println!("{:>10} {:>12.0} {:>10.2} {:>7}  {}", r.message_bytes, r.messages_per_s, r.mb_per_s, r.boundary.trials.len(), why);
+                println!(
+                    "{:>10} {:>12.0} {:>10.2} {:>7}  {}",
+                    r.message_bytes,
+                    r.messages_per_s,
+                    r.mb_per_s,
+                    r.boundary.trials.len(),
+                    why
+                );
             }
         }
     }
@@ -271,7 +358,15 @@ fn plot_boundary(path: &std::path::Path, broker: &str, results: &[SizeResult]) -
     c.configure_mesh().x_desc("bytes per message (log)").y_desc("messages/s").draw().map_err(|e| err(&e))?;
     let pts: Vec<(f64, f64)> = results.iter().map(|r| (r.message_bytes as f64, r.messages_per_s)).collect();
     c.draw_series(LineSeries::new(pts.clone(), &BLUE)).map_err(|e| err(&e))?;
-    c.draw_series(results.iter().map(|r| Circle::new((r.message_bytes as f64, r.messages_per_s), 5, BLUE.filled()))).map_err(|e| err(&e))?;
-    c.draw_series(results.iter().map(|r| Text::new(format!("{:.1} MB/s", r.mb_per_s), (r.message_bytes as f64, r.messages_per_s * 1.05), ("sans-serif", 14)))).map_err(|e| err(&e))?;
+    c.draw_series(results.iter().map(|r| Circle::new((r.message_bytes as f64, r.messages_per_s), 5, BLUE.filled())))
+        .map_err(|e| err(&e))?;
+    c.draw_series(results.iter().map(|r| {
+        Text::new(
+            format!("{:.1} MB/s", r.mb_per_s),
+            (r.message_bytes as f64, r.messages_per_s * 1.05),
+            ("sans-serif", 14),
+        )
+    }))
+    .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
 }

@@ -110,7 +110,12 @@ fn http(method: &str, path: &str, body: &str) -> serde_json::Value {
     use std::io::{Read, Write};
     let addr = std::env::var("FLEXRUN_BQ_FAULTS").expect("FLEXRUN_BQ_FAULTS: run the tests with scripts/test.sh");
     let mut s = std::net::TcpStream::connect(&addr).expect("connect to the fault port");
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let json = out.split("\r\n\r\n").nth(1).unwrap_or_default();
@@ -136,21 +141,46 @@ pub fn run_job(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str])
 
 /// The command [`run_job`] runs, to add environment variables (e.g. FAILPOINTS).
 pub fn job_cmd(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Command {
-    let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap(), "--idle-timeout", idle, "--parameters", params];
+    let mut args = vec![
+        "--template",
+        "kafka-to-bq",
+        "--job-name",
+        job,
+        "--checkpoint-dir",
+        ckpt.to_str().unwrap(),
+        "--idle-timeout",
+        idle,
+        "--parameters",
+        params,
+    ];
     args.extend_from_slice(extra);
     flexrun(&args)
 }
 
 /// Start a kafka-to-bq job in the background.
 pub fn spawn_job(job: &str, ckpt: &Path, params: &str, extra: &[&str]) -> Child {
-    let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap(), "--parameters", params];
+    let mut args = vec![
+        "--template",
+        "kafka-to-bq",
+        "--job-name",
+        job,
+        "--checkpoint-dir",
+        ckpt.to_str().unwrap(),
+        "--parameters",
+        params,
+    ];
     args.extend_from_slice(extra);
     flexrun(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn flexrun")
 }
 
 /// Stdout and stderr as text, for assertion messages.
 pub fn text(o: &Output) -> String {
-    format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Wait for a child with a timeout; kill it if it overstays.
