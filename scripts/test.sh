@@ -5,8 +5,19 @@
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -p flexrun      extra arguments go to `cargo test`
+#
+# Plain `cargo test` (no services) runs the pure tests only; the integration tests sit
+# behind the `integration` (runner) and `browser` (web) features, turned on here.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+FEATURES="flexrun/failpoints,flexrun/integration,flexrun-web/browser"
+
+# Style and lints first: they fail fast and need no services.
+echo "[test] cargo fmt --check" >&2
+cargo fmt --all --check
+echo "[test] cargo clippy -D warnings" >&2
+cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings
 
 # Headless Chromium for the web pages' end-to-end test (Debian's package).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -22,4 +33,4 @@ eval "$(bash scripts/stack.sh env test)"
 
 # Release mode: the tests push 100k-message jobs through the real services, and the
 # debug build's message generation alone is ten times slower.
-cargo test --release --workspace --no-fail-fast --features flexrun/failpoints "$@" -- --test-threads=1
+cargo test --release --workspace --no-fail-fast --features "$FEATURES" "$@" -- --test-threads=1

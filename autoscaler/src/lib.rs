@@ -13,15 +13,22 @@
 //! - [`decision`]: [`Decision`] and [`Rationale`].
 //! - [`policy`]: the [`Policy`] trait, bounds (partitions, min/max), selection.
 //! - [`dataflow`] and [`ds2`]: the two policies.
+//! - [`spec`]: [`ScalingConfig`], the pool's settings and the one place a policy is built.
+//! - [`controller`]: [`Controller`], which decides and records (the live pool and
+//!   `simulate` both drive it).
 
+pub mod controller;
 pub mod dataflow;
 pub mod decision;
 pub mod ds2;
 pub mod metrics;
 pub mod policy;
+pub mod spec;
 
+pub use controller::Controller;
 pub use dataflow::{DataflowConfig, DataflowPolicy};
 pub use decision::{Decision, Rationale};
 pub use ds2::{Ds2Config, Ds2Policy};
 pub use metrics::{Limits, Snapshot, WorkerMetrics, DEFAULT_UTILIZATION_HINT};
-pub use policy::{make, Algorithm, Policy, PolicyError, PolicyKind};
+pub use policy::{Algorithm, Policy, PolicyError, PolicyKind};
+pub use spec::ScalingConfig;

@@ -2,7 +2,6 @@
 
 use crate::decision::{Decision, Rationale};
 use crate::metrics::{Limits, Snapshot};
-use crate::{dataflow::DataflowPolicy, ds2::Ds2Policy};
 use serde::{Deserialize, Serialize};
 
 /// A scaling policy: a deterministic function of its inputs and its own state.
@@ -125,15 +124,6 @@ impl Policy for Fixed {
     }
     fn name(&self) -> &'static str {
         "none"
-    }
-}
-
-/// The policy for an algorithm and kind.
-pub fn make(algorithm: Algorithm, kind: PolicyKind) -> Box<dyn Policy> {
-    match (algorithm, kind) {
-        (Algorithm::None, _) => Box::new(Fixed),
-        (Algorithm::ThroughputBased, PolicyKind::Dataflow) => Box::new(DataflowPolicy::default()),
-        (Algorithm::ThroughputBased, PolicyKind::Ds2) => Box::new(Ds2Policy::default()),
     }
 }
 

@@ -127,7 +127,7 @@ fn noisy_steady_load_does_not_oscillate() {
     for kind in [PolicyKind::Ds2, PolicyKind::Dataflow] {
         let mut m = Model::new(1000.0, 1000, 7);
         m.noise = 0.05;
-        let mut p = make(Algorithm::ThroughputBased, kind);
+        let mut p = policy(Algorithm::ThroughputBased, kind);
         let ds = run(p.as_mut(), &mut m, &LIMITS, &[(3600.0, 5000.0)], 10.0);
         let ch: Vec<_> = ds.iter().filter(|d| d.is_change()).collect();
         assert!(ch.len() <= 1, "{kind:?} changed {} times under ±5% noise: {ch:#?}", ch.len());
@@ -139,7 +139,7 @@ fn a_partition_limited_job_stops_at_the_partition_count_and_says_why() {
     for kind in [PolicyKind::Ds2, PolicyKind::Dataflow] {
         let mut m = Model::new(1000.0, 4, 1);
         let limits = Limits { max_parallelism: 4, ..LIMITS };
-        let mut p = make(Algorithm::ThroughputBased, kind);
+        let mut p = policy(Algorithm::ThroughputBased, kind);
         let ds = run(p.as_mut(), &mut m, &limits, &[(1800.0, 10_000.0)], 10.0);
         assert!(ds.iter().all(|d| d.to <= 4), "{kind:?}");
         let last = ds.last().unwrap();
@@ -154,13 +154,13 @@ fn min_and_max_workers_clamp() {
     for kind in [PolicyKind::Ds2, PolicyKind::Dataflow] {
         let limits = Limits { max_workers: 5, ..LIMITS };
         let mut m = Model::new(1000.0, 1000, 1);
-        let mut p = make(Algorithm::ThroughputBased, kind);
+        let mut p = policy(Algorithm::ThroughputBased, kind);
         let ds = run(p.as_mut(), &mut m, &limits, &[(1800.0, 10_000.0)], 10.0);
         assert_eq!(ds.last().unwrap().to, 5, "{kind:?}");
         assert!(ds.last().unwrap().detail.contains("max workers is 5"));
         let limits = Limits { min_workers: 3, ..LIMITS };
         let mut m = Model::new(1000.0, 1000, 6);
-        let mut p = make(Algorithm::ThroughputBased, kind);
+        let mut p = policy(Algorithm::ThroughputBased, kind);
         let ds = run(p.as_mut(), &mut m, &limits, &[(1800.0, 100.0)], 10.0);
         assert_eq!(ds.last().unwrap().to, 3, "{kind:?}");
         assert!(ds.iter().all(|d| d.to >= 3));
@@ -170,13 +170,13 @@ fn min_and_max_workers_clamp() {
 #[test]
 fn none_keeps_the_count_and_policies_are_deterministic() {
     let mut m = Model::new(1000.0, 1000, 4);
-    let mut p = make(Algorithm::None, PolicyKind::Ds2);
+    let mut p = policy(Algorithm::None, PolicyKind::Ds2);
     let ds = run(p.as_mut(), &mut m, &LIMITS, &[(600.0, 10_000.0)], 10.0);
     assert!(ds.iter().all(|d| d.to == 4));
     let trace = |kind| {
         let mut m = Model::new(1000.0, 1000, 3);
         m.noise = 0.1;
-        let mut p = make(Algorithm::ThroughputBased, kind);
+        let mut p = policy(Algorithm::ThroughputBased, kind);
         run(p.as_mut(), &mut m, &LIMITS, &[(300.0, 2000.0), (600.0, 9000.0), (600.0, 1000.0)], 10.0)
     };
     assert_eq!(trace(PolicyKind::Ds2), trace(PolicyKind::Ds2));
@@ -245,4 +245,9 @@ fn ds2_does_not_shrink_under_load_on_one_noisy_window() {
     assert!(!d.is_change(), "one low window is not enough: {d:?}");
     let d = p.decide(&snap(9.0, 2000.0, 100), &limits);
     assert!(d.is_change() && d.to < 8, "two low windows scale down: {d:?}");
+}
+
+/// The policy for an algorithm and kind, built the one way every caller builds it.
+fn policy(algorithm: Algorithm, kind: PolicyKind) -> Box<dyn Policy> {
+    ScalingConfig { algorithm, policy: kind, ..ScalingConfig::default() }.build_policy()
 }

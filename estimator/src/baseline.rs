@@ -108,6 +108,14 @@ pub struct BaselineFile {
 /// A baseline file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
+    /// The file cannot be read.
+    #[error("baseline file {name}: cannot read it: {source}")]
+    Read {
+        /// File name.
+        name: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Not YAML of the expected shape.
     #[error("baseline file {name}: {source}")]
     Yaml {
@@ -135,6 +143,21 @@ pub enum BaselineError {
 }
 
 impl BaselineFile {
+    /// The one baseline loader: the file at `path`, or Google's published kafka-to-bq
+    /// baselines when there is none. Returns the name to cite with it.
+    pub fn load(path: Option<&std::path::Path>) -> Result<(String, BaselineFile), BaselineError> {
+        match path {
+            None => Ok((GOOGLE_KAFKA_TO_BQ_NAME.to_string(), google_kafka_to_bq())),
+            Some(p) => {
+                let name = p.display().to_string();
+                let text =
+                    std::fs::read_to_string(p).map_err(|source| BaselineError::Read { name: name.clone(), source })?;
+                let file = BaselineFile::parse(&name, &text)?;
+                Ok((name, file))
+            }
+        }
+    }
+
     /// Parse and check a baseline file.
     pub fn parse(name: &str, yaml: &str) -> Result<BaselineFile, BaselineError> {
         let f: BaselineFile =
@@ -187,15 +210,15 @@ impl BaselineFile {
     }
 }
 
+/// The file name Google's built-in baselines are cited by.
+pub const GOOGLE_KAFKA_TO_BQ_NAME: &str = "google-kafka-to-bq-e2-standard-2.yaml";
+
 /// Google's published kafka-to-bq baselines (e2-standard-2), parsed once.
 pub fn google_kafka_to_bq() -> BaselineFile {
     static CELL: std::sync::OnceLock<BaselineFile> = std::sync::OnceLock::new();
     CELL.get_or_init(|| {
-        BaselineFile::parse(
-            "google-kafka-to-bq-e2-standard-2.yaml",
-            include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml"),
-        )
-        .expect("the shipped baseline is valid")
+        BaselineFile::parse(GOOGLE_KAFKA_TO_BQ_NAME, include_str!("../data/google-kafka-to-bq-e2-standard-2.yaml"))
+            .expect("the shipped baseline is valid")
     })
     .clone()
 }

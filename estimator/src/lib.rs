@@ -7,7 +7,8 @@
 //! parse their own.
 //!
 //! Layout:
-//! - [`units`]: rates and sizes with units (`100MiB/s`, `5000msg/s`, `1KiB`).
+//! - [`units`]: rates, sizes and durations with units (`100MiB/s`, `5000msg/s`,
+//!   `1KiB`, `90s`).
 //! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
 //! - [`estimate`](mod@estimate): the extrapolation and the bill.
@@ -20,8 +21,8 @@ pub mod estimate;
 pub mod pricing;
 pub mod units;
 
-pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode};
+pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode, GOOGLE_KAFKA_TO_BQ_NAME};
 pub use boundary::{search, Boundary, SearchError, SearchSpace, Trial};
 pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request};
 pub use pricing::{Commitment, MachineType, Pricing};
-pub use units::{parse_size, Rate, UnitError};
+pub use units::{parse_duration, parse_duration_or_zero, parse_size, Rate, UnitError};

@@ -1,6 +1,7 @@
 //! Rates and sizes with units: `100MiB/s`, `1.5GB/s`, `5000msg/s`, `1KiB`.
 
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// A rate as given: bytes per second, or messages per second (which need a size).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -80,6 +81,34 @@ pub fn parse_size(s: &str) -> Result<f64, UnitError> {
 
 /// Bytes in a MiB.
 pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// A duration as [`parse_duration`] takes it, or zero ("0", "0s").
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<f64>() == Ok(0.0) {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
+}
+
+/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v * mult)),
+        _ => Err(format!("invalid duration {s:?}: expected a positive number with ms, s, m or h (e.g. 5s)")),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,47 +1,41 @@
-//! flexrun's runner: executes Google's map-only Dataflow templates for real on one
-//! machine, against a real Kafka-compatible broker and BigQuery (Google's endpoints or
-//! the local emulator).
+//! flexrun's runner: the `flexrun` binary and the live engines. It executes Google's
+//! map-only Dataflow templates for real on one machine, against a real Kafka-compatible
+//! broker and BigQuery (Google's endpoints or the local emulator).
 //!
-//! # Layout
-//! - [`cli`]: the `flexrun` command line (clap), including the gcloud-compatible
-//!   `flexrun dataflow flex-template run ...` form; [`local`]: helpers that set up
-//!   topics, tables and sample data on the local stack.
-//! - [`config`]: a job's settings from validated template parameters
-//!   (`flexrun-templates` does the parameter parsing and validation).
-//! - Source: [`kafka`] (rdkafka: settings, partitions, positions, consumers).
-//! - Transform: [`schema`] (the table's schema) and [`transform`] (JSON message →
-//!   protobuf row, or the reason it cannot be); [`dlq`] builds dead-letter rows.
-//! - Sink: [`bigquery`] (REST via gcp-bigquery-client, Storage Write over gRPC).
-//! - [`generator`]: the streaming-data-generator template (JSON Data Generator
-//!   schemas at a steady rate into Kafka).
-//! - [`simulate`]: `flexrun simulate`, the same job at cloud scale in virtual time
-//!   with the real autoscaler in the loop.
-//! - [`sizing`]: `flexrun calibrate` (a baseline measured on this machine) and
-//!   `flexrun capacity` (the broker's saturation boundary).
-//! - [`microbatch`]: the `rate-to-stats` and `kafka-to-kafka` templates, Spark-style
-//!   micro-batches on the same offset/commit logs, for the progress-tracking benchmarks.
-//! - Execution: [`pipeline`] (shards, batches, the exactly-once protocol, drain) on
-//!   top of [`progress`] (the offset log and commit log) and [`stats`] (per-stage
-//!   latency histograms and counters).
+//! # Layout (lower layers first; nothing imports upwards)
+//! - [`stats`]: per-stage latency histograms ([`stats::Stage`]) and job counters.
+//! - [`kafka`]: one [`kafka::Connection`] (bootstrap + auth → client config) that builds
+//!   every consumer, producer and admin client, the source's partitions and offsets, and
+//!   one producer context that acknowledges and times deliveries.
+//! - [`bigquery`]: table refs, endpoints, schema, proto, REST, the Storage Write client
+//!   and a retrying append target.
+//! - [`progress`]: offset and commit logs, asynchronous progress.
+//! - Templates, one component each: [`kafka_to_bq`] (config, transform, dead letters,
+//!   shards and the exactly-once protocol, the live worker pool), [`microbatch`]
+//!   (rate-to-stats and kafka-to-kafka) and [`data_generator`]
+//!   (streaming-data-generator, on the pure `flexrun-generator` language).
+//! - [`sizing`]: `calibrate` (measuring the real commit path) and `capacity`.
+//! - [`local`]: set-up helpers for the local stack (topics, tables, sample data).
+//! - [`cli`]: clap types and printing, one file per subcommand; `main.rs` only parses,
+//!   sets up tracing and the runtime, and maps errors to exit codes.
 //!
-//! Errors are `thiserror` enums inside modules and `anyhow` from [`pipeline::run`]
-//! outwards.
+//! The pure cores live in their own crates: `flexrun-autoscaler` (policies),
+//! `flexrun-estimator` (estimates, units, baselines), `flexrun-simulate` (virtual time)
+//! and `flexrun-generator` (the JSON Data Generator language).
+//!
+//! Errors are `thiserror` enums inside modules and `anyhow` from the templates' `run`
+//! functions outwards.
 
 pub mod bigquery;
 pub mod cli;
-pub mod config;
-pub mod dlq;
-pub mod generator;
+pub mod data_generator;
 pub mod kafka;
+pub mod kafka_to_bq;
 pub mod local;
 pub mod microbatch;
-pub mod pipeline;
 pub mod progress;
-pub mod schema;
-pub mod simulate;
 pub mod sizing;
 pub mod stats;
-pub mod transform;
 
 /// A named crash point of the exactly-once protocol. Built with the `failpoints`
 /// feature and run with `FAILPOINTS=<name>=return` (or `N*off->return` to pass it N

@@ -2,11 +2,11 @@
 //! and count what landed. Used by `flexrun local ...`, the demo script, the
 //! integration tests and the benchmark script.
 
+use crate::bigquery::schema::Schema;
 use crate::bigquery::{rest, Endpoints, TableRef};
-use crate::schema::Schema;
+use crate::kafka::Connection;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use serde_json::json;
 use std::time::Duration;
@@ -75,12 +75,8 @@ pub async fn produce(
 /// One good message with id `id` whose `message` field has `chars` characters, to
 /// partition 0 (for the tests of records larger than an AppendRows request).
 pub async fn produce_large(bootstrap: &str, topic: &str, id: u64, chars: usize) -> Result<()> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("message.max.bytes", "33554432")
-        .set("message.timeout.ms", "60000")
-        .create()
-        .with_context(|| format!("creating a producer for {bootstrap}"))?;
+    let producer: FutureProducer = Connection::plaintext(bootstrap)
+        .client("a producer", &[("message.max.bytes", "33554432"), ("message.timeout.ms", "60000")])?;
     let payload = seed_message(id, 42, chars);
     producer
         .send(FutureRecord::<(), [u8]>::to(topic).partition(0).payload(payload.as_slice()), Duration::from_secs(60))
@@ -101,17 +97,18 @@ pub async fn produce_shaped(
     message_chars: usize,
     seed_shape: bool,
 ) -> Result<Produced> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "2000")
-        .set("queue.buffering.max.messages", "200000")
-        .set("message.timeout.ms", "60000")
-        // Large records for the reliability tests (librdkafka's default cap is 1 MB).
-        .set("message.max.bytes", "33554432")
-        .create()
-        .with_context(|| format!("creating a producer for {bootstrap}"))?;
+    let producer: FutureProducer = Connection::plaintext(bootstrap).client(
+        "a producer",
+        &[
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("batch.num.messages", "2000"),
+            ("queue.buffering.max.messages", "200000"),
+            ("message.timeout.ms", "60000"),
+            // Large records for the reliability tests (librdkafka's default cap is 1 MB).
+            ("message.max.bytes", "33554432"),
+        ],
+    )?;
     let mut out = Produced::default();
     let mut inflight = Vec::with_capacity(4096);
     for i in 0..count {

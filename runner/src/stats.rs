@@ -15,15 +15,65 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-/// Stage names, in display order.
-pub const STAGES: [&str; 4] = ["read", "transform", "write", "end_to_end"];
-
-fn new_hist() -> Histogram<u64> {
-    // Microseconds, up to one day, 3 significant digits.
-    Histogram::new_with_bounds(1, 86_400_000_000, 3).expect("valid histogram bounds")
+/// The stages of a kafka-to-bq record's path, in display order.
+///
+/// ```
+/// use flexrun::stats::{Stage, StageStats};
+/// let mut s = StageStats::default();
+/// s.record(Stage::Transform, 250);
+/// assert_eq!(Stage::Transform.as_str(), "transform");
+/// assert_eq!(Stage::ALL.len(), 4);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// Kafka record timestamp → the record is in the runner's hands.
+    Read,
+    /// Parse + map + encode of one record.
+    Transform,
+    /// One batch's durable log write plus its appends, until acknowledged.
+    Write,
+    /// Kafka record timestamp → its batch is acknowledged by BigQuery.
+    EndToEnd,
 }
 
-/// Latencies of the four stages, in microseconds.
+impl Stage {
+    /// Every stage, in display order.
+    pub const ALL: [Stage; 4] = [Stage::Read, Stage::Transform, Stage::Write, Stage::EndToEnd];
+
+    /// The name dashboards and Prometheus labels use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Transform => "transform",
+            Stage::Write => "write",
+            Stage::EndToEnd => "end_to_end",
+        }
+    }
+}
+
+/// Longest latency a histogram holds: one day, in microseconds.
+pub const MAX_LATENCY_US: u64 = 86_400_000_000;
+
+/// The one latency histogram shape: microseconds from 1 µs to one day, 3 significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
+}
+
+/// Quantile `q` of a microsecond histogram, in milliseconds (0 when empty).
+pub fn quantile_ms(h: &Histogram<u64>, q: f64) -> f64 {
+    if h.is_empty() {
+        0.0
+    } else {
+        h.value_at_quantile(q) as f64 / 1000.0
+    }
+}
+
+/// Record `micros` into `h`, clamped into its range.
+pub fn record_us(h: &mut Histogram<u64>, micros: u64) {
+    let _ = h.record(micros.clamp(1, MAX_LATENCY_US));
+}
+
+/// Latencies of the stages, in microseconds, keyed by [`Stage`].
 #[derive(Debug, Clone)]
 pub struct StageStats {
     hists: [Histogram<u64>; 4],
@@ -31,18 +81,18 @@ pub struct StageStats {
 
 impl Default for StageStats {
     fn default() -> Self {
-        StageStats { hists: [new_hist(), new_hist(), new_hist(), new_hist()] }
+        StageStats { hists: Stage::ALL.map(|_| histogram()) }
     }
 }
 
 impl StageStats {
-    /// Record `micros` for stage index `stage` (see [`STAGES`]), `count` times.
-    pub fn record_n(&mut self, stage: usize, micros: u64, count: u64) {
-        let _ = self.hists[stage].record_n(micros.clamp(1, 86_400_000_000), count);
+    /// Record `micros` for `stage`, `count` times.
+    pub fn record_n(&mut self, stage: Stage, micros: u64, count: u64) {
+        let _ = self.hists[stage as usize].record_n(micros.clamp(1, MAX_LATENCY_US), count);
     }
 
     /// Record one value.
-    pub fn record(&mut self, stage: usize, micros: u64) {
+    pub fn record(&mut self, stage: Stage, micros: u64) {
         self.record_n(stage, micros, 1);
     }
 
@@ -259,13 +309,13 @@ impl JobStats {
 }
 
 fn summarize(st: &StageStats) -> Vec<StageSummary> {
-    STAGES
+    Stage::ALL
         .iter()
         .zip(st.hists.iter())
-        .map(|(name, h)| {
-            let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1000.0 };
+        .map(|(stage, h)| {
+            let q = |p: f64| quantile_ms(h, p);
             StageSummary {
-                stage: name.to_string(),
+                stage: stage.as_str().to_string(),
                 count: h.len(),
                 p50_ms: q(0.5),
                 p95_ms: q(0.95),
@@ -348,7 +398,7 @@ mod tests {
         let job = JobStats::default();
         let mut st = StageStats::default();
         for v in 1..=100u64 {
-            st.record(3, v * 1000);
+            st.record(Stage::EndToEnd, v * 1000);
         }
         let counts = BatchCounts {
             read: 10,

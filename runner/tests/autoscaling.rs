@@ -2,6 +2,9 @@
 //! a generator stepping 2 → 10 → 2 MB/s, the ds2 policy. The pool must follow the
 //! load, and exactly-once must hold across every rescale (shards move between workers).
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;

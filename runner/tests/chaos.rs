@@ -4,6 +4,9 @@
 //! faults, rows, distinct ids, lost, duplicates, seconds from the last fault to a job
 //! that has written everything.
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;

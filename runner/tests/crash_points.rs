@@ -3,7 +3,7 @@
 //! (a `fail` failpoint, built with `--features failpoints`), restarts, and the test
 //! asserts no loss and no duplicate, counted in BigQuery, and that the recovery path
 //! the point targets really ran (a replay, ALREADY_EXISTS answers, or neither).
-#![cfg(feature = "failpoints")]
+#![cfg(all(feature = "failpoints", feature = "integration"))]
 
 mod common;
 

@@ -1,6 +1,9 @@
 //! streaming-data-generator against the real broker: exact message limits spread over
 //! every partition, and a steady rate measured from the Kafka timestamps themselves.
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;
@@ -27,14 +30,8 @@ async fn messages_limit_is_exact_and_spread_over_every_partition() {
     let o = generate(&s, &topic, 100_000, 50_000);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("50000 messages"), "{}", text(&o));
-    let settings = flexrun::kafka::SourceSettings {
-        bootstrap: s.kafka.clone(),
-        topic: topic.clone(),
-        auth: flexrun::kafka::Auth::None,
-        group_id: "t".into(),
-        start_earliest: true,
-    };
-    let hw = settings.high_watermarks(&[0, 1, 2, 3, 4, 5]).await.unwrap();
+    let metadata = flexrun::kafka::Metadata::new(&flexrun::kafka::Connection::plaintext(&s.kafka), &topic).unwrap();
+    let hw = metadata.high_watermarks(&[0, 1, 2, 3, 4, 5]).await.unwrap();
     assert_eq!(hw.values().sum::<i64>(), 50_000, "{hw:?}");
     assert!(hw.values().all(|n| *n > 0), "every partition gets messages: {hw:?}");
 }

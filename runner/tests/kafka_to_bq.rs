@@ -1,6 +1,9 @@
 //! kafka-to-bq against the real local stack: exactly-once with and without
 //! SIGKILLs, at-least-once, dead-letter routing, stopping without a DLQ, and drain.
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;

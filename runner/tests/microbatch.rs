@@ -1,6 +1,9 @@
 //! rate-to-stats and kafka-to-kafka: latency reports, bounded logs, and a crash under
 //! asynchronous progress tracking that replays and loses nothing (real broker).
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::{flexrun, text, wait_with_timeout};

@@ -1,6 +1,9 @@
 //! Asynchronous progress tracking on the real stack: a crash replays at most about
 //! one checkpoint interval, and loses nothing.
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;

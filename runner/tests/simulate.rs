@@ -7,14 +7,14 @@
 
 use clap::Parser;
 use flexrun::cli::{Cli, Command};
-use flexrun::simulate::{self, Bottleneck, SimConfig};
 use flexrun_autoscaler::Rationale;
+use flexrun_simulate::{self as simulate, Bottleneck, SimConfig};
 use std::process::Command as Process;
 
 fn config(args: &[&str]) -> SimConfig {
     let argv: Vec<&str> = ["flexrun", "simulate"].iter().chain(args).copied().collect();
     match Cli::try_parse_from(argv).expect("flags parse").command {
-        Some(Command::Simulate(a)) => simulate::command::config(&a).expect("valid config"),
+        Some(Command::Simulate(a)) => flexrun::cli::simulate::config(&a).expect("valid config"),
         other => panic!("not a simulate command: {other:?}"),
     }
 }
@@ -113,7 +113,7 @@ fn too_few_partitions_plateau_and_are_reported() {
 }
 
 /// A 2× load step at 3 h: the pool follows it, and a fresh policy built the way the
-/// live pool builds it (PoolConfig::policy) makes exactly the same decisions for the
+/// live pool builds it (ScalingConfig::build_policy) makes exactly the same decisions for the
 /// same snapshots.
 #[test]
 fn a_load_step_is_followed_with_the_live_pools_decisions() {
@@ -150,7 +150,7 @@ fn a_load_step_is_followed_with_the_live_pools_decisions() {
             "{policy}: {} changes, {reversals} reversals: {after_step:#?}",
             after_step.len()
         );
-        let mut live = cfg.pool.policy();
+        let mut live = cfg.pool.build_policy();
         let limits = cfg.pool.limits(r.summary.max_parallelism);
         assert!(!r.snapshots.is_empty());
         for (snap, decided) in &r.snapshots {

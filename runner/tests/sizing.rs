@@ -1,6 +1,7 @@
 //! `flexrun calibrate` writes a baseline that `estimate` and `simulate` read back, and
 //! `flexrun capacity` finds a boundary against the real local broker.
 
+#[cfg(feature = "integration")]
 mod common;
 
 use std::process::{Command, Output};
@@ -148,6 +149,8 @@ fn capacity_against_an_unreachable_broker_says_so() {
     assert!(err.contains("cannot reach the Kafka broker at 127.0.0.1:9"), "{err}");
 }
 
+/// Needs the local stack (the `integration` feature).
+#[cfg(feature = "integration")]
 #[test]
 fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
     let stack = common::stack();

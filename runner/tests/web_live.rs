@@ -1,5 +1,8 @@
 //! A running job with `--web`: its dashboard API and /metrics show live data.
 
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,9 @@
 //! the rendered results and the charts checked in the final DOM, screenshots saved
 //! under `test-artifacts/`.
 
+// Needs headless Chromium (scripts/test.sh installs it and turns this feature on).
+#![cfg(feature = "browser")]
+
 use flexrun_web::{serve, DecisionView, JobRegistry, MetricsPoint, StageLatency};
 use std::path::PathBuf;
 use std::process::Command;

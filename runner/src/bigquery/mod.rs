@@ -5,6 +5,9 @@
 //! - [`write`]: the crate's generated `BigQueryWriteClient` on a channel built here:
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
+//! - [`schema`]: a table's schema (columns, modes, fingerprint).
+//! - [`target`]: a retrying append target (reconnect, stream replacement, unbounded
+//!   jittered backoff on transient errors).
 //!
 //! [`Endpoints::resolve`] decides where both go: `BIGQUERY_EMULATOR_HOST` (REST,
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
@@ -12,6 +15,8 @@
 
 pub mod proto;
 pub mod rest;
+pub mod schema;
+pub mod target;
 pub mod write;
 
 use std::fmt;

@@ -5,7 +5,7 @@
 //! `DescriptorProto` (column i is field i+1, RECORDs are nested types) and the
 //! transform writes each row's wire bytes directly with the helpers below.
 
-use crate::schema::{ColumnType, Mode, Schema};
+use crate::bigquery::schema::{ColumnType, Mode, Schema};
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};

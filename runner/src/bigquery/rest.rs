@@ -1,7 +1,7 @@
 //! REST calls through `gcp-bigquery-client`.
 
 use super::{Endpoints, TableRef};
-use crate::schema::{Schema, SchemaError};
+use crate::bigquery::schema::{Schema, SchemaError};
 use async_trait::async_trait;
 use gcp_bigquery_client::auth::Authenticator;
 use gcp_bigquery_client::error::BQError;
@@ -21,7 +21,7 @@ pub enum RestError {
         /// REST base URL.
         endpoint: String,
         /// Cause.
-        source: BQError,
+        source: Box<BQError>,
     },
     /// The table does not exist or cannot be read.
     #[error("cannot read table {table} ({endpoint}): {source}")]
@@ -31,7 +31,7 @@ pub enum RestError {
         /// REST base URL.
         endpoint: String,
         /// Cause.
-        source: BQError,
+        source: Box<BQError>,
     },
     /// The table has a schema that flexrun cannot map onto.
     #[error("table {table}: {source}")]
@@ -39,7 +39,7 @@ pub enum RestError {
         /// Table.
         table: TableRef,
         /// Cause.
-        source: SchemaError,
+        source: Box<SchemaError>,
     },
     /// Any other call.
     #[error("BigQuery {what}: {source}")]
@@ -47,7 +47,7 @@ pub enum RestError {
         /// What was attempted.
         what: String,
         /// Cause.
-        source: BQError,
+        source: Box<BQError>,
     },
 }
 
@@ -71,12 +71,12 @@ pub async fn client(endpoints: &Endpoints) -> Result<Client, RestError> {
     } else {
         b.build_from_application_default_credentials().await
     };
-    r.map_err(|source| RestError::Client { endpoint: endpoints.rest.clone(), source })
+    r.map_err(|source| RestError::Client { endpoint: endpoints.rest.clone(), source: Box::new(source) })
 }
 
 fn to_schema(table: &TableRef, s: &TableSchema) -> Result<Schema, RestError> {
     let json = serde_json::to_value(s).expect("TableSchema serializes");
-    Schema::from_json(&json).map_err(|source| RestError::Schema { table: table.clone(), source })
+    Schema::from_json(&json).map_err(|source| RestError::Schema { table: table.clone(), source: Box::new(source) })
 }
 
 fn from_schema(s: &Schema) -> TableSchema {
@@ -88,7 +88,7 @@ pub async fn table_schema(c: &Client, endpoints: &Endpoints, t: &TableRef) -> Re
     let table = c.table().get(&t.project, &t.dataset, &t.table, None).await.map_err(|source| RestError::GetTable {
         table: t.clone(),
         endpoint: endpoints.rest.clone(),
-        source,
+        source: Box::new(source),
     })?;
     to_schema(t, &table.schema)
 }
@@ -102,7 +102,9 @@ pub async fn ensure_dataset(c: &Client, project: &str, dataset: &str) -> Result<
         Ok(_) => Ok(()),
         // Created meanwhile by someone else.
         Err(_) if c.dataset().get(project, dataset).await.is_ok() => Ok(()),
-        Err(source) => Err(RestError::Call { what: format!("create dataset {project}:{dataset}"), source }),
+        Err(source) => {
+            Err(RestError::Call { what: format!("create dataset {project}:{dataset}"), source: Box::new(source) })
+        }
     }
 }
 
@@ -119,7 +121,7 @@ pub async fn ensure_table(
     ensure_dataset(c, &t.project, &t.dataset).await?;
     if let Err(source) = c.table().create(Table::new(&t.project, &t.dataset, &t.table, from_schema(schema))).await {
         if table_schema(c, endpoints, t).await.is_err() {
-            return Err(RestError::Call { what: format!("create table {t}"), source });
+            return Err(RestError::Call { what: format!("create table {t}"), source: Box::new(source) });
         }
     }
     table_schema(c, endpoints, t).await
@@ -136,7 +138,7 @@ pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Opti
         .job()
         .query(project, QueryRequest::new(sql))
         .await
-        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source: Box::new(source) })?;
     let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
     if !rs.next_row() {
         return Ok(Vec::new());
@@ -144,9 +146,9 @@ pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Opti
     let n = rs.column_names().len();
     (0..n)
         .map(|i| {
-            rs.get_i64(i)
-                .or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok())))
-                .map_err(|source| RestError::Call { what: format!("read column {i} of {sql:?}"), source })
+            rs.get_i64(i).or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok()))).map_err(|source| {
+                RestError::Call { what: format!("read column {i} of {sql:?}"), source: Box::new(source) }
+            })
         })
         .collect()
 }
@@ -159,7 +161,7 @@ pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<
         .job()
         .query(project, req)
         .await
-        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source })?;
+        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source: Box::new(source) })?;
     let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
     let n = rs.column_names().len();
     let mut out = Vec::new();

@@ -2,18 +2,48 @@
 //! re-serialize, or copy), write to another topic and wait for the acknowledgements.
 
 use super::{Batch, Latencies, Record, Sink, Source};
-use anyhow::{anyhow, bail, Context, Result};
-use hdrhistogram::Histogram;
-use rdkafka::config::ClientConfig;
+use crate::kafka::{parse_server_and_topic, AckContext, Acks, Connection};
+use anyhow::{anyhow, bail, Result};
+use flexrun_templates::ResolvedParams;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// kafka-to-kafka's settings, from its template parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaToKafkaConfig {
+    /// `readBootstrapServerAndTopic`.
+    pub read: (Connection, String),
+    /// `writeBootstrapServerAndTopic`.
+    pub write: (Connection, String),
+    /// `kafkaReadOffset=earliest`.
+    pub start_earliest: bool,
+    /// `messageFormat` JSON (parse and re-serialize) rather than RAW (copy).
+    pub json: bool,
+}
+
+impl KafkaToKafkaConfig {
+    /// From validated parameters, or the parameter that is wrong and why.
+    pub fn from_params(p: &ResolvedParams) -> Result<KafkaToKafkaConfig, String> {
+        let split = |k: &str| {
+            parse_server_and_topic(p.get(k).unwrap_or_default())
+                .map(|(b, t)| (Connection::plaintext(&b), t))
+                .map_err(|e| format!("{k}: {e}"))
+        };
+        Ok(KafkaToKafkaConfig {
+            read: split("readBootstrapServerAndTopic")?,
+            write: split("writeBootstrapServerAndTopic")?,
+            start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
+            json: p.get("messageFormat") != Some("RAW"),
+        })
+    }
+}
 
 /// Reads one topic from explicit positions (no consumer-group offsets: the job's own
 /// logs are the progress record).
@@ -25,30 +55,32 @@ pub struct KafkaSource {
 }
 
 impl KafkaSource {
-    /// A source for `topic` on `bootstrap`; `earliest` decides where a fresh job starts.
-    pub fn new(bootstrap: &str, topic: &str, earliest: bool) -> Result<KafkaSource> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "flexrun-kafka-to-kafka")
-            .set("enable.auto.commit", "false")
-            .set("fetch.wait.max.ms", "5")
-            .set("fetch.min.bytes", "1")
-            .create()
-            .context("creating a Kafka consumer")?;
+    /// A source for `topic` on `conn`; `earliest` decides where a fresh job starts.
+    pub fn new((conn, topic): &(Connection, String), earliest: bool) -> Result<KafkaSource> {
+        let bootstrap = &conn.bootstrap;
+        let consumer: BaseConsumer = conn.client(
+            "a Kafka consumer",
+            &[
+                ("group.id", "flexrun-kafka-to-kafka"),
+                ("enable.auto.commit", "false"),
+                ("fetch.wait.max.ms", "5"),
+                ("fetch.min.bytes", "1"),
+            ],
+        )?;
         let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .fetch_metadata(Some(topic.as_str()), Duration::from_secs(10))
             .map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e}"))?;
         let mut partitions: Vec<i32> = md
             .topics()
             .iter()
-            .find(|t| t.name() == topic)
+            .find(|t| t.name() == topic.as_str())
             .map(|t| t.partitions().iter().map(|p| p.id()).collect())
             .unwrap_or_default();
         if partitions.is_empty() {
             bail!("topic {topic} does not exist on {bootstrap} (or has no partitions)");
         }
         partitions.sort_unstable();
-        Ok(KafkaSource { consumer, topic: topic.into(), partitions, earliest })
+        Ok(KafkaSource { consumer, topic: topic.clone(), partitions, earliest })
     }
 }
 
@@ -91,66 +123,9 @@ impl Source for KafkaSource {
     }
 }
 
-/// Delivery counters and latency, updated by librdkafka's delivery callbacks. Each
-/// message carries its creation time (µs since the epoch) as its opaque; the latency
-/// recorded is creation → acknowledgement.
-pub struct Acks {
-    /// Acknowledged.
-    pub ok: AtomicU64,
-    /// Failed after librdkafka's retries.
-    pub failed: AtomicU64,
-    /// The first failure.
-    pub first_error: Mutex<Option<String>>,
-    /// Creation → acknowledgement, µs.
-    pub latency_us: Mutex<Histogram<u64>>,
-    /// Read by the job → acknowledgement, µs (when the opaque carries a read time).
-    pub in_job_us: Mutex<Histogram<u64>>,
-}
-
-impl Acks {
-    /// Empty counters.
-    pub fn new() -> Arc<Acks> {
-        let h = || Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"));
-        Arc::new(Acks {
-            ok: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            first_error: Mutex::new(None),
-            latency_us: h(),
-            in_job_us: h(),
-        })
-    }
-}
-
-/// A producer context that fills [`Acks`].
-#[derive(Clone)]
-pub struct Timed(pub Arc<Acks>);
-
-impl ClientContext for Timed {}
-
-impl ProducerContext for Timed {
-    /// (created, read by the job) µs since the epoch; read 0 when not applicable.
-    type DeliveryOpaque = Box<(u64, u64)>;
-    fn delivery(&self, r: &DeliveryResult<'_>, times: Box<(u64, u64)>) {
-        match r {
-            Ok(_) => {
-                self.0.ok.fetch_add(1, Ordering::Relaxed);
-                let now = super::now_us();
-                let _ = self.0.latency_us.lock().expect("lock").record(now.saturating_sub(times.0).max(1));
-                if times.1 > 0 {
-                    let _ = self.0.in_job_us.lock().expect("lock").record(now.saturating_sub(times.1).max(1));
-                }
-            }
-            Err((e, _)) => {
-                self.0.failed.fetch_add(1, Ordering::Relaxed);
-                self.0.first_error.lock().expect("lock").get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-}
-
 /// Writes to one topic and returns when the broker has acknowledged the whole batch.
 pub struct KafkaSink {
-    producer: ThreadedProducer<Timed>,
+    producer: ThreadedProducer<AckContext<Box<(u64, u64)>>>,
     acks: Arc<Acks>,
     topic: String,
     json: bool,
@@ -158,18 +133,19 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// A sink for `topic` on `bootstrap`; with `json`, each message is parsed and re-serialized.
-    pub fn new(bootstrap: &str, topic: &str, json: bool) -> Result<KafkaSink> {
+    /// A sink for `topic` on `conn`; with `json`, each message is parsed and re-serialized.
+    pub fn new((conn, topic): &(Connection, String), json: bool) -> Result<KafkaSink> {
         let acks = Acks::new();
-        let producer: ThreadedProducer<Timed> = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "1")
-            .set("batch.num.messages", "10000")
-            .set("queue.buffering.max.messages", "1000000")
-            .create_with_context(Timed(acks.clone()))
-            .context("creating a Kafka producer")?;
-        Ok(KafkaSink { producer, acks, topic: topic.into(), json, sent: 0 })
+        let producer = conn.producer(
+            &[
+                ("enable.idempotence", "true"),
+                ("linger.ms", "1"),
+                ("batch.num.messages", "10000"),
+                ("queue.buffering.max.messages", "1000000"),
+            ],
+            AckContext::new(acks.clone()),
+        )?;
+        Ok(KafkaSink { producer, acks, topic: topic.clone(), json, sent: 0 })
     }
 }
 

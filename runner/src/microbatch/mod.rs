@@ -18,7 +18,7 @@
 pub mod kafka;
 pub mod rate;
 
-use crate::config::ProgressConfig;
+use crate::kafka_to_bq::config::ProgressConfig;
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -69,7 +69,7 @@ pub struct Latencies {
 
 impl Latencies {
     fn new() -> Latencies {
-        let h = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+        let h = crate::stats::histogram;
         Latencies { end_to_end_us: h(), in_job_us: h() }
     }
 
@@ -211,7 +211,7 @@ pub fn run(
             [0.0; 4]
         } else {
             [0.5, 0.99, 0.999]
-                .map(|p| h.value_at_quantile(p) as f64 / 1000.0)
+                .map(|p| crate::stats::quantile_ms(h, p))
                 .into_iter()
                 .chain([h.max() as f64 / 1000.0])
                 .collect::<Vec<_>>()

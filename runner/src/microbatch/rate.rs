@@ -6,6 +6,34 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// rate-to-stats' settings, from its template parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateConfig {
+    /// `rowsPerSecond`.
+    pub rows_per_second: f64,
+    /// `messageBytes` (at least 16: the record carries its creation time).
+    pub message_bytes: usize,
+    /// `messagesLimit` (None: unlimited).
+    pub limit: Option<u64>,
+}
+
+impl RateConfig {
+    /// From validated parameters, or the parameter that is wrong and why.
+    pub fn from_params(p: &flexrun_templates::ResolvedParams) -> Result<RateConfig, String> {
+        let num = |k: &str| p.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let rate = num("rowsPerSecond");
+        if rate <= 0.0 {
+            return Err("rowsPerSecond must be above 0".into());
+        }
+        let bytes = num("messageBytes") as usize;
+        if bytes < 16 {
+            return Err(format!("messageBytes={bytes}: expected at least 16"));
+        }
+        let limit = num("messagesLimit") as u64;
+        Ok(RateConfig { rows_per_second: rate, message_bytes: bytes, limit: (limit > 0).then_some(limit) })
+    }
+}
+
 /// The constant-rate source (Spark's `rate` source): record `i` is created `i / rate`
 /// seconds after the source starts (or resumes), in partition 0 at offset `i`.
 pub struct RateSource {

@@ -4,7 +4,7 @@
 //!
 //! The path measured is the runner's own, batch by batch as a shard runs it: parse and
 //! map every message onto the table's schema and encode it as a protobuf row
-//! ([`crate::transform::Mapper`]), build and serialize the Storage Write
+//! ([`crate::kafka_to_bq::transform::Mapper`]), build and serialize the Storage Write
 //! `AppendRowsRequest`, and, for exactly-once, write the batch's offset-log and
 //! commit-log entries ([`crate::progress::ShardLog`], purged inline so their CPU counts).
 //! Only this thread's CPU time is counted, so the figure is per core at 100% CPU,
@@ -13,9 +13,9 @@
 //! With the seed's shape it measures two message sizes and splits the cost into a part
 //! per message and a part per byte, which lets `simulate` price other sizes.
 
+use crate::bigquery::schema::Schema;
+use crate::kafka_to_bq::transform::Mapper;
 use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
-use crate::schema::Schema;
-use crate::transform::Mapper;
 use anyhow::{Context, Result};
 use flexrun_estimator::units::MIB;
 use flexrun_estimator::{Baseline, BaselineFile, Mode};
@@ -60,7 +60,7 @@ impl Shape {
 
     /// Messages from a JSON Data Generator schema, mapped onto a BigQuery JSON schema.
     pub fn generator(name: &str, template: &str, schema: Schema) -> Result<Shape> {
-        let mut g = crate::generator::Generator::new(template, 7).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let mut g = crate::data_generator::Generator::new(template, 7).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let messages = (0..DISTINCT_MESSAGES)
             .map(|_| g.next_string().map(String::into_bytes))
             .collect::<Result<Vec<_>, _>>()
@@ -107,7 +107,7 @@ fn thread_cpu_s() -> f64 {
 /// Run the processing path for `mode` over `shape` for about `seconds` of CPU time.
 /// `progress` gets the fraction done.
 pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut(f64)) -> Result<Measurement> {
-    let mapper = Mapper::new(shape.schema.clone(), crate::transform::DEFAULT_MAX_ROW_BYTES);
+    let mapper = Mapper::new(shape.schema.clone(), crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
     let descriptor = crate::bigquery::proto::descriptor(&shape.schema, "Row");
     let dir = tempfile::tempdir().context("creating a scratch directory for the progress logs")?;
     let mut log = match mode {

@@ -14,12 +14,11 @@
 //! Each trial uses a fresh producer and consumer and starts at the topic's end, so
 //! trials do not carry each other's backlog.
 
-use crate::microbatch::kafka::{Acks, Timed};
+use crate::kafka::{AckContext, Acks, Connection};
 use crate::microbatch::now_us;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use flexrun_estimator::Trial;
 use hdrhistogram::Histogram;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
@@ -69,14 +68,13 @@ pub struct TrialDetail {
 }
 
 fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+    crate::stats::histogram()
 }
 
 /// The topic's partitions (None when the topic does not exist), or a clear error when
 /// the broker cannot be reached.
 pub fn topic_partitions(bootstrap: &str, topic: &str) -> Result<Option<Vec<i32>>> {
-    let c: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("creating a Kafka client")?;
+    let c: BaseConsumer = Connection::plaintext(bootstrap).client("a Kafka client", &[])?;
     let md = c.fetch_metadata(None, Duration::from_secs(5)).map_err(|e| anyhow!("cannot reach the Kafka broker at {bootstrap}: {e} (is it running? `scripts/stack.sh start` starts the local one)"))?;
     let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
     let mut ps: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
@@ -96,23 +94,22 @@ pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>> {
 pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialDetail)> {
     let parts = partitions(&cfg.bootstrap, &cfg.topic)?;
     let acks = Acks::new();
-    let producer: ThreadedProducer<Timed> = ClientConfig::new()
-        .set("bootstrap.servers", &cfg.bootstrap)
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "200000")
-        .set("message.timeout.ms", "30000")
-        .create_with_context(Timed(acks.clone()))
-        .context("creating a Kafka producer")?;
+    let conn = Connection::plaintext(&cfg.bootstrap);
+    let producer: ThreadedProducer<AckContext<Box<(u64, u64)>>> = conn.producer(
+        &[
+            ("linger.ms", "5"),
+            ("batch.num.messages", "10000"),
+            ("queue.buffering.max.messages", "200000"),
+            ("message.timeout.ms", "30000"),
+        ],
+        AckContext::new(acks.clone()),
+    )?;
 
     // The consumer starts at the end of every partition.
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &cfg.bootstrap)
-        .set("group.id", "flexrun-capacity")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .context("creating a Kafka consumer")?;
+    let consumer: BaseConsumer = conn.client(
+        "a Kafka consumer",
+        &[("group.id", "flexrun-capacity"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "10")],
+    )?;
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
         let (_, high) = consumer
@@ -191,7 +188,7 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
     stop.store(true, Ordering::Relaxed);
     let e2e = reader.join().map_err(|_| anyhow!("the consumer thread panicked"))?;
     let produce = acks.latency_us.lock().expect("lock").clone();
-    let p99 = |h: &Histogram<u64>| if h.is_empty() { 0.0 } else { h.value_at_quantile(0.99) as f64 / 1000.0 };
+    let p99 = |h: &Histogram<u64>| crate::stats::quantile_ms(h, 0.99);
     // The rate over the second half: connection set-up in the first does not count.
     let achieved = match acked_mid {
         Some((t, n)) if window > t => (acked_in_window - n) as f64 / (window - t),

@@ -7,8 +7,8 @@
 //! - [`capacity`]: one probe trial against a real broker, judged by congestion indicators.
 //!   The search that chooses the rates is pure and lives in `flexrun-estimator`
 //!   (`boundary::search`).
-//! - [`command`]: both commands' flags, progress bars, tables, JSON and the chart.
+//!
+//! Both commands' flags, progress bars, tables and charts are in `cli::sizing`.
 
 pub mod calibrate;
 pub mod capacity;
-pub mod command;

@@ -1,0 +1,217 @@
+//! Running a template (`flexrun run`, the no-subcommand form, and
+//! `flexrun dataflow flex-template run`): parameters are validated before anything
+//! connects, then the template's component runs and its summary is printed.
+
+use super::flags::JobFlags;
+use super::ui::spawn_signal_handler;
+use crate::bigquery::Endpoints;
+use crate::kafka_to_bq::config::{KafkaToBqConfig, SinkKind};
+use crate::{data_generator, kafka_to_bq, microbatch, usage};
+use anyhow::{anyhow, Context, Result};
+use flexrun_templates::{parse_parameter_list, validate, ResolvedParams, Template};
+use tokio::sync::watch;
+
+/// The engines flexrun runs templates on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// kafka-to-bq: shards, the exactly-once protocol, the live worker pool.
+    KafkaToBq,
+    /// streaming-data-generator.
+    DataGenerator,
+    /// rate-to-stats (a rate source into a stats sink).
+    RateToStats,
+    /// kafka-to-kafka (micro-batches between two topics).
+    KafkaToKafka,
+}
+
+impl Engine {
+    /// The engine a built-in template runs on.
+    pub fn of(template: &Template) -> Option<Engine> {
+        match template.name.as_str() {
+            "kafka-to-bq" => Some(Engine::KafkaToBq),
+            "streaming-data-generator" => Some(Engine::DataGenerator),
+            "rate-to-stats" => Some(Engine::RateToStats),
+            "kafka-to-kafka" => Some(Engine::KafkaToKafka),
+            _ => None,
+        }
+    }
+}
+
+/// Validate the parameters and run `template` as job `job_name`.
+pub async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
+    if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
+        return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
+    }
+    let mut pairs = Vec::new();
+    for p in parameters {
+        pairs.extend(parse_parameter_list(p).map_err(|e| usage(e.to_string()))?);
+    }
+    let resolved = validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
+    for (k, v) in &resolved.pipeline_options {
+        eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
+    }
+    let engine = Engine::of(template)
+        .ok_or_else(|| anyhow!("template {} has no engine in this build of flexrun", template.name))?;
+    match engine {
+        Engine::KafkaToBq => run_kafka_to_bq(&resolved, job_name, flags).await,
+        Engine::DataGenerator => run_generator(&resolved, flags).await,
+        Engine::RateToStats | Engine::KafkaToKafka => run_microbatch(engine, &resolved, job_name, flags).await,
+    }
+}
+
+/// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
+/// drained, and print the summary and the autoscaling decisions.
+async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
+    let run_flags = flags.run_flags(job_name).map_err(usage)?;
+    let sink = run_flags.sink.clone();
+    let cfg = KafkaToBqConfig::from_params(resolved, run_flags).map_err(|errs| usage(errs.join("\n")))?;
+    let endpoints = match sink {
+        SinkKind::BigQuery => Some(
+            Endpoints::resolve(flags.bigquery_endpoint.as_deref(), flags.bigquery_grpc_endpoint.as_deref())
+                .map_err(usage)?,
+        ),
+        SinkKind::Stats { .. } => None,
+    };
+    for n in flags.notes() {
+        eprintln!("note: {n}");
+    }
+    if !resolved.was_given("useStorageWriteApiAtLeastOnce") && flags.at_least_once_experiment() {
+        eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
+    }
+    let web = match &flags.web {
+        Some(addr) => {
+            let jobs = flexrun_web::JobRegistry::default();
+            let (bound, _) = flexrun_web::serve(addr, jobs.clone())
+                .await
+                .map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
+            eprintln!("dashboard: http://{bound}/jobs/{job_name}  (cost estimate: http://{bound}/estimate, metrics: http://{bound}/metrics)");
+            Some(jobs)
+        }
+        None => None,
+    };
+    let (cancel_tx, _) = watch::channel(false);
+    spawn_signal_handler(cancel_tx.clone());
+    let report = kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await?;
+    println!(
+        "kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished",
+        job_name,
+        cfg.delivery.as_str(),
+        report.shards,
+        report.workers
+    );
+    print!("{}", report.summary.render(report.elapsed.as_secs_f64()));
+    if report.decisions.iter().any(|d| d.is_change()) {
+        println!("autoscaling ({} policy):", flags.scaling.autoscaling_policy);
+        println!("{:>9}  {:>7}  {:<40} detail", "time s", "workers", "rationale");
+        for d in &report.decisions {
+            println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
+        }
+    }
+    if let Some(path) = &flags.summary_json {
+        let j = serde_json::json!({
+            "job_name": job_name,
+            "delivery": cfg.delivery.as_str(),
+            "shards": report.shards,
+            "elapsed_s": report.elapsed.as_secs_f64(),
+            "workers": report.workers,
+            "decisions": report.decisions,
+            "summary": report.summary,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// streaming-data-generator: compile the schema, send at the rate, print the report.
+async fn run_generator(resolved: &ResolvedParams, flags: &JobFlags) -> Result<()> {
+    let cfg =
+        data_generator::GeneratorConfig::from_params(resolved, flags.seed).map_err(|errs| usage(errs.join("\n")))?;
+    // Compile the schema before anything connects, so schema errors exit with status 2.
+    data_generator::Generator::new(&cfg.schema, 0).map_err(|e| usage(format!("{}: {e}", cfg.schema_path)))?;
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    spawn_signal_handler(cancel_tx);
+    let to_stdout = cfg.sink == data_generator::SinkSpec::Stdout;
+    let r = data_generator::run(cfg, cancel_rx, !to_stdout).await?;
+    let line = format!(
+        "streaming-data-generator: {} messages in {:.2} s: {:.0} msg/s achieved, {:.0} msg/s target{}{} (seed {})",
+        r.sent,
+        r.elapsed_s,
+        r.achieved_qps,
+        r.target_qps,
+        r.delivered
+            .map(|d| format!(
+                ", {d} acknowledged by Kafka ({:.0} msg/s including the final flush)",
+                r.delivered_qps.unwrap_or(0.0)
+            ))
+            .unwrap_or_default(),
+        if r.fell_behind {
+            "; FELL BEHIND: this machine or the broker could not keep up with the target rate"
+        } else {
+            ""
+        },
+        r.seed
+    );
+    if to_stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    if let Some(path) = &flags.summary_json {
+        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// rate-to-stats and kafka-to-kafka: the micro-batch engine with its source and sink.
+async fn run_microbatch(
+    engine: Engine,
+    p: &flexrun_templates::ResolvedParams,
+    job_name: &str,
+    flags: &JobFlags,
+) -> Result<()> {
+    use crate::microbatch::{
+        kafka::{KafkaSink, KafkaSource, KafkaToKafkaConfig},
+        rate::{RateConfig, RateSource, StatsSink},
+        MicroBatchConfig, Sink, Source,
+    };
+    let cfg = MicroBatchConfig {
+        checkpoint_dir: flags.checkpoint_root().join(job_name),
+        progress: flags.progress(),
+        max_batch: flags.batch_rows,
+        idle_timeout: flags.idle_timeout,
+        latency_warm_up: flags.latency_warm_up,
+    };
+    let (mut source, mut sink): (Box<dyn Source + Send>, Box<dyn Sink + Send>) = match engine {
+        Engine::RateToStats => {
+            let c = RateConfig::from_params(p).map_err(usage)?;
+            (Box::new(RateSource::new(c.rows_per_second, c.message_bytes, c.limit)), Box::new(StatsSink::default()))
+        }
+        _ => {
+            let c = KafkaToKafkaConfig::from_params(p).map_err(usage)?;
+            let (source, sink) = tokio::task::spawn_blocking(move || -> Result<(KafkaSource, KafkaSink)> {
+                Ok((KafkaSource::new(&c.read, c.start_earliest)?, KafkaSink::new(&c.write, c.json)?))
+            })
+            .await??;
+            (Box::new(source), Box::new(sink))
+        }
+    };
+    let (cancel_tx, mut cancel_rx) = watch::channel(false);
+    spawn_signal_handler(cancel_tx);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    tokio::spawn(async move {
+        if cancel_rx.changed().await.is_ok() {
+            s2.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let report =
+        tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await??;
+    let name = if engine == Engine::RateToStats { "rate-to-stats" } else { "kafka-to-kafka" };
+    println!("{name} job {job_name} finished");
+    print!("{}", report.render());
+    if let Some(path) = &flags.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

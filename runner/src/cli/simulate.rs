@@ -1,0 +1,313 @@
+//! `flexrun simulate`: flags, building a [`SimConfig`], and printing the result.
+
+use super::flags::{Format, ScalingFlags};
+use crate::usage;
+use anyhow::Result;
+use clap::Args;
+use flexrun_estimator::parse_duration;
+use flexrun_estimator::{BaselineFile, Mode, Rate};
+use flexrun_simulate::{CpuCost, SimConfig, SimReport, DEFAULT_NOISE};
+use flexrun_simulate::{MessageSize, Profile, Workload};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `flexrun simulate --template kafka-to-bq ...`
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The template to simulate (kafka-to-bq).
+    #[arg(long, default_value = "kafka-to-bq")]
+    pub template: String,
+    /// Template parameters, as for a run (mode, numStorageWriteApiStreams,
+    /// storageWriteApiTriggeringFrequencySec are used; connection settings may be left out).
+    #[arg(long)]
+    pub parameters: Vec<String>,
+    /// Pool and autoscaling flags, as for a run.
+    #[command(flatten)]
+    pub scaling: ScalingFlags,
+    /// Input in messages per second (or give --rate).
+    #[arg(long, conflicts_with = "rate", allow_hyphen_values = true, value_parser = super::flags::positive_f64)]
+    pub qps: Option<f64>,
+    /// Input as a rate with a unit: 1GiB/s, 500MB/s, 1000000msg/s.
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    pub rate: Option<Rate>,
+    /// Message size: 1KiB, uniform:512..1536, normal:1024,200 or lognormal:800,0.5.
+    #[arg(long, default_value = "1KiB", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
+    pub message_size: MessageSize,
+    /// Kafka partitions of the topic.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub partitions: u32,
+    /// Virtual time to simulate (e.g. 24h, 90m).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Load profile: constant, steps:0=1,1h=2, ramp:from=..,to=..,start=..,end=.., sine:amplitude=..,period=.., spikes:every=..,length=..,height=..
+    #[arg(long, default_value = "constant", conflicts_with = "profile_file", value_parser = |s: &str| Profile::parse(s).map_err(|e| e.to_string()))]
+    pub profile: Profile,
+    /// The load profile as a YAML file ({kind: steps, steps: [{at: 0s, multiplier: 1}, ...]}).
+    #[arg(long)]
+    pub profile_file: Option<PathBuf>,
+    /// Relative noise of the input rate (0 for a perfectly flat input).
+    #[arg(long, default_value_t = DEFAULT_NOISE, allow_hyphen_values = true, value_parser = fraction)]
+    pub noise: f64,
+    /// Time new workers take to boot and join.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub startup: Duration,
+    /// Time excluded from the summary (default: a quarter of --duration, at most 2h).
+    #[arg(long, value_parser = parse_duration)]
+    pub warm_up: Option<Duration>,
+    /// A baseline file (as `flexrun calibrate` writes); default: Google's published figures.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Override the capacity: what one vCPU processes at 100% CPU (e.g. 11MiB/s or 12000msg/s).
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    pub vcpu_capacity: Option<Rate>,
+    /// Random seed (input noise and latency samples): the same inputs and seed give the same output.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output format of the summary.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the time series as CSV.
+    #[arg(long)]
+    pub series: Option<PathBuf>,
+    /// Seconds per series row.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub series_interval: Duration,
+    /// Draw workers, CPU and latency over time (SVG).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=0.5).contains(&v) => Ok(v),
+        _ => Err(format!("invalid value {s:?}: expected a fraction from 0 to 0.5")),
+    }
+}
+
+/// The template settings the simulation uses, after validating `--parameters`.
+struct TemplateSettings {
+    mode: Mode,
+    streams: f64,
+    triggering_s: f64,
+}
+
+fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
+    let template = flexrun_templates::find(&a.template)
+        .ok_or_else(|| usage(format!("unknown template {:?}: flexrun simulate supports kafka-to-bq", a.template)))?;
+    if template.name != "kafka-to-bq" {
+        return Err(usage(format!(
+            "flexrun simulate supports kafka-to-bq, not {} (its cost is the producer's, not a pipeline's)",
+            template.name
+        )));
+    }
+    let mut pairs = Vec::new();
+    for p in &a.parameters {
+        pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
+    }
+    // Where to read and write does not change a simulation; fill them in if left out.
+    for (k, v) in [
+        ("readBootstrapServerAndTopic", "simulated:9092;simulated"),
+        ("outputTableSpec", "simulated:simulated.simulated"),
+    ] {
+        if !pairs.iter().any(|(n, _)| n == k) {
+            pairs.push((k.into(), v.into()));
+        }
+    }
+    let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
+    let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
+        p.flag("useStorageWriteApiAtLeastOnce")
+    } else {
+        a.scaling.at_least_once_experiment()
+    };
+    let streams: f64 = p.get("numStorageWriteApiStreams").and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // 0 means Beam's dynamic sharding: modelled as one stream per vCPU of the largest pool.
+    let streams = if streams > 0.0 { streams } else { a.scaling.max_workers.unwrap_or(100) as f64 * 2.0 };
+    let triggering_s = p
+        .get("storageWriteApiTriggeringFrequencySec")
+        .and_then(|v| v.parse().ok())
+        .filter(|v: &f64| *v > 0.0)
+        .unwrap_or(5.0);
+    Ok(TemplateSettings {
+        mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce },
+        streams,
+        triggering_s,
+    })
+}
+
+/// Build the configuration from the flags (every problem is a usage error).
+pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
+    let t = template_settings(a)?;
+    let pool = a.scaling.pool().map_err(usage)?;
+    let machine_type = a.scaling.worker_machine_type.clone().unwrap_or_else(|| "e2-standard-2".into());
+    let (baseline_name, baseline) = match &a.baseline {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--baseline {}: {e}", p.display())))?;
+            let name = p.display().to_string();
+            let b = BaselineFile::parse(&name, &text).map_err(|e| usage(e.to_string()))?;
+            (name, b)
+        }
+        None => ("google-kafka-to-bq-e2-standard-2.yaml".to_string(), flexrun_estimator::google_kafka_to_bq()),
+    };
+    let b = baseline.for_mode(&baseline_name, t.mode).map_err(|e| usage(e.to_string()))?;
+    let pricing = flexrun_estimator::Pricing::us_central1();
+    let base_vcpus = match pricing.machine_types.get(&baseline.machine_type) {
+        Some(m) => m.vcpus,
+        None => baseline.vcpus_per_worker.ok_or_else(|| {
+            usage(format!(
+                "baseline {baseline_name}: machine type {:?} is not a known one and the file gives no vcpus_per_worker",
+                baseline.machine_type
+            ))
+        })?,
+    };
+    let mean = a.message_size.mean();
+    let cost = match a.vcpu_capacity {
+        Some(Rate::BytesPerSecond(r)) => CpuCost::bytes_per_s(r),
+        Some(Rate::MessagesPerSecond(r)) => CpuCost::messages_per_s(r),
+        None => CpuCost::from_baseline(b, base_vcpus),
+    };
+    let base_records_per_s = match (a.qps, a.rate) {
+        (Some(q), None) => q,
+        (None, Some(r)) => r.bytes_per_second(mean) / mean,
+        (None, None) => {
+            return Err(usage("flexrun simulate needs the input: --qps N (messages/s) or --rate RATE (e.g. 1GiB/s)"))
+        }
+        (Some(_), Some(_)) => unreachable!("clap rejects --qps with --rate"),
+    };
+    let profile = match &a.profile_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--profile-file {}: {e}", p.display())))?;
+            Profile::from_yaml(&p.display().to_string(), &text).map_err(|e| usage(e.to_string()))?
+        }
+        None => a.profile.clone(),
+    };
+    let duration_s = a.duration.as_secs_f64();
+    if duration_s < 60.0 {
+        return Err(usage(format!("--duration {duration_s} s is too short: expected at least 1m")));
+    }
+    let warm_up_s = a.warm_up.map_or(SimConfig::default_warm_up_s(duration_s), |d| d.as_secs_f64());
+    if warm_up_s >= duration_s {
+        return Err(usage(format!("--warm-up ({warm_up_s} s) must be shorter than --duration ({duration_s} s)")));
+    }
+    let series_interval_s = a.series_interval.as_secs_f64().round();
+    if series_interval_s < 1.0 {
+        return Err(usage("--series-interval must be at least 1s"));
+    }
+    Ok(SimConfig {
+        workload: Workload {
+            base_records_per_s,
+            message: a.message_size.clone(),
+            partitions: a.partitions,
+            duration_s,
+            profile,
+            noise: a.noise,
+        },
+        mode: t.mode,
+        pool,
+        machine_type,
+        cost,
+        streams: t.streams,
+        triggering_s: t.triggering_s,
+        startup_s: a.startup.as_secs_f64(),
+        warm_up_s,
+        secu_per_hour_per_mib_s: b.secu_per_hour / b.throughput_mib_s,
+        latency: flexrun_simulate::LatencyModel::default(),
+        seed: a.seed,
+        series_interval_s,
+        record_snapshots: false,
+    })
+}
+
+/// Run `flexrun simulate`.
+pub fn run(a: &SimulateArgs) -> Result<()> {
+    let cfg = config(a)?;
+    let bar = super::ui::progress_bar(
+        cfg.workload.duration_s as u64,
+        "simulating {bar:40} {pos}/{len} virtual s ({elapsed})",
+    );
+    let started = std::time::Instant::now();
+    let report = flexrun_simulate::run(&cfg, &mut |t| bar.set_position(t as u64));
+    bar.finish_and_clear();
+    let wall = started.elapsed();
+    tracing::info!(virtual_s = cfg.workload.duration_s, wall_ms = wall.as_millis() as u64, "simulation finished");
+    if let Some(p) = &a.series {
+        flexrun_simulate::report::write_series_csv(p, &report.series)
+            .map_err(|e| anyhow::anyhow!("cannot write --series {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &a.plot {
+        let title = format!("kafka-to-bq {} ({})", cfg.mode.as_str(), cfg.pool.policy.as_str());
+        flexrun_simulate::report::write_plot_svg(p, &title, &report.series).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        Format::Table => print_table(&cfg, &report, wall, a.baseline.is_none() && a.vcpu_capacity.is_none()),
+    }
+    Ok(())
+}
+
+/// The summary table; with Google's published column when the capacity is Google's.
+fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
+    let s = &r.summary;
+    let w = &cfg.workload;
+    println!(
+        "kafka-to-bq {} on {} · {:.0} msg/s of {} ({:.1} MiB/s), {} partitions · {} policy, hint {:.2}, workers {}..{} · {:.1} h simulated in {:.2} s",
+        cfg.mode.as_str(),
+        cfg.machine_type,
+        w.base_records_per_s,
+        w.message.describe(),
+        w.base_records_per_s * w.message.mean() / flexrun_estimator::units::MIB,
+        w.partitions,
+        cfg.pool.policy.as_str(),
+        cfg.pool.utilization_hint,
+        cfg.pool.min_workers,
+        cfg.pool.max_workers,
+        w.duration_s / 3600.0,
+        wall.as_secs_f64()
+    );
+    println!("after {:.1} h of warm-up:", cfg.warm_up_s / 3600.0);
+    let published = flexrun_estimator::google_kafka_to_bq();
+    let p = published.baselines.iter().find(|b| b.mode == cfg.mode).filter(|_| compare);
+    println!("{:<44} {:>14} {:>22}", "result", "simulated", if compare { "Google (1 GiB/s, n=3)" } else { "" });
+    let row = |name: &str, sim: String, publ: Option<String>| {
+        println!("{:<44} {:>14} {:>22}", name, sim, publ.unwrap_or_else(|| "-".into()))
+    };
+    row(
+        "input throughput per worker (MB/s)",
+        format!("{:.1}", s.throughput_per_worker_mb_s),
+        p.and_then(|b| b.throughput_per_worker_mb_s).map(|v| format!("{v:.0}")),
+    );
+    row(
+        "mean CPU utilization",
+        format!("{:.0}%", s.mean_cpu * 100.0),
+        p.map(|b| format!("{:.0}%", b.mean_cpu * 100.0)),
+    );
+    row("workers (mean running)", format!("{:.1}", s.workers_mean), p.map(|b| format!("{:.0}", b.workers)));
+    row("workers (min..max after warm-up)", format!("{}..{}", s.workers_min, s.workers_max), None);
+    row(
+        "Streaming Engine compute units per hour",
+        format!("{:.1}", s.secu_per_hour),
+        p.map(|b| format!("{:.0}", b.secu_per_hour)),
+    );
+    let lat = p.and_then(|b| b.latency_ms);
+    for (i, q) in ["P50", "P95", "P99"].iter().enumerate() {
+        row(
+            &format!("stage latency excl. input {q} (ms)"),
+            format!("{:.0}", s.latency_ms[i]),
+            lat.map(|l| format!("{:.0}", [l.p50, l.p95, l.p99][i])),
+        );
+    }
+    row("latency incl. Kafka wait P99 (ms)", format!("{:.0}", s.end_to_end_ms[2]), None);
+    row("throughput (MiB/s)", format!("{:.1}", s.throughput_mib_s), p.map(|b| format!("{:.0}", b.throughput_mib_s)));
+    row("cost per hour (USD, us-central1)", format!("{:.2}", s.cost_per_hour), None);
+    println!("bottleneck: {}", s.bottleneck.describe());
+    println!(
+        "capacity: {:.2} MiB/s per vCPU at 100% CPU; useful parallelism {} workers; {} worker-count changes",
+        s.vcpu_capacity_mib_s, s.max_parallelism, s.decisions
+    );
+    for d in r.decisions.iter().filter(|d| d.is_change()).take(12) {
+        println!("  t={:>7.0}s {:>3} → {:<3} {}: {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
+    }
+    if s.decisions > 12 {
+        println!("  ... {} more (use --format json for all)", s.decisions - 12);
+    }
+}

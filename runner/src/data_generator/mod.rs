@@ -1,0 +1,291 @@
+//! The streaming-data-generator template: JSON Data Generator schemas at a steady
+//! rate into Kafka (or a file, stdout, or nowhere).
+//!
+//! The language itself (schema → documents) is the `flexrun-generator` crate.
+//!
+//! Layout:
+//! - [`rate`]: the send schedule (pure); [`sink`]: the destinations.
+//! - this module: [`GeneratorConfig`] (from template parameters) and [`run`].
+
+pub mod rate;
+pub mod sink;
+
+use anyhow::{bail, Context, Result};
+pub use flexrun_generator::Generator;
+use flexrun_templates::ResolvedParams;
+use std::time::{Duration, Instant};
+
+/// Where generated messages go (`sinkType`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkSpec {
+    /// Kafka `bootstrapServer` / `kafkaTopic`.
+    Kafka {
+        /// host:port
+        bootstrap: String,
+        /// Topic.
+        topic: String,
+    },
+    /// A local file: `outputDirectory`/`outputFilenamePrefix`….json.
+    File(std::path::PathBuf),
+    /// Standard output.
+    Stdout,
+    /// Nowhere (measures the generator itself).
+    Null,
+}
+
+/// A generator job's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratorConfig {
+    /// Messages per second.
+    pub qps: f64,
+    /// The schema text.
+    pub schema: String,
+    /// Where it came from (for messages).
+    pub schema_path: String,
+    /// Stop after this many messages (None = run until stopped).
+    pub limit: Option<u64>,
+    /// Destination.
+    pub sink: SinkSpec,
+    /// Random seed.
+    pub seed: u64,
+}
+
+impl GeneratorConfig {
+    /// Build from validated parameters; errors name the parameter and what it expects.
+    pub fn from_params(p: &ResolvedParams, seed: Option<u64>) -> Result<GeneratorConfig, Vec<String>> {
+        let mut errs = Vec::new();
+        let qps: f64 = p.get("qps").and_then(|q| q.parse().ok()).unwrap_or(0.0);
+        if !(qps > 0.0 && qps.is_finite()) {
+            errs.push(format!("qps={}: expected a number of messages per second above 0", p.get("qps").unwrap_or("")));
+        }
+        let (schema, schema_path) = match (p.get("schemaLocation"), p.get("schemaTemplate")) {
+            (Some(loc), _) if loc.starts_with("gs://") => {
+                errs.push(format!(
+                    "schemaLocation={loc}: Cloud Storage is not reachable from here; give a local file path"
+                ));
+                (String::new(), loc.to_string())
+            }
+            (Some(loc), _) => match std::fs::read_to_string(loc) {
+                Ok(s) => (s, loc.to_string()),
+                Err(e) => {
+                    errs.push(format!("schemaLocation={loc}: cannot read the schema file: {e}"));
+                    (String::new(), loc.to_string())
+                }
+            },
+            (None, Some(t)) => {
+                errs.push(format!("schemaTemplate={t}: the built-in {t} schema is not bundled with flexrun; write it as a JSON Data Generator file and pass schemaLocation"));
+                (String::new(), String::new())
+            }
+            (None, None) => {
+                errs.push(
+                    "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required"
+                        .into(),
+                );
+                (String::new(), String::new())
+            }
+        };
+        let limit = match p.get("messagesLimit").unwrap_or("0").parse::<u64>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => {
+                errs.push("messagesLimit: expected a whole number (0 = unlimited)".into());
+                None
+            }
+        };
+        if let Some(t) = p.get("outputType").filter(|t| *t != "JSON") {
+            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON"));
+        }
+        let sink = match p.get("sinkType").unwrap_or("PUBSUB") {
+            "KAFKA" => match (p.get("bootstrapServer"), p.get("kafkaTopic")) {
+                (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
+                _ => {
+                    errs.push("sinkType=KAFKA needs bootstrapServer (host:port) and kafkaTopic".into());
+                    SinkSpec::Null
+                }
+            },
+            "FILE" => match p.get("outputDirectory") {
+                Some(d) if !d.starts_with("gs://") => SinkSpec::File(
+                    std::path::Path::new(d)
+                        .join(format!("{}generated.json", p.get("outputFilenamePrefix").unwrap_or("output-"))),
+                ),
+                Some(d) => {
+                    errs.push(format!(
+                        "outputDirectory={d}: Cloud Storage is not reachable from here; give a local directory"
+                    ));
+                    SinkSpec::Null
+                }
+                None => {
+                    errs.push("sinkType=FILE needs outputDirectory (a local directory)".into());
+                    SinkSpec::Null
+                }
+            },
+            "STDOUT" => SinkSpec::Stdout,
+            "NULL" => SinkSpec::Null,
+            other => {
+                errs.push(format!("sinkType={other} is Google's but not reachable from flexrun; use KAFKA, FILE, STDOUT or NULL (Google's default is PUBSUB, so set sinkType explicitly)"));
+                SinkSpec::Null
+            }
+        };
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        Ok(GeneratorConfig {
+            qps,
+            schema,
+            schema_path,
+            limit,
+            sink,
+            seed: seed.unwrap_or_else(|| rand::Rng::random(&mut rand::rng())),
+        })
+    }
+}
+
+/// What a generator run did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GeneratorReport {
+    /// Messages generated and handed to the sink.
+    pub sent: u64,
+    /// Messages the broker acknowledged (Kafka only).
+    pub delivered: Option<u64>,
+    /// Acknowledged messages per second, including the final flush (Kafka only).
+    pub delivered_qps: Option<f64>,
+    /// Seconds from the first message to the last send.
+    pub elapsed_s: f64,
+    /// Target rate.
+    pub target_qps: f64,
+    /// Achieved rate (sent / elapsed).
+    pub achieved_qps: f64,
+    /// Whether the sender fell behind the schedule by more than a second at some point.
+    pub fell_behind: bool,
+    /// The seed used.
+    pub seed: u64,
+    /// This process's user + system CPU seconds at the end (getrusage).
+    pub cpu_s: f64,
+}
+
+/// Run a generator until its limit, or until `cancel` becomes true.
+pub async fn run(
+    cfg: GeneratorConfig,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    progress: bool,
+) -> Result<GeneratorReport> {
+    let mut generator =
+        Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
+    let mut sink = match &cfg.sink {
+        SinkSpec::Kafka { bootstrap, topic } => sink::Sink::kafka(bootstrap, topic).await?,
+        SinkSpec::File(path) => {
+            if let Some(d) = path.parent() {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            }
+            sink::Sink::File(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+            ))
+        }
+        SinkSpec::Stdout => sink::Sink::Stdout(std::io::BufWriter::new(std::io::stdout())),
+        SinkSpec::Null => sink::Sink::Null,
+    };
+    let schedule = rate::Schedule::new(cfg.qps, cfg.limit);
+    let bar = if progress {
+        let b = match cfg.limit {
+            Some(l) => indicatif::ProgressBar::new(l),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} messages [{elapsed_precise}] {per_sec} {msg}",
+            )
+            .expect("template"),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let t0 = Instant::now();
+    // The generate loop is CPU-bound and blocking; run it on its own thread.
+    let handle = tokio::task::spawn_blocking(move || -> Result<(GeneratorReport, sink::Sink)> {
+        let mut buf = String::with_capacity(2048);
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut fell_behind = false;
+        let mut last_warn = Instant::now() - Duration::from_secs(60);
+        let mut last_ui = Instant::now();
+        loop {
+            if *cancel.borrow() || schedule.done(sent) {
+                break;
+            }
+            let elapsed = start.elapsed().as_secs_f64();
+            let due = schedule.due(elapsed);
+            if sent >= due {
+                let wait = schedule.due_at(sent) - elapsed;
+                std::thread::sleep(Duration::from_secs_f64(wait.clamp(0.0, 0.05)));
+                continue;
+            }
+            // Send everything due now (at most a few ms worth per round).
+            let burst_end = due.min(sent + (cfg.qps / 200.0).max(1.0) as u64);
+            while sent < burst_end {
+                generator.next_into(&mut buf).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
+                sink.send(buf.as_bytes(), chrono::Utc::now().timestamp_millis())?;
+                sent += 1;
+            }
+            let behind = schedule.behind_s(sent, start.elapsed().as_secs_f64());
+            if behind > rate::BEHIND_LIMIT_S {
+                fell_behind = true;
+                if last_warn.elapsed() > Duration::from_secs(5) {
+                    let rate = sent as f64 / start.elapsed().as_secs_f64();
+                    tracing::warn!(
+                        target_qps = cfg.qps,
+                        achieved_qps = rate as u64,
+                        behind_s = behind,
+                        "cannot keep up: this machine or the broker produces less than the target rate"
+                    );
+                    last_warn = Instant::now();
+                }
+            }
+            if last_ui.elapsed() > Duration::from_millis(200) {
+                bar.set_position(sent);
+                if let Some(d) = sink.delivered() {
+                    bar.set_message(format!("acked {d}"));
+                }
+                last_ui = Instant::now();
+            }
+        }
+        let elapsed_s = start.elapsed().as_secs_f64();
+        // Over a run of more than a second, less than 98% of the target rate is falling behind.
+        if elapsed_s > 1.0 && (sent as f64 / elapsed_s) < 0.98 * cfg.qps && !*cancel.borrow() {
+            fell_behind = true;
+        }
+        bar.set_position(sent);
+        bar.finish();
+        Ok((
+            GeneratorReport {
+                sent,
+                delivered: None,
+                delivered_qps: None,
+                elapsed_s,
+                target_qps: cfg.qps,
+                achieved_qps: if elapsed_s > 0.0 { sent as f64 / elapsed_s } else { 0.0 },
+                fell_behind,
+                seed: cfg.seed,
+                cpu_s: 0.0,
+            },
+            sink,
+        ))
+    });
+    let (mut report, mut sink) = handle.await.context("generator thread")??;
+    let (ok, failed) = sink.finish()?;
+    let (user, sys) = crate::stats::process_cpu_seconds();
+    report.cpu_s = user + sys;
+    if matches!(cfg.sink, SinkSpec::Kafka { .. }) {
+        report.delivered = Some(ok);
+        report.delivered_qps = Some(ok as f64 / t0.elapsed().as_secs_f64());
+        if failed > 0 || ok != report.sent {
+            bail!(
+                "{} of {} messages were not delivered to Kafka (first error: {})",
+                report.sent - ok,
+                report.sent,
+                sink.first_error().unwrap_or_else(|| "none reported".into())
+            );
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,150 @@
+//! [`Connection`]: where the brokers are and how to authenticate, turned into
+//! librdkafka settings. The only place a `ClientConfig` is created.
+
+use super::KafkaError;
+use rdkafka::config::{ClientConfig, FromClientConfig, FromClientConfigAndContext};
+use rdkafka::producer::{ProducerContext, ThreadedProducer};
+
+/// How to authenticate to the brokers (`kafkaReadAuthenticationMode`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Auth {
+    /// Plain TCP, no authentication.
+    None,
+    /// SASL/PLAIN (over TLS when a truststore is given).
+    SaslPlain {
+        /// Username.
+        username: String,
+        /// Password.
+        password: String,
+        /// PEM CA file, for SASL_SSL.
+        ca: Option<String>,
+    },
+    /// SASL/SCRAM-SHA-512 over TLS.
+    SaslScram512 {
+        /// Username.
+        username: String,
+        /// Password.
+        password: String,
+        /// PEM CA file.
+        ca: Option<String>,
+    },
+    /// TLS, optionally with a client certificate.
+    Tls {
+        /// PEM CA file.
+        ca: Option<String>,
+        /// PEM file with the client certificate and key (mTLS).
+        keystore: Option<String>,
+        /// Private key password.
+        key_password: Option<String>,
+    },
+}
+
+/// Bootstrap servers and authentication: enough to build any client.
+///
+/// ```
+/// use flexrun::kafka::Connection;
+/// let c = Connection::plaintext("localhost:9092");
+/// assert_eq!(c.config().get("bootstrap.servers"), Some("localhost:9092"));
+/// assert_eq!(c.config().get("security.protocol"), Some("plaintext"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connection {
+    /// `host:port[,host:port]`.
+    pub bootstrap: String,
+    /// Authentication.
+    pub auth: Auth,
+}
+
+/// librdkafka settings for a producer that sends in bulk: idempotent, batched.
+pub const BULK_PRODUCER: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("linger.ms", "5"),
+    ("batch.num.messages", "10000"),
+    ("queue.buffering.max.messages", "500000"),
+    ("message.timeout.ms", "120000"),
+];
+
+impl Connection {
+    /// Plain TCP without authentication (the local stack).
+    pub fn plaintext(bootstrap: &str) -> Connection {
+        Connection { bootstrap: bootstrap.to_string(), auth: Auth::None }
+    }
+
+    /// The librdkafka settings every client starts from: bootstrap servers, socket
+    /// timeout and authentication.
+    pub fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c.set("socket.timeout.ms", "10000");
+        apply_auth(&mut c, &self.auth);
+        c
+    }
+
+    /// A client of type `T` with these settings plus `extra`; `what` names it in errors.
+    pub fn client<T: FromClientConfig>(&self, what: &str, extra: &[(&str, &str)]) -> Result<T, KafkaError> {
+        let mut c = self.config();
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        c.create().map_err(|e| self.error(format!("cannot create {what}: {e}")))
+    }
+
+    /// A producer with a delivery context, these settings plus `extra`.
+    pub fn producer<C: ProducerContext>(
+        &self,
+        extra: &[(&str, &str)],
+        context: C,
+    ) -> Result<ThreadedProducer<C>, KafkaError>
+    where
+        ThreadedProducer<C>: FromClientConfigAndContext<C>,
+    {
+        let mut c = self.config();
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        c.create_with_context(context).map_err(|e| self.error(format!("cannot create a producer: {e}")))
+    }
+
+    fn error(&self, message: String) -> KafkaError {
+        KafkaError::Broker { bootstrap: self.bootstrap.clone(), topic: String::new(), message }
+    }
+}
+
+/// Add `auth`'s settings to `c`.
+pub(crate) fn apply_auth(c: &mut ClientConfig, auth: &Auth) {
+    match auth {
+        Auth::None => {
+            c.set("security.protocol", "plaintext");
+        }
+        Auth::SaslPlain { username, password, ca } => {
+            c.set("security.protocol", if ca.is_some() { "sasl_ssl" } else { "sasl_plaintext" })
+                .set("sasl.mechanism", "PLAIN")
+                .set("sasl.username", username)
+                .set("sasl.password", password);
+            if let Some(ca) = ca {
+                c.set("ssl.ca.location", ca);
+            }
+        }
+        Auth::SaslScram512 { username, password, ca } => {
+            c.set("security.protocol", "sasl_ssl")
+                .set("sasl.mechanism", "SCRAM-SHA-512")
+                .set("sasl.username", username)
+                .set("sasl.password", password);
+            if let Some(ca) = ca {
+                c.set("ssl.ca.location", ca);
+            }
+        }
+        Auth::Tls { ca, keystore, key_password } => {
+            c.set("security.protocol", "ssl");
+            if let Some(ca) = ca {
+                c.set("ssl.ca.location", ca);
+            }
+            if let Some(ks) = keystore {
+                c.set("ssl.certificate.location", ks).set("ssl.key.location", ks);
+            }
+            if let Some(p) = key_password {
+                c.set("ssl.key.password", p);
+            }
+        }
+    }
+}

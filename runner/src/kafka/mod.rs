@@ -1,0 +1,148 @@
+//! Kafka, through rdkafka: one place that builds clients, the source's partitions and
+//! positions, and one producer context.
+//!
+//! # Layout
+//! - [`connection`]: [`Connection`] (bootstrap servers + authentication → librdkafka
+//!   settings). Every consumer, producer and admin client in flexrun is built from
+//!   [`Connection::config`], so none skips the authentication settings.
+//! - [`source`]: [`SourceSettings`] (topic, group, where a fresh job starts), the
+//!   per-shard consumers, start positions, `assign` and informational commits.
+//! - [`metadata`]: [`Metadata`], one long-lived client per job for partitions and
+//!   watermarks (the dashboard and the autoscaler read them every few seconds).
+//! - [`acks`]: [`AckContext`], the one producer context: counts acknowledgements and
+//!   failures, and times them when messages carry their creation time.
+//! - [`admin`]: topic creation for the local stack, tests and the demo.
+//!
+//! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
+//! protocol: the job's checkpoint, not the group, is the source of truth for where
+//! each partition stands. `consumerGroupId` is still sent as `group.id`, its
+//! committed offsets seed a job that has no checkpoint yet, and with
+//! `enableCommitOffsets=true` processed offsets are committed back for lag tools.
+
+pub mod acks;
+pub mod admin;
+pub mod connection;
+pub mod metadata;
+pub mod source;
+
+pub use acks::{AckContext, Acks, Timing};
+pub use admin::create_topic;
+pub use connection::{Auth, Connection};
+pub use metadata::Metadata;
+pub use source::{assign, commit_positions, SourceSettings};
+
+/// Kafka failures, naming the broker and topic.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// Settings that cannot work.
+    #[error("{0}")]
+    Config(String),
+    /// The broker did not answer or the topic does not exist.
+    #[error("Kafka {bootstrap} topic {topic}: {message}")]
+    Broker {
+        /// Bootstrap servers.
+        bootstrap: String,
+        /// Topic.
+        topic: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Split `readBootstrapServerAndTopic` into servers and topic; a Managed Kafka topic
+/// path becomes its bootstrap address, as Google's KafkaTopicUtils does.
+pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
+    if let Some(rest) = v.strip_prefix("projects/") {
+        let parts: Vec<&str> = rest.split('/').collect();
+        if let [p, "locations", r, "clusters", c, "topics", t] = parts.as_slice() {
+            return Ok((format!("bootstrap.{c}.{r}.managedkafka.{p}.cloud.goog:9092"), t.to_string()));
+        }
+        return Err(KafkaError::Config(format!(
+            "readBootstrapServerAndTopic {v:?}: expected projects/P/locations/R/clusters/C/topics/T"
+        )));
+    }
+    match v.split_once(';') {
+        Some((servers, topic)) if !servers.is_empty() && !topic.is_empty() && !topic.contains(',') => {
+            Ok((servers.to_string(), topic.to_string()))
+        }
+        Some((_, topic)) if topic.contains(',') => Err(KafkaError::Config(format!(
+            "readBootstrapServerAndTopic {v:?}: one job reads one topic (got {topic:?})"
+        ))),
+        _ => {
+            Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: expected host:port[,host:port];topic")))
+        }
+    }
+}
+
+/// Resolve a credential parameter: `env:VAR`, `file:PATH` or the literal value.
+/// Google's Secret Manager paths (`projects/.../secrets/...`) cannot be read here.
+pub fn resolve_secret(param: &str, v: &str) -> Result<String, KafkaError> {
+    if let Some(var) = v.strip_prefix("env:") {
+        return std::env::var(var)
+            .map_err(|_| KafkaError::Config(format!("{param}: environment variable {var} is not set")));
+    }
+    if let Some(path) = v.strip_prefix("file:") {
+        return std::fs::read_to_string(path)
+            .map(|s| s.trim_end().to_string())
+            .map_err(|e| KafkaError::Config(format!("{param}: cannot read {path}: {e}")));
+    }
+    if v.starts_with("projects/") && v.contains("/secrets/") {
+        return Err(KafkaError::Config(format!(
+            "{param}: Secret Manager ({v}) is not reachable from here; pass the value, env:VAR or file:PATH"
+        )));
+    }
+    Ok(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection::apply_auth;
+    use super::*;
+    use rdkafka::config::ClientConfig;
+
+    #[test]
+    fn server_and_topic_forms() {
+        assert_eq!(parse_server_and_topic("h:1,h2:2;t").unwrap(), ("h:1,h2:2".into(), "t".into()));
+        assert_eq!(
+            parse_server_and_topic("projects/p/locations/r/clusters/c/topics/t").unwrap(),
+            ("bootstrap.c.r.managedkafka.p.cloud.goog:9092".into(), "t".into())
+        );
+        assert!(parse_server_and_topic("h:1;t1,t2").unwrap_err().to_string().contains("one topic"));
+        assert!(parse_server_and_topic("h:1").is_err());
+        assert!(parse_server_and_topic("projects/p/topics/t").is_err());
+    }
+
+    #[test]
+    fn secrets_resolve_or_say_why_not() {
+        std::env::set_var("FLEXRUN_TEST_SECRET", "s3cret");
+        assert_eq!(resolve_secret("p", "env:FLEXRUN_TEST_SECRET").unwrap(), "s3cret");
+        assert!(resolve_secret("p", "env:FLEXRUN_NOPE_NOT_SET")
+            .unwrap_err()
+            .to_string()
+            .contains("FLEXRUN_NOPE_NOT_SET"));
+        assert!(resolve_secret("p", "projects/x/secrets/y/versions/1")
+            .unwrap_err()
+            .to_string()
+            .contains("Secret Manager"));
+        assert!(resolve_secret("p", "file:/nonexistent/flexrun").unwrap_err().to_string().contains("cannot read"));
+        assert_eq!(resolve_secret("p", "plain").unwrap(), "plain");
+    }
+
+    #[test]
+    fn auth_modes_map_to_librdkafka_settings() {
+        let mut c = ClientConfig::new();
+        apply_auth(
+            &mut c,
+            &Auth::SaslScram512 { username: "u".into(), password: "p".into(), ca: Some("/ca.pem".into()) },
+        );
+        assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
+        assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        assert_eq!(c.get("ssl.ca.location"), Some("/ca.pem"));
+        let mut c = ClientConfig::new();
+        apply_auth(&mut c, &Auth::SaslPlain { username: "u".into(), password: "p".into(), ca: None });
+        assert_eq!(c.get("security.protocol"), Some("sasl_plaintext"));
+        let mut c = ClientConfig::new();
+        apply_auth(&mut c, &Auth::Tls { ca: None, keystore: Some("/k.pem".into()), key_password: None });
+        assert_eq!(c.get("ssl.key.location"), Some("/k.pem"));
+    }
+}

@@ -1,0 +1,319 @@
+//! A kafka-to-bq job's settings, from validated template parameters and run flags.
+//!
+//! [`KafkaToBqConfig::from_params`] applies the rules Google's template applies at
+//! launch (and flexrun's own limits), so every problem is reported before anything
+//! connects.
+
+use super::worker::Capacity;
+use crate::bigquery::TableRef;
+use crate::kafka::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
+use flexrun_autoscaler::ScalingConfig;
+use flexrun_templates::ResolvedParams;
+use std::time::Duration;
+
+/// How rows reach BigQuery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// COMMITTED streams with offsets and a write-ahead offset log.
+    ExactlyOnce,
+    /// The `_default` stream; a crash can replay (duplicate) up to one batch per shard.
+    AtLeastOnce,
+}
+
+impl Delivery {
+    /// The name used in checkpoints and summaries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::ExactlyOnce => "exactly-once",
+            Delivery::AtLeastOnce => "at-least-once",
+        }
+    }
+}
+
+/// Where rows go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkKind {
+    /// BigQuery (emulator or Google).
+    BigQuery,
+    /// Map and encode every row exactly as for BigQuery, then only count it
+    /// (benchmarks of the runner itself). Needs a schema file.
+    Stats {
+        /// BigQuery JSON schema file.
+        schema_file: String,
+    },
+}
+
+/// Everything a kafka-to-bq run needs.
+#[derive(Debug, Clone)]
+pub struct KafkaToBqConfig {
+    /// The job's name (checkpoints live under it).
+    pub job_name: String,
+    /// Kafka source.
+    pub source: SourceSettings,
+    /// Destination table.
+    pub table: TableRef,
+    /// Dead-letter table, if any.
+    pub dlq: Option<TableRef>,
+    /// Delivery guarantee.
+    pub delivery: Delivery,
+    /// Requested write streams (0 = automatic).
+    pub streams: u32,
+    /// The longest a batch is held open.
+    pub triggering_frequency: Duration,
+    /// Commit processed offsets to the consumer group.
+    pub commit_offsets: bool,
+    /// The run flags (batching limits, sink, pool, progress), as given.
+    pub run: RunFlags,
+}
+
+/// How progress is recorded (Spark's asynchronous progress tracking and log purge).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressConfig {
+    /// Persist progress in the background every `interval` (at-least-once only).
+    pub async_progress: bool,
+    /// How often asynchronous progress is persisted.
+    pub interval: Duration,
+    /// How old log segments are deleted.
+    pub purge: crate::progress::Purge,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        ProgressConfig { async_progress: false, interval: Duration::from_secs(1), purge: crate::progress::Purge::Async }
+    }
+}
+
+/// Why asynchronous progress tracking and exactly-once do not mix.
+pub const ASYNC_PROGRESS_WITH_EXACTLY_ONCE: &str = "--async-progress-tracking persists progress off the critical path, once per --progress-checkpoint-interval, so after a crash up to one interval of data is replayed: that is at-least-once delivery. It cannot be combined with exactly-once; set useStorageWriteApiAtLeastOnce=true (or --additional-experiments=streaming_mode_at_least_once), or drop --async-progress-tracking";
+
+/// Shards used when numStorageWriteApiStreams is 0: one per partition, at most this many.
+pub const AUTO_MAX_SHARDS: usize = 8;
+
+fn secret(p: &ResolvedParams, name: &str, mode: &str) -> Result<String, String> {
+    let v = p.get(name).ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
+    resolve_secret(name, v).map_err(|e| e.to_string())
+}
+
+/// The run flags that are not template parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFlags {
+    /// `--job-name`.
+    pub job_name: String,
+    /// Forced at-least-once (the `streaming_mode_at_least_once` experiment).
+    pub at_least_once_experiment: bool,
+    /// `--max-row-bytes`.
+    pub max_row_bytes: usize,
+    /// `--batch-bytes`.
+    pub batch_bytes: usize,
+    /// `--append-request-bytes`.
+    pub append_request_bytes: usize,
+    /// `--batch-rows`.
+    pub batch_rows: usize,
+    /// `--idle-timeout`.
+    pub idle_timeout: Option<Duration>,
+    /// `--sink`.
+    pub sink: SinkKind,
+    /// Worker pool and autoscaling flags.
+    pub pool: ScalingConfig,
+    /// `--worker-capacity`: emulate workers of this capacity.
+    pub worker_capacity: Option<Capacity>,
+    /// Progress flags.
+    pub progress: ProgressConfig,
+}
+
+impl KafkaToBqConfig {
+    /// Build and check the configuration; errors name the parameter and the fix.
+    pub fn from_params(p: &ResolvedParams, flags: RunFlags) -> Result<KafkaToBqConfig, Vec<String>> {
+        let mut errs = Vec::new();
+        match p.get("messageFormat") {
+            Some("JSON") => {}
+            Some(f) => errs.push(format!("messageFormat={f} is not supported yet by flexrun; use messageFormat=JSON (Google's default is AVRO_CONFLUENT_WIRE_FORMAT, so set it explicitly)")),
+            None => errs.push("messageFormat is required".into()),
+        }
+        if p.get("writeMode") != Some("SINGLE_TABLE_NAME") {
+            errs.push("writeMode=DYNAMIC_TABLE_NAMES needs Avro with a schema registry, which flexrun does not support yet; use SINGLE_TABLE_NAME".into());
+        }
+        let table = match p.get("outputTableSpec") {
+            Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputTableSpec: {e}"))).ok(),
+            None => {
+                errs.push(
+                    "outputTableSpec is required with writeMode=SINGLE_TABLE_NAME (project:dataset.table)".into(),
+                );
+                None
+            }
+        };
+        let dlq = match p.get("outputDeadletterTable") {
+            Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputDeadletterTable: {e}"))).ok(),
+            None => None,
+        };
+        if p.flag("useBigQueryDLQ") && p.get("outputDeadletterTable").is_none() {
+            errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)".into());
+        }
+        if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
+            errs.push("enableCommitOffsets=true requires consumerGroupId".into());
+        }
+        let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default())
+        {
+            Ok(v) => v,
+            Err(e) => {
+                errs.push(e.to_string());
+                Default::default()
+            }
+        };
+        let mode = p.get("kafkaReadAuthenticationMode").unwrap_or("SASL_PLAIN");
+        let path = |n: &str| p.get(n).map(str::to_string);
+        let auth = match mode {
+            "NONE" => Ok(Auth::None),
+            "SASL_PLAIN" => secret(p, "kafkaReadUsernameSecretId", mode).and_then(|u| {
+                secret(p, "kafkaReadPasswordSecretId", mode).map(|pw| Auth::SaslPlain { username: u, password: pw, ca: path("kafkaReadTruststoreLocation") })
+            }),
+            "SASL_SCRAM_512" => secret(p, "kafkaReadSaslScramUsernameSecretId", mode).and_then(|u| {
+                secret(p, "kafkaReadSaslScramPasswordSecretId", mode).map(|pw| Auth::SaslScram512 { username: u, password: pw, ca: path("kafkaReadSaslScramTruststoreLocation") })
+            }),
+            "TLS" => {
+                let key_password = match p.get("kafkaReadKeyPasswordSecretId") {
+                    Some(v) => resolve_secret("kafkaReadKeyPasswordSecretId", v).map(Some).map_err(|e| e.to_string()),
+                    None => Ok(None),
+                };
+                key_password.map(|kp| Auth::Tls { ca: path("kafkaReadTruststoreLocation"), keystore: path("kafkaReadKeystoreLocation"), key_password: kp })
+            }
+            other => Err(format!("kafkaReadAuthenticationMode={other} is for Google Managed Kafka (OAuth with Google credentials), which is not reachable from here; use NONE, SASL_PLAIN, SASL_SCRAM_512 or TLS")),
+        };
+        let auth = auth.map_err(|e| errs.push(e)).ok();
+        let streams: u32 = match p.get("numStorageWriteApiStreams").unwrap_or("0").parse() {
+            Ok(n) => n,
+            Err(_) => {
+                errs.push("numStorageWriteApiStreams: expected a whole number".into());
+                0
+            }
+        };
+        let freq: f64 = p.get("storageWriteApiTriggeringFrequencySec").unwrap_or("5").parse().unwrap_or(5.0);
+        if !(freq > 0.0 && freq <= 3600.0) {
+            errs.push(format!(
+                "storageWriteApiTriggeringFrequencySec={freq}: expected a number of seconds above 0 and at most 3600"
+            ));
+        }
+        let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
+            p.flag("useStorageWriteApiAtLeastOnce")
+        } else {
+            flags.at_least_once_experiment
+        };
+        if flags.progress.async_progress && !at_least_once {
+            errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE.into());
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        let group_id =
+            p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{}", flags.job_name));
+        Ok(KafkaToBqConfig {
+            job_name: flags.job_name.clone(),
+            source: SourceSettings {
+                conn: Connection { bootstrap, auth: auth.expect("checked") },
+                topic,
+                group_id,
+                start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
+            },
+            table: table.expect("checked"),
+            dlq,
+            delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
+            streams,
+            triggering_frequency: Duration::from_secs_f64(freq),
+            commit_offsets: p.flag("enableCommitOffsets"),
+            run: flags,
+        })
+    }
+
+    /// The number of shards (write streams) for a topic with `partitions` partitions.
+    pub fn shard_count(&self, partitions: usize) -> usize {
+        let want = if self.streams == 0 { AUTO_MAX_SHARDS } else { self.streams as usize };
+        want.min(partitions).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flexrun_templates::{find, parse_parameter_list, validate};
+
+    fn flags() -> RunFlags {
+        RunFlags {
+            job_name: "j".into(),
+            at_least_once_experiment: false,
+            max_row_bytes: 100,
+            batch_bytes: 1,
+            append_request_bytes: 10_000_000,
+            batch_rows: 1,
+            idle_timeout: None,
+            sink: SinkKind::BigQuery,
+            pool: ScalingConfig::default(),
+            worker_capacity: None,
+            progress: ProgressConfig::default(),
+        }
+    }
+
+    fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {
+        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(s).unwrap()).unwrap();
+        KafkaToBqConfig::from_params(&p, flags())
+    }
+
+    const OK: &str =
+        "readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE";
+
+    #[test]
+    fn a_good_config_resolves() {
+        let c = cfg(OK).unwrap();
+        assert_eq!(c.delivery, Delivery::ExactlyOnce);
+        assert_eq!(c.source.topic, "t");
+        assert_eq!(c.triggering_frequency, Duration::from_secs(5));
+        assert_eq!(c.shard_count(3), 3);
+        assert_eq!(c.shard_count(100), AUTO_MAX_SHARDS);
+        assert!(!c.source.start_earliest);
+        let c = cfg(&format!("{OK},useStorageWriteApiAtLeastOnce=true,numStorageWriteApiStreams=2")).unwrap();
+        assert_eq!(c.delivery, Delivery::AtLeastOnce);
+        assert_eq!(c.shard_count(8), 2);
+    }
+
+    #[test]
+    fn the_experiment_sets_at_least_once_unless_forced_off() {
+        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(OK).unwrap()).unwrap();
+        let f = RunFlags { at_least_once_experiment: true, ..flags() };
+        assert_eq!(KafkaToBqConfig::from_params(&p, f.clone()).unwrap().delivery, Delivery::AtLeastOnce);
+        let p = validate(
+            find("kafka-to-bq").unwrap(),
+            &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=false")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(KafkaToBqConfig::from_params(&p, f.clone()).unwrap().delivery, Delivery::ExactlyOnce);
+    }
+
+    #[test]
+    fn launch_rules_are_enforced_with_reasons() {
+        let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE")
+            .unwrap_err();
+        assert!(e[0].contains("messageFormat=AVRO_CONFLUENT_WIRE_FORMAT is not supported yet"), "{e:?}");
+        let e =
+            cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
+        assert!(e[0].contains("outputTableSpec is required"), "{e:?}");
+        let e = cfg(&format!("{OK},useBigQueryDLQ=true")).unwrap_err();
+        assert!(e[0].contains("requires outputDeadletterTable"), "{e:?}");
+        let e = cfg(&format!("{OK},enableCommitOffsets=true")).unwrap_err();
+        assert!(e[0].contains("requires consumerGroupId"), "{e:?}");
+        let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t").unwrap_err();
+        assert!(e[0].contains("kafkaReadAuthenticationMode=SASL_PLAIN needs kafkaReadUsernameSecretId"), "{e:?}");
+        let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(OK).unwrap()).unwrap();
+        let f = RunFlags { progress: ProgressConfig { async_progress: true, ..Default::default() }, ..flags() };
+        let e = KafkaToBqConfig::from_params(&p, f.clone()).unwrap_err();
+        assert!(e[0].contains("cannot be combined with exactly-once"), "{e:?}");
+        let p = validate(
+            find("kafka-to-bq").unwrap(),
+            &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=true")).unwrap(),
+        )
+        .unwrap();
+        assert!(KafkaToBqConfig::from_params(&p, f.clone()).is_ok());
+        let e = cfg(&format!("{OK},storageWriteApiTriggeringFrequencySec=0")).unwrap_err();
+        assert!(e[0].contains("above 0"), "{e:?}");
+        let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS").unwrap_err();
+        assert!(e[0].contains("Managed Kafka"), "{e:?}");
+    }
+}

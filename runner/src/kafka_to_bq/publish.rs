@@ -1,0 +1,73 @@
+//! [`Publisher`]: a live job's state for the dashboard and `/metrics`, about once a
+//! second: workers, throughput, backlog, utilization, per-stage latency and the
+//! reliability counters.
+
+use super::job::JobCtx;
+use std::time::Instant;
+
+/// Publishes a job's state to the web registry about once a second.
+pub struct Publisher {
+    /// The registry the web pages read.
+    pub jobs: flexrun_web::JobRegistry,
+    job: String,
+    vcpus_per_worker: f64,
+    last: Instant,
+    last_read: u64,
+    last_bytes: u64,
+}
+
+impl Publisher {
+    /// A publisher for job `job`.
+    pub fn new(jobs: flexrun_web::JobRegistry, job: String, vcpus_per_worker: f64) -> Publisher {
+        Publisher { jobs, job, vcpus_per_worker, last: Instant::now(), last_read: 0, last_bytes: 0 }
+    }
+
+    /// Publish a point when a second has passed since the last one.
+    pub async fn maybe_publish(
+        &mut self,
+        ctx: &JobCtx,
+        partitions: &[i32],
+        started: Instant,
+        workers: u32,
+        target: u32,
+        utilization: f64,
+    ) {
+        let dt = self.last.elapsed().as_secs_f64();
+        if dt < 1.0 {
+            return;
+        }
+        self.last = Instant::now();
+        let s = ctx.stats.summary();
+        let backlog: i64 = match ctx.metadata.high_watermarks(partitions).await {
+            Ok(hw) => ctx.backlog(&hw),
+            Err(_) => 0,
+        };
+        let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 0.0 };
+        let stages = ctx
+            .stats
+            .take_window()
+            .into_iter()
+            .filter(|st| st.count > 0)
+            .map(|st| (st.stage, flexrun_web::StageLatency { p50_ms: st.p50_ms, p95_ms: st.p95_ms, p99_ms: st.p99_ms }))
+            .collect();
+        let p = flexrun_web::MetricsPoint {
+            t_s: started.elapsed().as_secs_f64(),
+            workers,
+            target_workers: target,
+            vcpus: workers as f64 * self.vcpus_per_worker,
+            throughput_msgs: (s.messages_read - self.last_read) as f64 / dt,
+            throughput_bytes: (s.bytes_read - self.last_bytes) as f64 / dt,
+            backlog_elements: backlog as u64,
+            backlog_bytes: (backlog as f64 * avg) as u64,
+            utilization,
+            elements_read: s.messages_read,
+            rows_written: s.rows_written,
+            dead_lettered: s.dead_lettered,
+            stages,
+            events: s.reliability.events(),
+        };
+        self.last_read = s.messages_read;
+        self.last_bytes = s.bytes_read;
+        self.jobs.push_point(&self.job, p);
+    }
+}

@@ -1,0 +1,448 @@
+//! One shard: a set of partitions, its consumer, its write streams and its logs.
+//!
+//! [`Shard::open`] recovers from the logs (replaying a logged batch); [`Shard::run`]
+//! collects batches and hands each to [`Shard::process`], which maps it
+//! ([`super::batch`]), verifies a replay against its log entry, and runs the commit
+//! protocol (log → append → commit, described in the module above) on the shard's
+//! [`super::writer`].
+
+use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped};
+use super::worker::WorkerSlot;
+use super::writer::{append_both, new_stream, open_writer, slot_of, BqWriter, Step, Writer};
+use super::{JobCtx, Mapping};
+use crate::bigquery::target::RetryCtl;
+use crate::bigquery::write::WriteError;
+use crate::kafka;
+use crate::kafka_to_bq::config::Delivery;
+use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
+use crate::stats::{BatchCounts, Stage, StageStats};
+use anyhow::{anyhow, bail, Context, Result};
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::message::{Message, OwnedMessage};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How long an open batch waits for one more message before it is flushed.
+const IDLE_FLUSH: Duration = Duration::from_millis(20);
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A shard's running state.
+pub struct Shard {
+    id: usize,
+    ctx: Arc<JobCtx>,
+    /// The logs (None when asynchronous progress tracking owns them).
+    log: Option<ShardLog>,
+    /// Asynchronous progress tracking, when on.
+    progress: Option<AsyncProgress>,
+    consumer: StreamConsumer,
+    positions: BTreeMap<i32, i64>,
+    next_batch: u64,
+    writer: Writer,
+    stages: StageStats,
+    slot: Arc<WorkerSlot>,
+    retry: RetryCtl,
+}
+
+impl Shard {
+    /// Open the shard's logs, recover, and get its streams ready. `stop` ends a
+    /// retry wait (a drain or a move).
+    pub async fn open(
+        id: usize,
+        ctx: Arc<JobCtx>,
+        partitions: Vec<i32>,
+        slot: Arc<WorkerSlot>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Shard> {
+        let dir = ctx.job_dir.join(format!("shard-{id:03}"));
+        let log = ShardLog::open_with(&dir, ctx.cfg.run.progress.purge)?;
+        let recovery = log.recover()?;
+        let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, ctx.start_position(*p))).collect();
+        let (last, replay, next_batch) = match &recovery {
+            Recovery::Fresh => (None, None, 1),
+            Recovery::Clean { last, commit } => {
+                positions.extend(commit.positions.iter().filter(|(p, _)| partitions.contains(p)));
+                (last.clone(), None, commit.batch + 1)
+            }
+            Recovery::Replay(e) => {
+                positions.extend(e.positions.iter().filter(|(p, _)| partitions.contains(p)));
+                (Some(e.clone()), Some(e.clone()), e.batch)
+            }
+        };
+        // Offsets that retention deleted were counted once at job start; skip them.
+        for (p, pos) in positions.iter_mut() {
+            *pos = (*pos).max(ctx.retention_floor(*p));
+        }
+        let retry = RetryCtl { stop, stats: ctx.stats.clone() };
+        let consumer = ctx.cfg.source.consumer()?;
+        let writer = open_writer(&ctx, id, last.as_ref(), replay.is_some(), &mut retry.clone()).await?;
+        let (log, progress) = if ctx.cfg.run.progress.async_progress && ctx.cfg.delivery == Delivery::AtLeastOnce {
+            (None, Some(AsyncProgress::start(log, ctx.cfg.run.progress.interval)))
+        } else {
+            (Some(log), None)
+        };
+        let mut shard = Shard {
+            id,
+            ctx,
+            log,
+            progress,
+            consumer,
+            positions,
+            next_batch,
+            writer,
+            stages: StageStats::default(),
+            slot,
+            retry,
+        };
+        if let Some(e) = replay {
+            shard.replay(e).await?;
+            shard.retarget_after_replay().await?;
+        }
+        kafka::assign(&shard.consumer, &shard.ctx.cfg.source.topic, &shard.positions)?;
+        tracing::info!(shard = id, worker = shard.slot.id, partitions = ?partitions, next_batch = shard.next_batch, "shard ready");
+        Ok(shard)
+    }
+
+    /// Re-read exactly the logged ranges of an uncommitted batch and finish it at its
+    /// logged row offsets.
+    async fn replay(&mut self, e: OffsetEntry) -> Result<()> {
+        tracing::warn!(shard = self.id, batch = e.batch, ranges = ?e.ranges, "replaying a batch that was logged but not committed");
+        let topic = self.ctx.cfg.source.topic.clone();
+        for (p, (a, _)) in &e.ranges {
+            let floor = self.ctx.retention_floor(*p);
+            if *a < floor {
+                bail!(
+                    "job {} shard {}: the uncommitted batch {} needs {topic}/{p} from offset {a}, but retention deleted everything below {floor}; it cannot be replayed, so exactly-once cannot be kept for it. Move the job's checkpoint aside to start over",
+                    self.ctx.cfg.job_name, self.id, e.batch
+                );
+            }
+        }
+        let from: BTreeMap<i32, i64> = e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect();
+        kafka::assign(&self.consumer, &topic, &from)?;
+        let mut pending: BTreeMap<i32, i64> =
+            e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
+        let mut msgs = Vec::new();
+        while !pending.is_empty() {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
+                .await
+                .map_err(|_| anyhow!("shard {}: replaying batch {}: Kafka did not return the logged ranges {:?} within 30 s (deleted by retention?)", self.id, e.batch, pending))?
+                .context("reading Kafka during replay")?;
+            let (p, o) = (m.partition(), m.offset());
+            if let Some(end) = pending.get(&p).copied() {
+                if o < end {
+                    msgs.push(m.detach());
+                }
+                if o + 1 >= end {
+                    pending.remove(&p);
+                }
+            }
+        }
+        crate::crash_point!("eo::replay_before_append");
+        let cut = Cut { msgs, ranges: e.ranges.clone(), positions: e.positions.clone() };
+        self.process(e.batch, cut, Some(&e)).await
+    }
+
+    /// After a replay finished on the logged streams, move a target whose table is no
+    /// longer the configured one (a changed `outputDeadletterTable`) to a new stream
+    /// on the configured table.
+    async fn retarget_after_replay(&mut self) -> Result<()> {
+        let Writer::Bq(bq) = &mut self.writer else { return Ok(()) };
+        let BqWriter { client, dlq, .. } = bq.as_mut();
+        match (&self.ctx.cfg.dlq, dlq.as_mut()) {
+            (Some(want), Some(d)) if d.table != *want => {
+                let stream = new_stream(client, want, &mut self.retry).await?;
+                tracing::info!(shard = self.id, from = %d.table, to = %want, %stream, "the dead-letter table changed: new batches go to a new stream on it");
+                d.table = want.clone();
+                d.replace_stream(stream);
+            }
+            (None, Some(_)) => *dlq = None,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Read, batch and write until the stop signal (a drain, or a move to another
+    /// worker), then finish the open batch through its commit. A batch interrupted
+    /// while waiting out a BigQuery outage stays in the offset log for the next owner.
+    pub async fn run(mut self) -> Result<()> {
+        let mut cancel = self.retry.stop.clone();
+        loop {
+            let cut = self.collect(&mut cancel).await?;
+            let draining = *cancel.borrow();
+            if !cut.msgs.is_empty() {
+                let batch = self.next_batch;
+                match self.process(batch, cut, None).await {
+                    Err(e) if is_interrupted(&e) => {
+                        tracing::warn!(shard = self.id, batch, "stopped while BigQuery was failing: the batch is logged and will be replayed by the next run");
+                        return Ok(());
+                    }
+                    r => r?,
+                }
+            }
+            if draining {
+                if let Some(p) = self.progress.take() {
+                    p.finish()?;
+                }
+                tracing::info!(shard = self.id, worker = self.slot.id, "drained");
+                return Ok(());
+            }
+        }
+    }
+
+    /// Gather one batch: until it is full, the triggering frequency has passed since
+    /// its first message, the source has nothing more for a moment, or a drain starts.
+    async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
+        let cfg = &self.ctx.cfg;
+        let mut msgs: Vec<OwnedMessage> = Vec::new();
+        let mut bytes = 0usize;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            if *cancel.borrow() {
+                break;
+            }
+            let wait = match deadline {
+                None => Duration::from_millis(200),
+                Some(d) => IDLE_FLUSH.min(d.saturating_duration_since(tokio::time::Instant::now())),
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.changed() => break,
+                r = tokio::time::timeout(wait, self.consumer.recv()) => match r {
+                    Ok(Ok(m)) => {
+                        let now = now_ms();
+                        if let Some(ts) = m.timestamp().to_millis() {
+                            self.stages.record(Stage::Read, ((now - ts).max(0) as u64) * 1000);
+                        }
+                        bytes += m.payload_len();
+                        self.ctx.stats.mark_read();
+                        msgs.push(m.detach());
+                        self.ctx.last_read_ms.store(now, Ordering::Relaxed);
+                        deadline.get_or_insert_with(|| tokio::time::Instant::now() + cfg.triggering_frequency);
+                        if msgs.len() >= cfg.run.batch_rows || bytes >= cfg.run.batch_bytes {
+                            break;
+                        }
+                    }
+                    Ok(Err(e)) => tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)"),
+                    Err(_) if !msgs.is_empty() => break,
+                    Err(_) => {}
+                }
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                break;
+            }
+        }
+        let mut ranges = BTreeMap::new();
+        let mut positions = self.positions.clone();
+        for m in &msgs {
+            let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
+            r.0 = r.0.min(m.offset());
+            r.1 = r.1.max(m.offset() + 1);
+            let pos = positions.entry(m.partition()).or_insert(0);
+            *pos = (*pos).max(m.offset() + 1);
+        }
+        Ok(Cut { msgs, ranges, positions })
+    }
+
+    /// Map, log, append and commit one batch (the protocol in the module docs).
+    /// `replay` is the logged entry when this batch is being recovered.
+    async fn process(&mut self, batch: u64, cut: Cut, replay: Option<&OffsetEntry>) -> Result<()> {
+        self.ctx.busy.fetch_add(1, Ordering::AcqRel);
+        let r = self.process_inner(batch, cut, replay).await;
+        self.ctx.last_read_ms.store(now_ms(), Ordering::Relaxed);
+        self.ctx.busy.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    async fn process_inner(&mut self, batch: u64, mut cut: Cut, replay: Option<&OffsetEntry>) -> Result<()> {
+        let ctx = self.ctx.clone();
+        // Replays must map to the same rows in the same order.
+        cut.msgs.sort_by_key(|m| (m.partition(), m.offset()));
+        let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
+        counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
+        let mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
+        let has_dlq = match &self.writer {
+            Writer::Bq(bq) => bq.dlq.is_some(),
+            Writer::Stats => ctx.cfg.dlq.is_some(),
+        };
+        let (slot, stages) = (self.slot.clone(), &mut self.stages);
+        let mut mapped = slot
+            .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts))
+            .await?;
+        let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
+        apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
+        let t_write = Instant::now();
+        if matches!(self.writer, Writer::Stats) {
+            // Keep the write-ahead log as exactly-once would, so the stats sink
+            // measures the runner's full cost.
+            if ctx.cfg.delivery == Delivery::ExactlyOnce && replay.is_none() {
+                let entry = OffsetEntry {
+                    batch,
+                    ranges: cut.ranges.clone(),
+                    positions: cut.positions.clone(),
+                    ..Default::default()
+                };
+                self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
+            }
+        } else {
+            let mut entry = OffsetEntry {
+                batch,
+                ranges: cut.ranges.clone(),
+                positions: cut.positions.clone(),
+                schema: Some(mapping.fingerprint.clone()),
+                rejected,
+                ..Default::default()
+            };
+            self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
+        }
+        crate::crash_point!("eo::before_commit_log");
+        self.commit(batch, cut, mapped, counts, t_write)?;
+        crate::crash_point!("eo::after_commit_log");
+        Ok(())
+    }
+
+    /// Steps 2 and 3 of the protocol: log the batch (when its entry is new), append
+    /// its rows and dead-letter rows; on row errors or a lost stream, log again and
+    /// append again.
+    async fn write_bq(
+        &mut self,
+        entry: &mut OffsetEntry,
+        cut: &Cut,
+        mapped: &mut Mapped,
+        mapping: &Mapping,
+        replay: Option<&OffsetEntry>,
+        counts: &mut BatchCounts,
+    ) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
+        let Writer::Bq(bq) = &mut self.writer else { unreachable!("write_bq is only called with a BigQuery writer") };
+        let BqWriter { client, main, dlq } = bq.as_mut();
+        main.set_descriptor(mapping.descriptor.clone());
+        // In a replay the targets were opened at the logged offsets.
+        let mut x = main.next;
+        let mut y = dlq.as_ref().map(|d| d.next);
+        let mut attempted = replay.is_some();
+        let mut first = true;
+        loop {
+            entry.main = Some(slot_of(main, x, &mapped.rows));
+            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows));
+            if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
+                verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
+            }
+            if exactly && replay.is_none_or(|r| r != &*entry) {
+                crate::crash_point!("eo::before_offset_log");
+                self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
+                crate::crash_point!("eo::after_offset_log");
+            }
+            let step = append_both(
+                client,
+                main,
+                dlq.as_mut(),
+                mapped,
+                exactly.then_some(x),
+                y.filter(|_| exactly),
+                &mut self.retry,
+            )
+            .await;
+            let step = step.map_err(|e| {
+                anyhow::Error::new(e)
+                    .context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table))
+            })?;
+            match step {
+                Step::Done { already_existed } => {
+                    counts.already_existed += already_existed;
+                    break;
+                }
+                Step::RowErrors(errs) => {
+                    if dlq.is_none() {
+                        let (i, msg) = &errs[0];
+                        let m = &cut.msgs[mapped.row_src[*i]];
+                        bail!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset());
+                    }
+                    reject_rows(&ctx, cut, mapped, &errs, entry, counts)?;
+                    tracing::warn!(
+                        shard = self.id,
+                        batch = entry.batch,
+                        rejected = errs.len(),
+                        "BigQuery rejected rows; they go to the dead-letter table"
+                    );
+                }
+                Step::StreamGone { table_main, stream, message } => {
+                    let target = if table_main {
+                        &mut *main
+                    } else {
+                        dlq.as_mut().expect("a dead-letter append failed, so there is a target")
+                    };
+                    let new = new_stream(client, &target.table, &mut self.retry).await?;
+                    ctx.stats.note(|r| r.streams_replaced += 1);
+                    if attempted {
+                        ctx.stats.note(|r| r.batches_possibly_duplicated += 1);
+                        tracing::error!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message,
+                            "write stream is gone: this batch had been sent before, so if that attempt landed its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
+                    } else {
+                        tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; this batch had not been sent, so nothing is duplicated");
+                    }
+                    target.replace_stream(new);
+                    if table_main {
+                        x = 0;
+                    } else {
+                        y = Some(0);
+                    }
+                }
+            }
+            attempted = true;
+            crate::crash_point!("eo::after_relog_before_append");
+        }
+        main.next = x + mapped.rows.len() as i64;
+        if let Some(d) = dlq.as_mut() {
+            d.next = y.unwrap_or(d.next) + mapped.dlq_rows.len() as i64;
+        }
+        Ok(())
+    }
+
+    /// Step 4: the commit log, the Kafka group commit, counters and latencies.
+    fn commit(
+        &mut self,
+        batch: u64,
+        cut: Cut,
+        mapped: Mapped,
+        mut counts: BatchCounts,
+        t_write: Instant,
+    ) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let entry = CommitEntry { batch, positions: cut.positions.clone() };
+        match &self.progress {
+            Some(p) => p.update(entry),
+            None => self.log.as_mut().expect(OWNS_LOGS).log_commit(&entry)?,
+        }
+        let acked = now_ms();
+        self.stages.record(Stage::Write, t_write.elapsed().as_micros() as u64);
+        for m in &cut.msgs {
+            if let Some(ts) = m.timestamp().to_millis() {
+                self.stages.record(Stage::EndToEnd, ((acked - ts).max(0) as u64) * 1000);
+            }
+        }
+        if ctx.cfg.commit_offsets {
+            kafka::commit_positions(&self.consumer, &ctx.cfg.source.topic, &cut.positions);
+        }
+        counts.written = mapped.rows.len() as u64;
+        counts.dead_lettered = mapped.dlq_rows.len() as u64;
+        ctx.stats.add_batch(&counts, &mut self.stages);
+        ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
+        self.positions = cut.positions;
+        self.next_batch = batch + 1;
+        Ok(())
+    }
+}
+
+fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref::<WriteError>(), Some(WriteError::Interrupted { .. })))
+}
+
+/// A shard writes its logs itself except under asynchronous progress tracking, which
+/// only applies to at-least-once, where the shard writes no offset entries.
+const OWNS_LOGS: &str = "the shard owns its logs unless asynchronous progress tracking (at-least-once) does";

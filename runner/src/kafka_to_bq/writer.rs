@@ -1,0 +1,159 @@
+//! A shard's write side: the table's and dead-letter table's [`Target`]s, opened where
+//! the logs leave them, and one round of appends to both ([`append_both`]).
+
+use super::batch::{rows_digest, Mapped};
+use super::config::Delivery;
+use super::job::JobCtx;
+use crate::bigquery::target::{with_retries, BatchAppend, RetryCtl, Target};
+use crate::bigquery::write::{WriteClient, WriteError};
+use crate::bigquery::TableRef;
+use crate::progress::{OffsetEntry, StreamSlot};
+use anyhow::{Context, Result};
+
+/// The write side of a shard.
+pub(super) enum Writer {
+    /// Rows are mapped and encoded, then only counted.
+    Stats,
+    /// BigQuery (boxed: a target holds buffers and descriptors).
+    Bq(Box<BqWriter>),
+}
+
+/// The BigQuery side of a shard: the client and the table's and dead-letter table's targets.
+pub(super) struct BqWriter {
+    pub(super) client: WriteClient,
+    pub(super) main: Target,
+    pub(super) dlq: Option<Target>,
+}
+
+pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
+    StreamSlot {
+        stream: t.stream.clone(),
+        offset,
+        rows: rows.len() as i64,
+        table: t.table.to_string(),
+        digest: Some(rows_digest(rows)),
+    }
+}
+
+/// What one round of appends came to.
+pub(super) enum Step {
+    Done { already_existed: u64 },
+    RowErrors(Vec<(usize, String)>),
+    StreamGone { table_main: bool, stream: String, message: String },
+}
+
+/// Append the table rows, then the dead-letter rows.
+pub(super) async fn append_both(
+    client: &WriteClient,
+    main: &mut Target,
+    dlq: Option<&mut Target>,
+    mapped: &Mapped,
+    x: Option<i64>,
+    y: Option<i64>,
+    retry: &mut RetryCtl,
+) -> Result<Step, WriteError> {
+    let gone = |table_main, e: WriteError| match e {
+        WriteError::StreamGone { stream, message } if x.is_some() => {
+            Ok(Step::StreamGone { table_main, stream, message })
+        }
+        e => Err(e),
+    };
+    let mut already_existed = 0;
+    if !mapped.rows.is_empty() {
+        match main.append_batch(client, &mapped.rows, x, retry).await {
+            Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
+            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(errs)),
+            Err(e) => return gone(true, e),
+        }
+    }
+    crate::crash_point!("eo::after_main_append");
+    if let (Some(d), false) = (dlq, mapped.dlq_rows.is_empty()) {
+        match d.append_batch(client, &mapped.dlq_rows, y, retry).await {
+            Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
+            Ok(BatchAppend::RowErrors(errs)) => {
+                return Err(WriteError::Status {
+                    what: "AppendRows",
+                    code: "InvalidArgument".into(),
+                    message: format!("the dead-letter table {} rejected rows: {errs:?}", d.table),
+                    retryable: false,
+                })
+            }
+            Err(e) => return gone(false, e),
+        }
+    }
+    Ok(Step::Done { already_existed })
+}
+
+/// The shard's writer: for BigQuery, the table and dead-letter targets as the logs
+/// leave them.
+pub(super) async fn open_writer(
+    ctx: &JobCtx,
+    shard: usize,
+    last: Option<&OffsetEntry>,
+    replaying: bool,
+    retry: &mut RetryCtl,
+) -> Result<Writer> {
+    let Some(client) = &ctx.write_client else { return Ok(Writer::Stats) };
+    let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
+    let budget = crate::bigquery::write::request_row_budget(ctx.cfg.run.append_request_bytes);
+    let how = Opening { replaying, exactly, budget };
+    let main =
+        open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), how, ctx.descriptor.clone(), retry)
+            .await?;
+    // A replay finishes on the logged dead-letter stream even if the setting changed
+    // since; the shard moves to the configured table afterwards.
+    let dlq_table = match (last.and_then(|e| e.dlq.as_ref()), replaying) {
+        (Some(s), true) => TableRef::from_stream(&s.stream).or_else(|| ctx.cfg.dlq.clone()),
+        _ => ctx.cfg.dlq.clone(),
+    };
+    let dlq = match dlq_table {
+        Some(t) => Some(
+            open_target(client, &t, last.and_then(|e| e.dlq.as_ref()), how, ctx.dlq_descriptor.clone(), retry).await?,
+        ),
+        None => None,
+    };
+    tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), "write targets ready");
+    Ok(Writer::Bq(Box::new(BqWriter { client: client.clone(), main, dlq })))
+}
+
+/// How a shard opens its targets.
+#[derive(Clone, Copy)]
+pub(super) struct Opening {
+    /// Recovering a logged batch: start at its logged offset, not after it.
+    pub(super) replaying: bool,
+    /// COMMITTED streams with offsets (else the `_default` stream).
+    pub(super) exactly: bool,
+    /// Bytes of rows per AppendRows request.
+    pub(super) budget: usize,
+}
+
+/// The stream a shard writes to on `table`: the logged one if it belongs to that
+/// table, else a new one. Whether a stream still takes rows is not asked up front
+/// (`WriteStream.commit_time` says nothing about that: storage.proto, "If a stream
+/// is of `COMMITTED` type, then it will have a commit_time same as `create_time`"):
+/// the first append's own error says so, and the shard then moves to a new stream.
+pub(super) async fn open_target(
+    client: &WriteClient,
+    table: &TableRef,
+    logged: Option<&StreamSlot>,
+    how: Opening,
+    descriptor: prost_types::DescriptorProto,
+    retry: &mut RetryCtl,
+) -> Result<Target> {
+    let Opening { replaying, exactly, budget } = how;
+    if !exactly {
+        return Ok(Target::new(table.clone(), table.default_stream(), 0, descriptor, budget));
+    }
+    if let Some(slot) = logged.filter(|s| TableRef::from_stream(&s.stream).as_ref() == Some(table)) {
+        let next = if replaying { slot.offset } else { slot.end() };
+        return Ok(Target::new(table.clone(), slot.stream.clone(), next, descriptor, budget));
+    }
+    let stream = new_stream(client, table, retry).await?;
+    Ok(Target::new(table.clone(), stream, 0, descriptor, budget))
+}
+
+pub(super) async fn new_stream(client: &WriteClient, table: &TableRef, retry: &mut RetryCtl) -> Result<String> {
+    with_retries("CreateWriteStream", retry, || client.create_committed_stream(table))
+        .await
+        .with_context(|| format!("creating a COMMITTED write stream on {table}"))
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# kafka-to-bq's CPU cost per GB beside a bare librdkafka consumer's, on the same topic
+# in the same run (issue 13's target: at most 1.3x the bare consumer).
+#
+#   scripts/bench-hot-path.sh [MESSAGES] [ROUNDS]     (defaults 200000, 3)
+#   PROFILE=1 scripts/bench-hot-path.sh               also profile one kafka-to-bq run
+#
+# Starts the 'bench' stack and produces MESSAGES messages of the seed's shape to an
+# 8-partition topic. Each round then reads the whole topic three ways, each with a
+# fresh consumer starting at the beginning:
+#   bare      runner/examples/bare_consumer.rs: poll and count bytes, nothing else
+#   eo-stats  kafka-to-bq exactly-once, stats sink (map, encode, offset+commit logs)
+#   alo-stats kafka-to-bq at-least-once, stats sink
+# CPU is the process's getrusage (user+sys); the table gives the median per way and
+# the ratio of medians. Absolute CPU-s/GB moves a lot between machines; the ratio less.
+# With PROFILE=1, `perf record` samples one exactly-once run and the top symbols are
+# written to target/bench/hot-path-profile.txt.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+N=${1:-200000}
+ROUNDS=${2:-3}
+cargo build --release --bin flexrun --example bare_consumer >&2
+F=target/release/flexrun
+BARE=target/release/examples/bare_consumer
+bash scripts/stack.sh start bench >&2
+eval "$(bash scripts/stack.sh env bench)"
+ID=$(date +%s)
+TOPIC=hotpath_$ID
+OUT=$(mktemp -d)
+mkdir -p target/bench
+$F local create-topic --topic "$TOPIC" --partitions 8 >&2
+$F local produce --topic "$TOPIC" --count "$N" --seed-shape >&2
+
+job() { # name round [extra-param]
+  local name=$1 round=$2 extra=${3:-}
+  FLEXRUN_LOG=warn $F --template kafka-to-bq --job-name "hot-$name-$round-$ID" --checkpoint-dir "$OUT/ck" \
+    --idle-timeout 2s --sink stats --schema-file scripts/bench/seed-schema.json \
+    --summary-json "$OUT/$name-$round.json" \
+    --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$TOPIC,messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec=p:d.t$extra" >&2
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  echo "[bench] round $r of $ROUNDS" >&2
+  $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" > "$OUT/bare-$r.json"
+  job eo-stats "$r"
+  job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
+done
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  echo "[bench] profiling one exactly-once run with perf" >&2
+  perf record -F 999 -g -o "$OUT/perf.data" -- env FLEXRUN_LOG=warn $F --template kafka-to-bq \
+    --job-name "hot-profile-$ID" --checkpoint-dir "$OUT/ck" --idle-timeout 2s --sink stats \
+    --schema-file scripts/bench/seed-schema.json \
+    --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$TOPIC,messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec=p:d.t" >&2 2>/dev/null || true
+  perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null \
+    | grep -v '^#' | grep '%' | head -40 > target/bench/hot-path-profile.txt || true
+  echo "[bench] profile: target/bench/hot-path-profile.txt" >&2
+fi
+
+python3 - "$OUT" "$N" "$ROUNDS" <<'PY'
+import json, os, statistics, sys
+out, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(name, r):
+    j = json.load(open(os.path.join(out, f"{name}-{r}.json")))
+    s = j.get("summary", j)
+    act = s.get("active_s") or j.get("elapsed_s") or 1e-9
+    cpu = s["cpu_user_s"] + s["cpu_sys_s"]
+    msgs = s.get("messages_read", s.get("messages"))
+    gb = s.get("bytes_read", s.get("bytes")) / 1e9
+    return msgs, act, cpu, cpu / gb
+rows = {}
+print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
+print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'CPU-s/GB (each round)':>30}")
+for name in ["bare", "eo-stats", "alo-stats"]:
+    rs = [load(name, r) for r in range(1, rounds + 1)]
+    med = statistics.median(x[3] for x in rs)
+    rate = statistics.median(x[0] / x[1] for x in rs)
+    rows[name] = med
+    each = ", ".join(f"{x[3]:.2f}" for x in rs)
+    print(f"{name:<10} {rs[0][0]:>9} {rate:>15.0f} {med:>18.2f} {each:>30}")
+for name in ["eo-stats", "alo-stats"]:
+    print(f"ratio {name} / bare: {rows[name] / rows['bare']:.2f}x (target <= 1.30x)")
+PY

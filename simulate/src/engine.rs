@@ -1,0 +1,365 @@
+//! The event loop: Kafka partitions with backlog, a pool of workers with a CPU
+//! capacity, worker start-up, the autoscaler, Streaming Engine units and latency, in
+//! virtual time.
+//!
+//! Flows, not messages: every step of `STEP_S` virtual seconds moves a number of
+//! records (a real number) from each partition's backlog through its worker. Per step
+//! the cost is one pass over the partitions, so a day at 1,000 partitions is about
+//! 86 million small updates, whatever the message rate.
+//!
+//! Events on top of the steps: an autoscaler decision every `--autoscaling-interval`
+//! (skipped while a resize is in progress, as the live pool blocks on a resize), new
+//! workers becoming ready `startup_s` after a scale-up (they are billed while they
+//! boot), and a series sample every `series_interval_s`.
+
+use super::latency::{percentiles, quantile, LatencyRecorder, WindowConditions};
+use super::report::{Bottleneck, SeriesPoint, SimReport, SimSummary};
+use super::SimConfig;
+use flexrun_autoscaler::{Controller, Snapshot, WorkerMetrics};
+use flexrun_estimator::units::MIB;
+use rand::{Rng, SeedableRng};
+use rand_distr::StandardNormal;
+
+/// Virtual seconds per flow step.
+pub const STEP_S: f64 = 1.0;
+/// Virtual seconds per latency window.
+pub const LATENCY_WINDOW_S: f64 = 10.0;
+/// Latency samples drawn per latency window.
+pub const LATENCY_SAMPLES_PER_WINDOW: u32 = 48;
+/// Correlation time of the input-rate noise, seconds.
+pub const NOISE_CORRELATION_S: f64 = 30.0;
+
+/// Accumulates per-worker counters between autoscaler decisions.
+struct Window {
+    start_s: f64,
+    records: Vec<f64>,
+    input_records: f64,
+}
+
+impl Window {
+    fn new(start_s: f64, workers: u32) -> Window {
+        Window { start_s, records: vec![0.0; workers as usize], input_records: 0.0 }
+    }
+}
+
+/// Run the simulation. `progress` is called with the virtual time reached, now and then.
+pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
+    let w = &cfg.workload;
+    let parts = w.partitions.max(1) as usize;
+    let mean_bytes = w.message.mean();
+    let vcpus = cfg.pool.vcpus_per_worker;
+    // Records one vCPU processes per second at 100% CPU, and one worker.
+    let vcpu_rate = 1.0 / cfg.cost.vcpu_s_per_message(mean_bytes);
+    let worker_rate = vcpu_rate * vcpus;
+    let max_parallelism = ((parts as f64) / vcpus).ceil().max(1.0) as u32;
+    let mut controller = Controller::new(&cfg.pool, max_parallelism);
+    let limits = *controller.limits();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    let mut latency = LatencyRecorder::new(cfg.latency.clone(), LATENCY_SAMPLES_PER_WINDOW);
+
+    let mut running = cfg.pool.num_workers.clamp(limits.min_workers, limits.max_workers);
+    let mut billed = running;
+    let mut pending: Option<(f64, u32)> = None;
+    let mut backlog = vec![0.0f64; parts];
+    let mut noise = 0.0f64;
+    let noise_a = (-STEP_S / NOISE_CORRELATION_S).exp();
+    let mut window = Window::new(0.0, running);
+    let mut next_decision = cfg.pool.interval.as_secs_f64();
+
+    let mut report = SimReport::default();
+    let mut lat_window = (0.0f64, 0.0f64, 0.0f64); // records, busy worker-seconds, worker-seconds
+    let mut series_acc = SeriesAcc::default();
+    let mut post = PostWarmUp::default();
+    let mut worker_records = vec![0.0f64; running as usize];
+    let steps = (w.duration_s / STEP_S).ceil() as u64;
+    let mut last_progress = 0.0;
+
+    for step in 1..=steps {
+        let t = step as f64 * STEP_S;
+        // Input: the profile times (1 + noise), spread evenly over the partitions.
+        noise = noise_a * noise + (1.0 - noise_a * noise_a).sqrt() * w.noise * rng.sample::<f64, _>(StandardNormal);
+        let input = (w.records_per_s(t) * (1.0 + noise)).max(0.0) * STEP_S;
+        let per_partition = input / parts as f64;
+        // Partitions are dealt round-robin: worker k owns partitions k, k+W, k+2W, ...
+        let n = running as usize;
+        let worker_cap = worker_rate * STEP_S;
+        let partition_cap = vcpu_rate * STEP_S;
+        worker_records.iter_mut().for_each(|r| *r = 0.0);
+        for (k, done) in worker_records.iter_mut().enumerate().take(n) {
+            let demand: f64 = (k..parts).step_by(n).map(|p| backlog[p] + per_partition).sum();
+            let scale = if demand > worker_cap { worker_cap / demand } else { 1.0 };
+            for p in (k..parts).step_by(n) {
+                let d = backlog[p] + per_partition;
+                let served = (d * scale).min(partition_cap);
+                backlog[p] = d - served;
+                *done += served;
+            }
+        }
+        let processed: f64 = worker_records.iter().sum();
+        for (acc, r) in window.records.iter_mut().zip(&worker_records) {
+            *acc += r;
+        }
+        window.input_records += input;
+        let busy_worker_s: f64 = processed / worker_rate;
+        lat_window.0 += processed;
+        lat_window.1 += busy_worker_s;
+        lat_window.2 += running as f64 * STEP_S;
+        let backlog_records: f64 = backlog.iter().sum();
+        let figures = StepFigures { input, processed, running, billed, busy: busy_worker_s, backlog: backlog_records };
+        series_acc.add(&figures);
+        if t > cfg.warm_up_s {
+            post.add(t, &figures);
+        }
+
+        // Latency, once per latency window.
+        if (t / LATENCY_WINDOW_S).fract() == 0.0 {
+            let u = if lat_window.2 > 0.0 { lat_window.1 / lat_window.2 } else { 0.0 };
+            let throughput = lat_window.0 / LATENCY_WINDOW_S;
+            let cond = WindowConditions {
+                utilization: u,
+                throughput_bytes_s: throughput * mean_bytes,
+                exactly_once: cfg.exactly_once(),
+                streams: cfg.streams,
+                triggering_s: cfg.triggering_s,
+            };
+            let kafka_wait = if throughput > 0.0 { backlog_records / throughput } else { 0.0 };
+            latency.add_window(&cond, lat_window.0, kafka_wait, t > cfg.warm_up_s, &mut rng, &mut series_acc.samples);
+            series_acc.kafka_wait = kafka_wait;
+            lat_window = (0.0, 0.0, 0.0);
+        }
+
+        // Workers that finished booting join; the window starts over.
+        if let Some((ready_at, to)) = pending {
+            if t >= ready_at {
+                running = to;
+                pending = None;
+                window = Window::new(t, running);
+                worker_records = vec![0.0; running as usize];
+            }
+        }
+
+        // The autoscaler.
+        if t >= next_decision {
+            next_decision += cfg.pool.interval.as_secs_f64();
+            if pending.is_none() {
+                let window_s = t - window.start_s;
+                let snap = Snapshot {
+                    time_s: t,
+                    window_s,
+                    workers: window
+                        .records
+                        .iter()
+                        .map(|&r| WorkerMetrics {
+                            busy_s: r / worker_rate,
+                            records: r as u64,
+                            bytes: (r * mean_bytes) as u64,
+                        })
+                        .collect(),
+                    input_records_per_s: window.input_records / window_s,
+                    input_bytes_per_s: window.input_records / window_s * mean_bytes,
+                    backlog_records: backlog_records as u64,
+                    backlog_bytes: (backlog_records * mean_bytes) as u64,
+                };
+                let d = controller.decide(&snap);
+                if cfg.record_snapshots {
+                    report.snapshots.push((snap, d.clone()));
+                }
+                if d.to > running {
+                    billed = d.to;
+                    pending = Some((t + cfg.startup_s, d.to));
+                } else if d.to < running {
+                    running = d.to;
+                    billed = d.to;
+                    worker_records = vec![0.0; running as usize];
+                }
+                window = Window::new(t, running);
+            }
+        }
+
+        if (t / cfg.series_interval_s).fract() == 0.0 {
+            let secu = cfg.secu_per_hour_per_mib_s * series_acc.totals.processed
+                / (series_acc.totals.steps.max(1.0) * STEP_S)
+                * mean_bytes
+                / MIB;
+            report.series.push(series_acc.point(t, mean_bytes, secu));
+            series_acc = SeriesAcc::default();
+        }
+        if t - last_progress >= 3600.0 {
+            last_progress = t;
+            progress(t);
+        }
+    }
+    progress(w.duration_s);
+    report.decisions = controller.into_decisions();
+
+    // The summary after warm-up.
+    let steps_post = post.totals.steps.max(1.0);
+    let processed_mib_s = post.totals.processed / (steps_post * STEP_S) * mean_bytes / MIB;
+    let workers_mean = post.totals.running / steps_post;
+    let billed_mean = post.totals.billed / steps_post;
+    let secu = cfg.secu_per_hour_per_mib_s * processed_mib_s;
+    let machine = flexrun_estimator::Pricing::us_central1()
+        .machine_types
+        .get(&cfg.machine_type)
+        .copied()
+        .unwrap_or(flexrun_estimator::MachineType { vcpus, memory_gb: 4.0 * vcpus });
+    let (items, per_hour) = flexrun_estimator::bill(
+        billed_mean,
+        &machine,
+        secu,
+        flexrun_estimator::Commitment::None,
+        &flexrun_estimator::Pricing::us_central1(),
+    );
+    let [p50, p95, p99] = percentiles(&latency.stage_ms);
+    let [e50, e95, e99] = percentiles(&latency.end_to_end_ms);
+    let growth_mib_s =
+        (post.last_backlog - post.first_backlog) * mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
+    let input_mib_s = post.totals.input / (steps_post * STEP_S) * mean_bytes / MIB;
+    let partition_cap_mib_s = parts as f64 * vcpu_rate * mean_bytes / MIB;
+    let workers_cap_mib_s = limits.max_workers as f64 * worker_rate * mean_bytes / MIB;
+    let bottleneck = if growth_mib_s > 0.01 * input_mib_s.max(1e-9) {
+        if partition_cap_mib_s <= workers_cap_mib_s {
+            Bottleneck::Partitions {
+                partitions: w.partitions,
+                max_mib_s: partition_cap_mib_s,
+                backlog_growth_mib_s: growth_mib_s,
+            }
+        } else {
+            Bottleneck::MaxWorkers {
+                max_workers: limits.max_workers,
+                max_mib_s: workers_cap_mib_s,
+                backlog_growth_mib_s: growth_mib_s,
+            }
+        }
+    } else {
+        Bottleneck::None
+    };
+    report.summary = SimSummary {
+        input_mib_s,
+        throughput_mib_s: processed_mib_s,
+        throughput_records_per_s: post.totals.processed / (steps_post * STEP_S),
+        throughput_per_worker_mb_s: if workers_mean > 0.0 { processed_mib_s * MIB / 1e6 / workers_mean } else { 0.0 },
+        mean_cpu: post.totals.cpu(),
+        workers_mean,
+        workers_billed_mean: billed_mean,
+        workers_min: post.min_running,
+        workers_max: post.max_running,
+        workers_final: running,
+        secu_per_hour: secu,
+        latency_ms: [p50, p95, p99],
+        end_to_end_ms: [e50, e95, e99],
+        cost_items: items,
+        cost_per_hour: per_hour,
+        backlog_final_mib: backlog.iter().sum::<f64>() * mean_bytes / MIB,
+        bottleneck,
+        decisions: report.decisions.iter().filter(|d| d.is_change()).count(),
+        vcpu_capacity_mib_s: vcpu_rate * mean_bytes / MIB,
+        max_parallelism,
+    };
+    report
+}
+
+/// One flow step's figures.
+#[derive(Clone, Copy)]
+struct StepFigures {
+    input: f64,
+    processed: f64,
+    running: u32,
+    billed: u32,
+    busy: f64,
+    backlog: f64,
+}
+
+/// Sums of step figures over a span.
+#[derive(Default)]
+struct Totals {
+    steps: f64,
+    input: f64,
+    processed: f64,
+    running: f64,
+    billed: f64,
+    busy: f64,
+}
+
+impl Totals {
+    fn add(&mut self, f: &StepFigures) {
+        self.steps += 1.0;
+        self.input += f.input;
+        self.processed += f.processed;
+        self.running += f.running as f64;
+        self.billed += f.billed as f64;
+        self.busy += f.busy;
+    }
+
+    /// Mean CPU of the running workers over the span.
+    fn cpu(&self) -> f64 {
+        if self.running > 0.0 {
+            self.busy / (self.running * STEP_S)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Sums between series samples.
+#[derive(Default)]
+struct SeriesAcc {
+    totals: Totals,
+    backlog: f64,
+    /// Stage latency samples of the span, seconds.
+    samples: Vec<f64>,
+    kafka_wait: f64,
+}
+
+impl SeriesAcc {
+    fn add(&mut self, f: &StepFigures) {
+        self.totals.add(f);
+        self.backlog = f.backlog;
+    }
+
+    fn point(&mut self, t: f64, mean_bytes: f64, secu: f64) -> SeriesPoint {
+        let n = self.totals.steps.max(1.0);
+        let s = n * STEP_S;
+        SeriesPoint {
+            time_s: t,
+            input_records_per_s: self.totals.input / s,
+            input_mib_s: self.totals.input / s * mean_bytes / MIB,
+            throughput_mib_s: self.totals.processed / s * mean_bytes / MIB,
+            workers: self.totals.running / n,
+            workers_billed: self.totals.billed / n,
+            cpu: self.totals.cpu(),
+            backlog_mib: self.backlog * mean_bytes / MIB,
+            kafka_wait_s: self.kafka_wait,
+            latency_p50_ms: quantile(&mut self.samples, 0.5) * 1000.0,
+            latency_p99_ms: quantile(&mut self.samples, 0.99) * 1000.0,
+            secu_per_hour: secu,
+        }
+    }
+}
+
+/// Sums after the warm-up.
+#[derive(Default)]
+struct PostWarmUp {
+    totals: Totals,
+    min_running: u32,
+    max_running: u32,
+    first_t: f64,
+    last_t: f64,
+    first_backlog: f64,
+    last_backlog: f64,
+}
+
+impl PostWarmUp {
+    fn add(&mut self, t: f64, f: &StepFigures) {
+        if self.totals.steps == 0.0 {
+            self.first_t = t;
+            self.first_backlog = f.backlog;
+            self.min_running = f.running;
+        }
+        self.totals.add(f);
+        self.min_running = self.min_running.min(f.running);
+        self.max_running = self.max_running.max(f.running);
+        self.last_t = t;
+        self.last_backlog = f.backlog;
+    }
+}

@@ -1,0 +1,133 @@
+//! The kafka-to-bq job at cloud scale in virtual time, with the
+//! real autoscaler in the loop.
+//!
+//! # What comes from where
+//! From Google's publication (seed 001, `estimator/data/google-kafka-to-bq-e2-standard-2.yaml`):
+//! - **the per-worker capacity**: published throughput ÷ (workers × mean CPU), i.e. what one
+//!   e2-standard-2 worker carries at 100% CPU (22.7 MiB/s exactly-once, 25.2 MiB/s
+//!   at-least-once). This is the only calibration input for workers and CPU; the worker
+//!   count and CPU the simulation reports come out of the autoscaler's decisions. A
+//!   locally measured baseline (`flexrun calibrate`) or `--vcpu-capacity` replaces it.
+//! - **SECU per MiB/s** (58 SECU/h at 1000 MiB/s exactly-once, 0 at-least-once), scaled
+//!   linearly with the simulated throughput, as Google's sizing rule does.
+//! - the template's settings: `numStorageWriteApiStreams` (400 in the benchmark, from
+//!   `--parameters`), the 5 s triggering frequency, Beam's 2 MiB append threshold.
+//!
+//! Modelled (named constants, not fitted per run; see [`latency`] and the defaults of
+//! [`SimConfig`]): worker start-up time (90 s), input noise (2%, 30 s correlation),
+//! one vCPU per partition at most, the per-stage latency constants, and the autoscaling
+//! policy's own constants (in `flexrun-autoscaler`).
+//!
+//! # Layout
+//! - [`workload`]: rates, load profiles and message sizes.
+//! - [`engine`]: the flow-based event loop.
+//! - [`latency`]: the per-stage latency model and its histograms.
+//! - [`report`]: summary, CSV series and the SVG chart.
+//!
+//! The command line (`flexrun simulate`'s flags and output) lives in the runner's
+//! `cli::simulate`; this crate depends only on `flexrun-autoscaler` and
+//! `flexrun-estimator`, so it builds without Kafka or gRPC.
+
+pub mod engine;
+pub mod latency;
+pub mod report;
+pub mod workload;
+
+pub use engine::run;
+pub use latency::LatencyModel;
+pub use report::{Bottleneck, SeriesPoint, SimReport, SimSummary};
+pub use workload::{MessageSize, Profile, Workload};
+
+use flexrun_autoscaler::ScalingConfig;
+use flexrun_estimator::{Baseline, Mode};
+
+/// Default virtual time for new workers to boot and join.
+pub const DEFAULT_STARTUP_S: f64 = 90.0;
+/// Default relative noise of the input rate.
+pub const DEFAULT_NOISE: f64 = 0.02;
+/// Default series interval.
+pub const DEFAULT_SERIES_INTERVAL_S: f64 = 60.0;
+
+/// CPU cost of a message, in vCPU-seconds: a part per message plus a part per byte.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuCost {
+    /// vCPU-seconds per byte.
+    pub vcpu_s_per_byte: f64,
+    /// vCPU-seconds per message, whatever its size.
+    pub vcpu_s_per_message: f64,
+}
+
+impl CpuCost {
+    /// From a baseline measured on machines with `vcpus` vCPUs per worker: the capacity
+    /// per vCPU is the worker's ÷ vCPUs. A baseline with a per-message cost (as
+    /// `flexrun calibrate` measures) splits the cost; otherwise it is all per byte.
+    pub fn from_baseline(b: &Baseline, vcpus: f64) -> CpuCost {
+        let per_vcpu_bytes_s = b.worker_capacity_bytes_s() / vcpus;
+        match b.vcpu_us_per_message {
+            Some(us) => {
+                CpuCost { vcpu_s_per_byte: b.vcpu_ns_per_byte.unwrap_or(0.0) * 1e-9, vcpu_s_per_message: us * 1e-6 }
+            }
+            None => CpuCost { vcpu_s_per_byte: 1.0 / per_vcpu_bytes_s, vcpu_s_per_message: 0.0 },
+        }
+    }
+
+    /// A fixed capacity per vCPU in bytes per second.
+    pub fn bytes_per_s(rate: f64) -> CpuCost {
+        CpuCost { vcpu_s_per_byte: 1.0 / rate, vcpu_s_per_message: 0.0 }
+    }
+
+    /// A fixed capacity per vCPU in messages per second.
+    pub fn messages_per_s(rate: f64) -> CpuCost {
+        CpuCost { vcpu_s_per_byte: 0.0, vcpu_s_per_message: 1.0 / rate }
+    }
+
+    /// vCPU-seconds for a message of `bytes`.
+    pub fn vcpu_s_per_message(&self, bytes: f64) -> f64 {
+        self.vcpu_s_per_message + self.vcpu_s_per_byte * bytes
+    }
+}
+
+/// Everything a simulation needs.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The input.
+    pub workload: Workload,
+    /// Delivery mode.
+    pub mode: Mode,
+    /// Pool and autoscaling settings, as for a live run.
+    pub pool: ScalingConfig,
+    /// Worker machine type (for vCPUs and prices).
+    pub machine_type: String,
+    /// CPU cost of processing.
+    pub cost: CpuCost,
+    /// Storage Write streams (exactly-once).
+    pub streams: f64,
+    /// Storage Write triggering frequency, seconds (exactly-once).
+    pub triggering_s: f64,
+    /// Seconds for new workers to boot.
+    pub startup_s: f64,
+    /// Seconds excluded from the summary.
+    pub warm_up_s: f64,
+    /// SECU per hour per MiB/s processed.
+    pub secu_per_hour_per_mib_s: f64,
+    /// Latency constants.
+    pub latency: LatencyModel,
+    /// Random seed (input noise, latency samples).
+    pub seed: u64,
+    /// Seconds per series row.
+    pub series_interval_s: f64,
+    /// Keep every snapshot the autoscaler saw (tests and replays).
+    pub record_snapshots: bool,
+}
+
+impl SimConfig {
+    /// Whether the job writes exactly-once.
+    pub fn exactly_once(&self) -> bool {
+        self.mode == Mode::ExactlyOnce
+    }
+
+    /// The default warm-up for a duration: a quarter of it, at most 2 h.
+    pub fn default_warm_up_s(duration_s: f64) -> f64 {
+        (duration_s / 4.0).min(7200.0)
+    }
+}
