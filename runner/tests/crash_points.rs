@@ -1,5 +1,5 @@
 //! One deterministic test per crash point of the exactly-once protocol (the table in
-//! `runner/src/pipeline/mod.rs`): the job kills itself with SIGKILL exactly there
+//! `runner/src/kafka_to_bq/mod.rs`): the job kills itself with SIGKILL exactly there
 //! (a `fail` failpoint, built with `--features failpoints`), restarts, and the test
 //! asserts no loss and no duplicate, counted in BigQuery, and that the recovery path
 //! the point targets really ran (a replay, ALREADY_EXISTS answers, or neither).
