@@ -11,7 +11,9 @@
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
 use base64::Engine;
+use serde_json::value::RawValue;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Beam's `storageWriteApiMaxRequestSize` default; a larger row can never be appended.
 pub const DEFAULT_MAX_ROW_BYTES: usize = 10_000_000;
@@ -108,14 +110,36 @@ impl Mapper {
     }
 
     /// Map one message value into `out` (cleared first) as protobuf row bytes.
+    ///
+    /// The usual message takes a fast path: its top level is parsed into borrowed
+    /// `(key, raw value)` pairs and string values are copied straight from the message
+    /// into the row, with no `serde_json::Value` in between. Anything else (a key with
+    /// escapes, a value that is not a plain string, a message that is not an object)
+    /// goes through [`Mapper::map_via_value`]. Both give the same bytes and the same
+    /// errors: the pairs are kept in the same order as `serde_json::Map` (sorted by
+    /// key, the last of duplicate keys winning), and a property test compares the two.
     pub fn map_into(&self, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         out.clear();
         let text = std::str::from_utf8(value).map_err(|e| RecordError::NotUtf8(e.valid_up_to()))?;
+        match serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
+            Ok(obj) => encode_borrowed(&self.schema, &obj, out)?,
+            Err(_) => return self.map_via_value(text, out),
+        }
+        self.check_size(out)
+    }
+
+    /// The reference path: parse into a `serde_json::Value`, then encode.
+    pub fn map_via_value(&self, text: &str, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        out.clear();
         let v: Value = serde_json::from_str(text).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
         let Value::Object(obj) = v else {
             return Err(RecordError::NotAnObject(kind(&v)));
         };
         encode_object(&self.schema, &obj, "", out)?;
+        self.check_size(out)
+    }
+
+    fn check_size(&self, out: &[u8]) -> Result<(), RecordError> {
         if out.len() > self.max_row_bytes {
             return Err(RecordError::Oversize { bytes: out.len(), limit: self.max_row_bytes });
         }
@@ -147,10 +171,48 @@ fn encode_object(
     let mut seen = vec![false; schema.columns.len()];
     for (key, value) in obj {
         let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(path(prefix, key)))?;
+        seen[idx] |= encode_field(&schema.columns[idx], idx, value, prefix, out)?;
+    }
+    check_required(schema, &seen, prefix)
+}
+
+/// The fast path's top level: the same order and checks as [`encode_object`], with
+/// plain string values copied from the message and everything else parsed on its own.
+fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+    let mut seen = vec![false; schema.columns.len()];
+    for (key, raw) in obj {
+        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(path("", key)))?;
         let col = &schema.columns[idx];
-        let tag = idx as u32 + 1;
+        let text = raw.get();
+        let stringy = matches!(col.typ, ColumnType::String | ColumnType::StringLike);
+        if col.mode != Mode::Repeated && stringy && text.starts_with('"') {
+            if let Ok(s) = serde_json::from_str::<&str>(text) {
+                put_bytes(idx as u32 + 1, s.as_bytes(), out);
+                seen[idx] = true;
+                continue;
+            }
+        }
+        let v: Value = serde_json::from_str(text).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
+        seen[idx] |= encode_field(col, idx, &v, "", out)?;
+    }
+    check_required(schema, &seen, "")
+}
+
+fn check_required(schema: &Schema, seen: &[bool], prefix: &str) -> Result<(), RecordError> {
+    for (c, s) in schema.columns.iter().zip(seen) {
+        if c.mode == Mode::Required && !s {
+            return Err(RecordError::MissingRequired(path(prefix, &c.name)));
+        }
+    }
+    Ok(())
+}
+
+/// Encode one field (column `idx`); false when the value is null and nothing was written.
+fn encode_field(col: &Column, idx: usize, value: &Value, prefix: &str, out: &mut Vec<u8>) -> Result<bool, RecordError> {
+    let tag = idx as u32 + 1;
+    {
         match (col.mode, value) {
-            (_, Value::Null) => continue,
+            (_, Value::Null) => return Ok(false),
             (Mode::Repeated, Value::Array(items)) => {
                 for item in items {
                     if item.is_null() {
@@ -172,14 +234,8 @@ fn encode_object(
             }
             (_, v) => encode_scalar(col, v, tag, prefix, out)?,
         }
-        seen[idx] = true;
     }
-    for (c, s) in schema.columns.iter().zip(&seen) {
-        if c.mode == Mode::Required && !s {
-            return Err(RecordError::MissingRequired(path(prefix, &c.name)));
-        }
-    }
-    Ok(())
+    Ok(true)
 }
 
 fn wrong(col: &Column, prefix: &str, expected: &str, v: &Value) -> RecordError {
@@ -416,6 +472,44 @@ mod tests {
                     proptest::prop_assert!(!e.class().is_empty());
                 }
             }
+        }
+
+        /// The fast path and the reference path agree byte for byte and error for error,
+        /// including escaped keys and strings, duplicate and differently cased keys,
+        /// nulls, numbers in string columns, nested records and non-objects.
+        #[test]
+        fn the_borrowed_fast_path_matches_the_value_path(
+            cols in proptest::collection::vec((0usize..10, 0usize..3), 3),
+            body in proptest::collection::vec(
+                (
+                    "[a-cA-C]|\\\\u0062",
+                    r#""[a-z ]{0,8}"|"[a-z]\\"[a-z]"|"caf\\u00e9"|-?[0-9]{1,19}|[0-9]\.[0-9]|true|null|\[("x"|[0-9]|null)?\]|\{"a": [0-9]\}|"2024-01-1[0-9]"|"QUJD""#,
+                ),
+                0..7,
+            ),
+            top in proptest::prop_oneof![proptest::strategy::Just(true), proptest::strategy::Just(false)],
+        ) {
+            let types = ["STRING", "BYTES", "INTEGER", "FLOAT", "BOOLEAN", "TIMESTAMP", "DATE", "NUMERIC", "JSON", "RECORD"];
+            let modes = ["NULLABLE", "REQUIRED", "REPEATED"];
+            let fields: Vec<serde_json::Value> = cols
+                .iter()
+                .zip(["a", "b", "c"])
+                .map(|((t, m), name)| {
+                    let mut f = serde_json::json!({"name": name, "type": types[*t], "mode": modes[*m]});
+                    if types[*t] == "RECORD" {
+                        f["fields"] = serde_json::json!([{"name": "a", "type": "INTEGER"}]);
+                    }
+                    f
+                })
+                .collect();
+            let schema = Schema::from_json(&serde_json::Value::Array(fields)).expect("three distinct columns");
+            let pairs: Vec<String> = body.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+            let text = if top { format!("{{{}}}", pairs.join(", ")) } else { format!("[{}]", pairs.len()) };
+            let m = Mapper::new(schema, 10_000);
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let a = m.map_into(text.as_bytes(), &mut fast).map(|()| fast);
+            let b = m.map_via_value(&text, &mut slow).map(|()| slow);
+            proptest::prop_assert_eq!(a, b, "{}", text);
         }
 
         #[test]
