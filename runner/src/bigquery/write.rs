@@ -367,6 +367,25 @@ impl WriteClient {
     }
 }
 
+/// The AppendRows request for `rows` on `stream`, at `offset` when given, carrying
+/// the writer schema when `schema` is given (the first request of a connection). The
+/// live writer and `flexrun calibrate` both build their requests here.
+pub fn append_request(
+    stream: &str,
+    offset: Option<i64>,
+    schema: Option<&DescriptorProto>,
+    rows: Vec<Vec<u8>>,
+) -> AppendRowsRequest {
+    let writer_schema = schema.map(|d| ProtoSchema { proto_descriptor: Some(d.clone()) });
+    AppendRowsRequest {
+        // BigQuery needs the stream name only on the first request; the emulator on every one.
+        write_stream: stream.to_string(),
+        offset,
+        rows: Some(Rows::ProtoRows(ProtoData { writer_schema, rows: Some(ProtoRows { serialized_rows: rows }) })),
+        ..Default::default()
+    }
+}
+
 /// One open AppendRows call: requests go in, responses come back in order.
 pub struct AppendConnection {
     tx: mpsc::Sender<AppendRowsRequest>,
@@ -386,15 +405,8 @@ impl AppendConnection {
 
     /// Append `rows` (encoded per the descriptor), at `offset` when given.
     pub async fn append(&mut self, rows: Vec<Vec<u8>>, offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
-        let writer_schema =
-            (!self.sent_schema).then(|| ProtoSchema { proto_descriptor: Some(self.descriptor.clone()) });
-        let req = AppendRowsRequest {
-            // BigQuery needs the stream name only on the first request; the emulator on every one.
-            write_stream: self.stream.clone(),
-            offset,
-            rows: Some(Rows::ProtoRows(ProtoData { writer_schema, rows: Some(ProtoRows { serialized_rows: rows }) })),
-            ..Default::default()
-        };
+        let schema = (!self.sent_schema).then_some(&self.descriptor);
+        let req = append_request(&self.stream, offset, schema, rows);
         let closed = || WriteError::Status {
             what: "AppendRows",
             code: "Unavailable".into(),

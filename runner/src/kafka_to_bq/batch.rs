@@ -5,6 +5,7 @@
 
 use super::dlq::{self, RecordRef};
 use super::job::{JobCtx, Mapping};
+use super::transform::{Mapper, RecordError};
 use crate::progress::OffsetEntry;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{bail, Result};
@@ -109,6 +110,42 @@ pub(super) fn apply_rejections(
     }
 }
 
+/// Message values mapped to rows: the rows, the index of the value each came from, and
+/// the values that could not be mapped, with why.
+#[derive(Debug, Default)]
+pub struct MappedValues {
+    /// Encoded rows.
+    pub rows: Vec<Vec<u8>>,
+    /// For each row, the index of its value.
+    pub row_src: Vec<usize>,
+    /// Values that did not map: index and reason.
+    pub failed: Vec<(usize, RecordError)>,
+}
+
+/// Map message values to rows with `mapper`, timing each in `stages`. This is the
+/// transform of every batch a shard processes, and what `flexrun calibrate` measures.
+pub fn map_values<'a>(
+    mapper: &Mapper,
+    values: impl Iterator<Item = &'a [u8]>,
+    stages: &mut StageStats,
+) -> MappedValues {
+    let mut out = MappedValues::default();
+    for (i, value) in values.enumerate() {
+        let t = Instant::now();
+        let mut row = Vec::with_capacity(value.len() + 16);
+        let r = mapper.map_into(value, &mut row);
+        stages.record(Stage::Transform, t.elapsed().as_micros() as u64);
+        match r {
+            Ok(()) => {
+                out.rows.push(row);
+                out.row_src.push(i);
+            }
+            Err(e) => out.failed.push((i, e)),
+        }
+    }
+    out
+}
+
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
 /// dead-letter row. Without a dead-letter table, a bad record stops the job.
 pub(super) fn map_batch(
@@ -120,30 +157,18 @@ pub(super) fn map_batch(
     counts: &mut BatchCounts,
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
-    let mut rows: Vec<Vec<u8>> = Vec::with_capacity(cut.msgs.len());
-    let mut row_src: Vec<usize> = Vec::with_capacity(cut.msgs.len());
-    let mut dlq_rows: Vec<Vec<u8>> = Vec::new();
-    for (i, m) in cut.msgs.iter().enumerate() {
-        let value = m.payload().unwrap_or_default();
-        let t = Instant::now();
-        let mut row = Vec::with_capacity(value.len() + 16);
-        let r = mapping.mapper.map_into(value, &mut row);
-        stages.record(Stage::Transform, t.elapsed().as_micros() as u64);
-        match r {
-            Ok(()) => {
-                rows.push(row);
-                row_src.push(i);
-            }
-            Err(e) => {
-                if !has_dlq {
-                    bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
-                }
-                let mut out = Vec::new();
-                dlq::encode(&record_ref(topic, m), "transform", &e.to_string(), &mut out);
-                dlq_rows.push(out);
-                *counts.by_class.entry(e.class()).or_default() += 1;
-            }
+    let values = cut.msgs.iter().map(|m| m.payload().unwrap_or_default());
+    let MappedValues { rows, row_src, failed } = map_values(&mapping.mapper, values, stages);
+    let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
+    for (i, e) in failed {
+        let m = &cut.msgs[i];
+        if !has_dlq {
+            bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
         }
+        let mut out = Vec::new();
+        dlq::encode(&record_ref(topic, m), "transform", &e.to_string(), &mut out);
+        dlq_rows.push(out);
+        *counts.by_class.entry(e.class()).or_default() += 1;
     }
     Ok(Mapped { rows, row_src, dlq_rows })
 }

@@ -2,11 +2,15 @@
 //! processing path, written as a baseline file that `flexrun estimate` and
 //! `flexrun simulate` read.
 //!
-//! The path measured is the runner's own, batch by batch as a shard runs it: parse and
-//! map every message onto the table's schema and encode it as a protobuf row
-//! ([`crate::kafka_to_bq::transform::Mapper`]), build and serialize the Storage Write
-//! `AppendRowsRequest`, and, for exactly-once, write the batch's offset-log and
-//! commit-log entries ([`crate::progress::ShardLog`], purged inline so their CPU counts).
+//! The path measured is the runner's own, batch by batch as a shard runs it, through the
+//! same functions: map every message onto the table's schema as a protobuf row, timed
+//! per message ([`crate::kafka_to_bq::batch::map_values`]), digest the rows
+//! ([`crate::kafka_to_bq::batch::rows_digest`]), split them into requests under the
+//! 10 MB limit and build each `AppendRowsRequest`
+//! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::write::append_request`])
+//! and serialize it, and, for exactly-once, write the batch's offset-log and commit-log
+//! entries ([`crate::progress::ShardLog`], purged inline so their CPU counts). Only the
+//! Kafka read and the network send are left out.
 //! Only this thread's CPU time is counted, so the figure is per core at 100% CPU,
 //! whatever else the machine is doing (noise still slows the core itself).
 //!
@@ -14,15 +18,14 @@
 //! per message and a part per byte, which lets `simulate` price other sizes.
 
 use crate::bigquery::schema::Schema;
+use crate::bigquery::write::{append_request, request_row_budget, split_requests, MAX_REQUEST_BYTES};
+use crate::kafka_to_bq::batch::{map_values, rows_digest};
 use crate::kafka_to_bq::transform::Mapper;
 use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
+use crate::stats::StageStats;
 use anyhow::{Context, Result};
 use flexrun_estimator::units::MIB;
 use flexrun_estimator::{Baseline, BaselineFile, Mode};
-use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
-    append_rows_request::{ProtoData, Rows},
-    AppendRowsRequest, ProtoRows, ProtoSchema,
-};
 use prost::Message as _;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -117,27 +120,30 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
     let (cpu0, wall0) = (thread_cpu_s(), Instant::now());
     let (mut messages, mut rejected, mut bytes, mut batch_id, mut next) = (0u64, 0u64, 0u64, 0u64, 0usize);
     let mut offset = 0i64;
+    let budget = request_row_budget(MAX_REQUEST_BYTES);
+    let mut stages = StageStats::default();
     while thread_cpu_s() - cpu0 < seconds {
-        let mut rows: Vec<Vec<u8>> = Vec::with_capacity(BATCH_ROWS);
-        let mut batch_bytes = 0usize;
+        // Cut a batch as a shard does: until it has BATCH_ROWS messages or BATCH_BYTES.
         let first = messages;
-        while rows.len() < BATCH_ROWS && batch_bytes < BATCH_BYTES {
-            let m = &shape.messages[next % shape.messages.len()];
+        let (mut batch, mut batch_bytes) = (Vec::with_capacity(BATCH_ROWS), 0usize);
+        while batch.len() < BATCH_ROWS && batch_bytes < BATCH_BYTES {
+            let m = shape.messages[next % shape.messages.len()].as_slice();
             next += 1;
-            let mut row = Vec::with_capacity(m.len() + 16);
-            match mapper.map_into(m, &mut row) {
-                Ok(()) => rows.push(row),
-                Err(_) => rejected += 1,
-            }
+            batch.push(m);
             batch_bytes += m.len();
-            bytes += m.len() as u64;
-            messages += 1;
         }
+        messages += batch.len() as u64;
+        bytes += batch_bytes as u64;
+        // The shard's own transform, digest, log entries, request splitting and requests.
+        let mapped = map_values(&mapper, batch.into_iter(), &mut stages);
+        rejected += mapped.failed.len() as u64;
+        let rows = mapped.rows;
         let n = rows.len() as i64;
         let slot = StreamSlot {
             stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(),
             offset,
             rows: n,
+            digest: log.is_some().then(|| rows_digest(&rows)),
             ..Default::default()
         };
         if let Some(log) = log.as_mut() {
@@ -151,16 +157,13 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
                 ..Default::default()
             })?;
         }
-        let req = AppendRowsRequest {
-            write_stream: slot.stream.clone(),
-            offset: matches!(mode, Mode::ExactlyOnce).then_some(offset),
-            rows: Some(Rows::ProtoRows(ProtoData {
-                writer_schema: (batch_id == 0).then(|| ProtoSchema { proto_descriptor: Some(descriptor.clone()) }),
-                rows: Some(ProtoRows { serialized_rows: rows }),
-            })),
-            ..Default::default()
-        };
-        std::hint::black_box(req.encode_to_vec());
+        let exactly = matches!(mode, Mode::ExactlyOnce);
+        for (k, range) in split_requests(&rows, budget).into_iter().enumerate() {
+            let at = exactly.then_some(offset + range.start as i64);
+            let schema = (batch_id == 0 && k == 0).then_some(&descriptor);
+            let req = append_request(&slot.stream, at, schema, rows[range].to_vec());
+            std::hint::black_box(req.encode_to_vec());
+        }
         if let Some(log) = log.as_mut() {
             log.log_commit(&CommitEntry { batch: batch_id, positions: BTreeMap::from([(0, messages as i64)]) })?;
         }
