@@ -185,8 +185,8 @@ fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut V
         let col = &schema.columns[idx];
         let text = raw.get();
         let stringy = matches!(col.typ, ColumnType::String | ColumnType::StringLike);
-        if col.mode != Mode::Repeated && stringy && text.starts_with('"') {
-            if let Ok(s) = serde_json::from_str::<&str>(text) {
+        if col.mode != Mode::Repeated && stringy {
+            if let Some(s) = plain_string(text) {
                 put_bytes(idx as u32 + 1, s.as_bytes(), out);
                 seen[idx] = true;
                 continue;
@@ -196,6 +196,15 @@ fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut V
         seen[idx] |= encode_field(col, idx, &v, "", out)?;
     }
     check_required(schema, &seen, "")
+}
+
+/// The contents of a JSON string literal without escapes, straight from the message.
+/// The parser has already validated `raw` (no control characters, proper quoting), so
+/// a string with no backslash is exactly the text between its quotes; one with escapes
+/// returns None and is decoded by serde_json.
+fn plain_string(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 fn check_required(schema: &Schema, seen: &[bool], prefix: &str) -> Result<(), RecordError> {
@@ -435,6 +444,22 @@ mod tests {
     }
 
     use proptest::strategy::Strategy;
+
+    #[test]
+    fn escaped_strings_and_keys_take_the_reference_path_and_decode() {
+        let s = Schema::from_json(&json!([{"name": "a", "type": "STRING"}, {"name": "b", "type": "STRING"}])).unwrap();
+        let m = Mapper::new(s, 10_000);
+        for text in
+            [r#"{"a": "x\"y"}"#, r#"{"a": "caf\u00e9", "b": "plain"}"#, r#"{"\u0062": "k"}"#, r#"{"a": "p", "a": "q"}"#]
+        {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            m.map_into(text.as_bytes(), &mut fast).unwrap();
+            m.map_via_value(text, &mut slow).unwrap();
+            assert_eq!(fast, slow, "{text}");
+        }
+        let row = m.map(br#"{"a": "x\"y"}"#).unwrap();
+        assert_eq!(&row[2..], b"x\"y", "the escape is decoded");
+    }
 
     proptest::proptest! {
         #[test]
