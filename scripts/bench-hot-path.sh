@@ -15,6 +15,8 @@
 #   alo-stats kafka-to-bq at-least-once, stats sink
 # CPU is the process's getrusage (user+sys), start-up and kafka-to-bq's 2 s idle tail
 # included; the table gives the median per way and the ratio of medians. Absolute CPU-s/GB moves a lot between machines; the ratio less.
+# With OLD_BIN=path/to/an/older/flexrun, each round also runs that binary's exactly-once
+# stats-sink job (eo-old), for a before/after under the same noise.
 # With PROFILE=1, `perf record` samples one exactly-once run and the top symbols are
 # written to target/bench/hot-path-profile.txt.
 set -euo pipefail
@@ -33,9 +35,9 @@ mkdir -p target/bench
 $F local create-topic --topic "$TOPIC" --partitions 8 >&2
 $F local produce --topic "$TOPIC" --count "$N" --seed-shape >&2
 
-job() { # name round [extra-param]
-  local name=$1 round=$2 extra=${3:-}
-  FLEXRUN_LOG=warn $F --template kafka-to-bq --job-name "hot-$name-$round-$ID" --checkpoint-dir "$OUT/ck" \
+job() { # name round [extra-param] [binary]
+  local name=$1 round=$2 extra=${3:-} bin=${4:-$F}
+  FLEXRUN_LOG=warn $bin --template kafka-to-bq --job-name "hot-$name-$round-$ID" --checkpoint-dir "$OUT/ck" \
     --idle-timeout 2s --sink stats --schema-file scripts/bench/seed-schema.json \
     --summary-json "$OUT/$name-$round.json" \
     --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$TOPIC,messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec=p:d.t$extra" >&2
@@ -47,6 +49,7 @@ for r in $(seq 1 "$ROUNDS"); do
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 8 > "$OUT/bare-8-$r.json"
   job eo-stats "$r"
   job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
+  if [ -n "${OLD_BIN:-}" ]; then job eo-old "$r" "" "$OLD_BIN"; fi
 done
 
 if [ "${PROFILE:-0}" = 1 ]; then
@@ -74,7 +77,10 @@ def load(name, r):
 rows = {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'CPU-s/GB (each round)':>30}")
-for name in ["bare-1", "bare-8", "eo-stats", "alo-stats"]:
+names = ["bare-1", "bare-8", "eo-stats", "alo-stats"]
+if os.path.exists(os.path.join(out, "eo-old-1.json")):
+    names.append("eo-old")
+for name in names:
     rs = [load(name, r) for r in range(1, rounds + 1)]
     short = [x for x in rs if x[0] < n]
     if short:
@@ -87,6 +93,8 @@ for name in ["bare-1", "bare-8", "eo-stats", "alo-stats"]:
     rows[name] = med
     each = ", ".join(f"{x[3]:.2f}" for x in rs)
     print(f"{name:<10} {rs[0][0]:>9} {rate:>15.0f} {med:>18.2f} {each:>30}")
+if "eo-old" in rows:
+    print(f"eo-stats / eo-old (this tree against the older binary): {rows['eo-stats'] / rows['eo-old']:.2f}x")
 for name in ["eo-stats", "alo-stats"]:
     for bare in ["bare-1", "bare-8"]:
         print(f"ratio {name} / {bare}: {rows[name] / rows[bare]:.2f}x (target <= 1.30x)")
