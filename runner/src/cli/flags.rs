@@ -2,8 +2,9 @@
 //! `flexrun dataflow flex-template run`), the scaling flags `simulate` shares with them,
 //! and the value parsers used across subcommands.
 
-use crate::kafka_to_bq::config::{ProgressConfig, RunFlags, SinkKind};
+use crate::kafka_to_bq::config::{RunFlags, SinkKind};
 use crate::kafka_to_bq::worker::Capacity;
+use crate::progress::ProgressConfig;
 use clap::{Args, ValueEnum};
 use flexrun_autoscaler::ScalingConfig;
 use flexrun_estimator::{parse_duration, parse_duration_or_zero};

@@ -7,6 +7,7 @@
 use super::worker::Capacity;
 use crate::bigquery::TableRef;
 use crate::kafka::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
+use crate::progress::ProgressConfig;
 use flexrun_autoscaler::ScalingConfig;
 use flexrun_templates::ResolvedParams;
 use std::time::Duration;
@@ -64,23 +65,6 @@ pub struct KafkaToBqConfig {
     pub commit_offsets: bool,
     /// The run flags (batching limits, sink, pool, progress), as given.
     pub run: RunFlags,
-}
-
-/// How progress is recorded (Spark's asynchronous progress tracking and log purge).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProgressConfig {
-    /// Persist progress in the background every `interval` (at-least-once only).
-    pub async_progress: bool,
-    /// How often asynchronous progress is persisted.
-    pub interval: Duration,
-    /// How old log segments are deleted.
-    pub purge: crate::progress::Purge,
-}
-
-impl Default for ProgressConfig {
-    fn default() -> Self {
-        ProgressConfig { async_progress: false, interval: Duration::from_secs(1), purge: crate::progress::Purge::Async }
-    }
 }
 
 /// Why asynchronous progress tracking and exactly-once do not mix.

@@ -18,7 +18,7 @@
 pub mod kafka;
 pub mod rate;
 
-use crate::kafka_to_bq::config::ProgressConfig;
+use crate::progress::ProgressConfig;
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// One record: when it was created and when the job read it (µs since the Unix epoch),
 /// and its bytes.
@@ -128,10 +128,7 @@ pub struct MicroBatchReport {
     pub log_segments: usize,
 }
 
-/// Microseconds since the Unix epoch.
-pub fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
-}
+pub use crate::kafka::acks::now_us;
 
 /// Run `source` into `sink` until the source ends, the idle timeout passes, or `stop`.
 pub fn run(

@@ -407,6 +407,23 @@ impl ShardLog {
     }
 }
 
+/// How progress is recorded (Spark's asynchronous progress tracking and log purge).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressConfig {
+    /// Persist progress in the background every `interval` (at-least-once only).
+    pub async_progress: bool,
+    /// How often asynchronous progress is persisted.
+    pub interval: std::time::Duration,
+    /// How old log segments are deleted.
+    pub purge: Purge,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        ProgressConfig { async_progress: false, interval: std::time::Duration::from_secs(1), purge: Purge::Async }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

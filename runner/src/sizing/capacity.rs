@@ -14,8 +14,8 @@
 //! Each trial uses a fresh producer and consumer and starts at the topic's end, so
 //! trials do not carry each other's backlog.
 
+use crate::kafka::acks::now_us;
 use crate::kafka::{AckContext, Acks, Connection};
-use crate::microbatch::now_us;
 use anyhow::{anyhow, Result};
 use flexrun_estimator::Trial;
 use hdrhistogram::Histogram;
