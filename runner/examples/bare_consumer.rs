@@ -10,6 +10,7 @@
 //! kafka-to-bq's k shards read them. Prints one JSON line: messages, bytes, active
 //! seconds and process CPU seconds.
 
+use flexrun::kafka::source::SHARD_CONSUMER;
 use flexrun::kafka::Connection;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
@@ -17,17 +18,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-/// The fetch settings of a kafka-to-bq shard's consumer.
-const FETCH: &[(&str, &str)] = &[
-    ("group.id", "flexrun-bare-consumer"),
-    ("enable.auto.commit", "false"),
-    ("fetch.wait.max.ms", "10"),
-    ("queued.min.messages", "20000"),
-    ("max.partition.fetch.bytes", "33554432"),
-    ("fetch.max.bytes", "67108864"),
-    ("receive.message.max.bytes", "67109376"),
-];
 
 /// Messages and bytes read by all consumers, and when the first message arrived.
 #[derive(Default)]
@@ -38,7 +28,10 @@ struct Counts {
 }
 
 fn read(conn: &Connection, topic: &str, parts: &[i32], want: u64, counts: &Counts) -> Result<(), String> {
-    let consumer: BaseConsumer = conn.client("a consumer", FETCH).map_err(|e| e.to_string())?;
+    // Exactly a shard's consumer settings (kafka::source::SHARD_CONSUMER).
+    let mut settings = vec![("group.id", "flexrun-bare-consumer")];
+    settings.extend_from_slice(SHARD_CONSUMER);
+    let consumer: BaseConsumer = conn.client("a consumer", &settings).map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     for p in parts {
         tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;

@@ -23,7 +23,7 @@ pub struct SourceSettings {
 }
 
 /// librdkafka settings of a shard's consumer (manual assignment, no auto commit).
-const SHARD_CONSUMER: &[(&str, &str)] = &[
+pub const SHARD_CONSUMER: &[(&str, &str)] = &[
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
     // Every partition is assigned at an explicit offset, so this only applies when
