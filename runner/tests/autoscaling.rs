@@ -1,6 +1,10 @@
-//! The live worker pool on the real stack: workers of an emulated 2 MB/s capacity,
-//! a generator stepping 2 → 10 → 2 MB/s, the ds2 policy. The pool must follow the
+//! The live worker pool on the real stack: workers of an emulated 1 MB/s capacity,
+//! a generator stepping 1 → 5 → 1 MB/s, the ds2 policy. The pool must follow the
 //! load, and exactly-once must hold across every rescale (shards move between workers).
+//!
+//! The load is kept at 5 MB/s (not more) because the generator, tansu, bqemulator and
+//! the pool share two cores: at 10 MB/s a CPU-starved generator produced a real dip in
+//! the input rate mid-step, and ds2 rightly followed it down and back up again.
 
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
@@ -25,7 +29,7 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
             "--idle-timeout",
             "6s",
             "--worker-capacity",
-            "2MB/s",
+            "1MB/s",
             "--autoscaling-policy",
             "ds2",
             "--autoscaling-interval",
@@ -34,8 +38,8 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
             summary.to_str().unwrap(),
         ],
     );
-    // ~1 KB messages: 2,000/s is 2 MB/s, 10,000/s is 10 MB/s. Ids continue across phases.
-    let phases = [(2000u64, 30_000u64, 0u64), (10_000, 300_000, 30_000), (2000, 60_000, 330_000)];
+    // ~1 KB messages: 1,000/s is 1 MB/s, 5,000/s is 5 MB/s. Ids continue across phases.
+    let phases = [(1000u64, 15_000u64, 0u64), (5000, 150_000, 15_000), (1000, 30_000, 165_000)];
     for (qps, n, start) in phases {
         let schema = dir.path().join(format!("s{start}.json"));
         std::fs::write(&schema, format!(r#"{{"id": {{{{index({start})}}}}, "logStreamId": {{{{integer(1000001,2000000)}}}}, "message": "{{{{alphaNumeric(962)}}}}"}}"#)).unwrap();
@@ -51,7 +55,7 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
     let o = wait_with_timeout(job, Duration::from_secs(180));
     assert!(o.status.success(), "{}", text(&o));
     eprintln!("{}", String::from_utf8_lossy(&o.stdout));
-    assert_eq!(s.count(&f.table).await, (390_000, 390_000), "exactly-once across rescales");
+    assert_eq!(s.count(&f.table).await, (195_000, 195_000), "exactly-once across rescales");
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
     let changes: Vec<(f64, u64, u64, String)> = j["decisions"]
         .as_array()
@@ -68,9 +72,9 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
         })
         .collect();
     let peak = changes.iter().map(|c| c.2).max().unwrap_or(1);
-    // 10 MB/s at 80% of 2 MB/s needs 7 workers; 8 partitions cap it at 8.
+    // 5 MB/s at 80% of 1 MB/s needs 7 workers; 8 partitions cap it at 8.
     assert!((7..=8).contains(&peak), "peak {peak}: {changes:?}");
-    // 2 MB/s at 80% of 2 MB/s per worker needs 2 workers: count the decisions that took the
+    // 1 MB/s at 80% of 1 MB/s per worker needs 2 workers: count the decisions that took the
     // pool from that level to the peak after the step (a window straddling the step may
     // add one partial step; the DS2 goal is at most 3).
     let level = 2;
