@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The local stack: a real Kafka-compatible broker (tansu) and a real BigQuery
 # emulator (bqemulator), installed from the package registries into a cache
-# outside the clone and started on loopback ports.
+# outside the clone, and the project's own Confluent-compatible Schema Registry
+# (scripts/schema_registry.py: none can be installed from the registries), all
+# started on loopback ports.
 #
 #   scripts/stack.sh install            install both (idempotent, pinned, cached)
 #   scripts/stack.sh start [NAME]       install if needed, start both, wait until ready
@@ -30,21 +32,23 @@ log() { printf '[stack] %s\n' "$*" >&2; }
 
 ports_for() {
   case "$1" in
-    demo) echo "19092 19050 19060 19070" ;;
-    test) echo "29092 29050 29060 29070" ;;
-    bench) echo "39092 39050 39060 39070" ;;
-    *) echo "49092 49050 49060 49070" ;;
+    demo) echo "19092 19050 19060 19070 19081" ;;
+    test) echo "29092 29050 29060 29070 29081" ;;
+    bench) echo "39092 39050 39060 39070 39081" ;;
+    *) echo "49092 49050 49060 49070 49081" ;;
   esac
 }
 
 set_names() {
   NAME=${1:-demo}
-  read -r dk dr dg df <<<"$(ports_for "$NAME")"
+  read -r dk dr dg df ds <<<"$(ports_for "$NAME")"
   KAFKA_PORT=${FLEXRUN_KAFKA_PORT:-$dk}
   BQ_REST_PORT=${FLEXRUN_BQ_REST_PORT:-$dr}
   BQ_GRPC_PORT=${FLEXRUN_BQ_GRPC_PORT:-$dg}
   # The launcher's loopback fault-injection port (tests only; see bqemulator_launcher.py).
   BQ_FAULT_PORT=${FLEXRUN_BQ_FAULT_PORT:-$df}
+  # The Confluent-compatible Schema Registry (scripts/schema_registry.py, stdlib Python).
+  REGISTRY_PORT=${FLEXRUN_SCHEMA_REGISTRY_PORT:-$ds}
   RUN=$CACHE/run/$NAME
 }
 
@@ -107,7 +111,7 @@ start() {
   set_names "${1:-demo}"
   install
   mkdir -p "$RUN"
-  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid"; then
+  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid"; then
     log "stack '$NAME' already running"
     return
   fi
@@ -122,11 +126,15 @@ start() {
     --rest-port "$BQ_REST_PORT" --grpc-port "$BQ_GRPC_PORT" \
     --project "$BQ_PROJECT" --log-level warning >"$RUN/bq.log" 2>&1) &
   echo $! >"$RUN/bq.pid"
+  (cd "$RUN/data" && exec nohup python3 "$HERE/schema_registry.py" --port "$REGISTRY_PORT" \
+    --state "$RUN/data/registry.json" >"$RUN/registry.log" 2>&1) &
+  echo $! >"$RUN/registry.pid"
   wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu" || { tail -20 "$RUN/tansu.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_REST_PORT" 90 "bqemulator REST" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_GRPC_PORT" 30 "bqemulator gRPC" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
+  wait_port 127.0.0.1 "$REGISTRY_PORT" 30 "schema registry" || { tail -20 "$RUN/registry.log" >&2; exit 1; }
   env_vars "$NAME" >"$RUN/env"
-  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT (logs in $RUN)"
+  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT (logs in $RUN)"
 }
 
 stop_pid() {
@@ -146,12 +154,13 @@ stop() {
   set_names "${1:-demo}"
   stop_pid "$RUN/tansu.pid"
   stop_pid "$RUN/bq.pid"
+  stop_pid "$RUN/registry.pid"
   log "stack '$NAME' stopped"
 }
 
 status() {
   set_names "${1:-demo}"
-  for s in tansu bq; do
+  for s in tansu bq registry; do
     if is_running "$RUN/$s.pid"; then echo "$s running (pid $(cat "$RUN/$s.pid"))"; else echo "$s stopped"; fi
   done
   env_vars "$NAME"
@@ -164,6 +173,7 @@ env_vars() {
   echo "export BIGQUERY_STORAGE_EMULATOR_HOST=127.0.0.1:$BQ_GRPC_PORT"
   echo "export FLEXRUN_BQ_PROJECT=$BQ_PROJECT"
   echo "export FLEXRUN_BQ_FAULTS=127.0.0.1:$BQ_FAULT_PORT"
+  echo "export FLEXRUN_SCHEMA_REGISTRY=http://127.0.0.1:$REGISTRY_PORT"
 }
 
 # SIGKILL the broker and start it again on the same data (the chaos suite's broker fault).

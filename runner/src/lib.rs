@@ -7,6 +7,8 @@
 //! - [`kafka`]: one [`kafka::Connection`] (bootstrap + auth → client config) that builds
 //!   every consumer, producer and admin client, the source's partitions and offsets, and
 //!   one producer context that acknowledges and times deliveries.
+//! - [`avro`]: Avro framings, the writer-schema decoder, Avro → BigQuery table and row
+//!   mapping, a Schema Registry client, and JSON → Avro for the generator.
 //! - [`bigquery`]: table refs, endpoints, schema, proto, REST, the Storage Write client
 //!   and a retrying append target.
 //! - [`progress`]: offset and commit logs, asynchronous progress.
@@ -26,6 +28,7 @@
 //! Errors are `thiserror` enums inside modules and `anyhow` from the templates' `run`
 //! functions outwards.
 
+pub mod avro;
 pub mod bigquery;
 pub mod cli;
 pub mod data_generator;

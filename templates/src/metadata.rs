@@ -25,6 +25,10 @@ pub struct Parameter {
     /// Regular expressions that a value must match (all of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regexes: Vec<String>,
+    /// Google's parameter that flexrun does not run yet, and why: a value other than
+    /// the default is refused (exit 2) with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsupported: Option<String>,
 }
 
 /// A pipeline template: its identity, description and parameters.

@@ -54,6 +54,14 @@ pub enum ParamError {
         /// The nearest valid name, if one is close.
         suggestion: Option<String>,
     },
+    /// A parameter of Google's that flexrun does not run yet.
+    #[error("parameter {name} is not supported by flexrun yet: {why}")]
+    Unsupported {
+        /// The parameter.
+        name: String,
+        /// Why, and what to do instead.
+        why: String,
+    },
     /// A value outside the allowed set or not matching the regex.
     #[error("invalid value {value:?} for parameter {name}: expected {expected}")]
     Invalid {
@@ -180,6 +188,12 @@ pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<Resol
             });
             continue;
         };
+        if let Some(why) = &p.unsupported {
+            if !value.is_empty() && Some(value) != p.default_value.as_ref() {
+                errors.push(ParamError::Unsupported { name: name.clone(), why: why.clone() });
+                continue;
+            }
+        }
         if !p.enum_options.is_empty() && !p.enum_options.iter().any(|o| o == value) {
             errors.push(ParamError::Invalid {
                 name: name.clone(),

@@ -56,7 +56,10 @@ fn describe(t: &Template) {
     println!("{}\n", t.description);
     println!("{:<40} {:<9} {:<28} help", "parameter", "required", "default");
     for p in &t.parameters {
-        let mut help = p.help_text.clone();
+        let mut help = match &p.unsupported {
+            Some(why) => format!("[not supported: {why}] {}", p.help_text),
+            None => p.help_text.clone(),
+        };
         if !p.enum_options.is_empty() {
             help.push_str(&format!(" [{}]", p.enum_options.join("|")));
         }

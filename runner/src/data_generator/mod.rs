@@ -4,9 +4,11 @@
 //! The language itself (schema → documents) is the `flexrun-generator` crate.
 //!
 //! Layout:
-//! - [`rate`]: the send schedule (pure); [`sink`]: the destinations.
+//! - [`rate`]: the send schedule (pure); [`encode`]: JSON or Avro bytes; [`sink`]: the
+//!   destinations.
 //! - this module: [`GeneratorConfig`] (from template parameters) and [`run`].
 
+pub mod encode;
 pub mod rate;
 pub mod sink;
 
@@ -48,6 +50,21 @@ pub struct GeneratorConfig {
     pub sink: SinkSpec,
     /// Random seed.
     pub seed: u64,
+    /// `outputType=AVRO`: encode each document as a record of this schema.
+    pub avro: Option<AvroOutput>,
+}
+
+/// Avro output settings (`outputType=AVRO`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AvroOutput {
+    /// The schema's text.
+    pub schema: String,
+    /// Where it came from (for messages).
+    pub schema_path: String,
+    /// Kafka framing: Confluent wire format (true) or the datum alone.
+    pub confluent: bool,
+    /// Register the schema here (Kafka, Confluent framing).
+    pub registry: Option<String>,
 }
 
 impl GeneratorConfig {
@@ -92,9 +109,7 @@ impl GeneratorConfig {
                 None
             }
         };
-        if let Some(t) = p.get("outputType").filter(|t| *t != "JSON") {
-            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON"));
-        }
+        let avro = avro_output(p, &mut errs);
         let sink = match p.get("sinkType").unwrap_or("PUBSUB") {
             "KAFKA" => match (p.get("bootstrapServer"), p.get("kafkaTopic")) {
                 (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
@@ -136,7 +151,40 @@ impl GeneratorConfig {
             limit,
             sink,
             seed: seed.unwrap_or_else(|| rand::Rng::random(&mut rand::rng())),
+            avro,
         })
+    }
+}
+
+fn avro_output(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<AvroOutput> {
+    match p.get("outputType").unwrap_or("JSON") {
+        "JSON" => None,
+        "AVRO" => {
+            let Some(path) = p.get("avroSchemaLocation").filter(|s| !s.is_empty()) else {
+                errs.push("outputType=AVRO needs avroSchemaLocation (a local .avsc file)".into());
+                return None;
+            };
+            let schema = match std::fs::read_to_string(path) {
+                Ok(s) => s,
+                Err(e) => {
+                    errs.push(format!("avroSchemaLocation={path}: cannot read the schema file: {e}"));
+                    return None;
+                }
+            };
+            if let Err(e) = crate::avro::WriterSchema::parse(&schema) {
+                errs.push(format!("avroSchemaLocation={path}: {e}"));
+            }
+            Some(AvroOutput {
+                schema,
+                schema_path: path.to_string(),
+                confluent: p.get("kafkaAvroEncoding") != Some("AVRO_BINARY_ENCODING"),
+                registry: p.get("schemaRegistryConnectionUrl").filter(|s| !s.is_empty()).map(str::to_string),
+            })
+        }
+        t => {
+            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON or AVRO"));
+            None
+        }
     }
 }
 
@@ -177,13 +225,26 @@ pub async fn run(
             if let Some(d) = path.parent() {
                 std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
             }
-            sink::Sink::File(std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-            ))
+            let path = match &cfg.avro {
+                Some(_) => path.with_extension("avro"),
+                None => path.clone(),
+            };
+            let file = std::io::BufWriter::new(
+                std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+            );
+            match &cfg.avro {
+                Some(a) => sink::Sink::avro_file(&a.schema, file)?,
+                None => sink::Sink::File(file),
+            }
         }
         SinkSpec::Stdout => sink::Sink::Stdout(std::io::BufWriter::new(std::io::stdout())),
         SinkSpec::Null => sink::Sink::Null,
     };
+    let topic = match &cfg.sink {
+        SinkSpec::Kafka { topic, .. } => Some(topic.as_str()),
+        _ => None,
+    };
+    let mut encoder = encode::Encoder::new(cfg.avro.as_ref(), topic).await?;
     let schedule = rate::Schedule::new(cfg.qps, cfg.limit);
     let bar = if progress {
         let b = match cfg.limit {
@@ -204,6 +265,7 @@ pub async fn run(
     // The generate loop is CPU-bound and blocking; run it on its own thread.
     let handle = tokio::task::spawn_blocking(move || -> Result<(GeneratorReport, sink::Sink)> {
         let mut buf = String::with_capacity(2048);
+        let mut bytes = Vec::with_capacity(2048);
         let start = Instant::now();
         let mut sent = 0u64;
         let mut fell_behind = false;
@@ -224,7 +286,11 @@ pub async fn run(
             let burst_end = due.min(sent + (cfg.qps / 200.0).max(1.0) as u64);
             while sent < burst_end {
                 generator.next_into(&mut buf).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
-                sink.send(buf.as_bytes(), chrono::Utc::now().timestamp_millis())?;
+                let ts = chrono::Utc::now().timestamp_millis();
+                match (&mut sink, encoder.record(&buf)?) {
+                    (sink::Sink::AvroFile(w), Some(v)) => sink::append_avro(w, v)?,
+                    _ => sink.send(encoder.encode(&buf, &mut bytes)?, ts)?,
+                }
                 sent += 1;
             }
             let behind = schedule.behind_s(sent, start.elapsed().as_secs_f64());

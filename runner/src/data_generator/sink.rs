@@ -27,13 +27,31 @@ pub enum Sink {
     },
     /// Lines in a file.
     File(std::io::BufWriter<std::fs::File>),
+    /// An Avro object container file.
+    AvroFile(Box<apache_avro::Writer<'static, std::io::BufWriter<std::fs::File>>>),
     /// Lines on stdout.
     Stdout(std::io::BufWriter<std::io::Stdout>),
     /// Discarded (the generator's own speed).
     Null,
 }
 
+/// Append one record to an Avro container file.
+pub fn append_avro(
+    w: &mut apache_avro::Writer<'static, std::io::BufWriter<std::fs::File>>,
+    v: apache_avro::types::Value,
+) -> Result<()> {
+    w.append(v).map_err(|e| anyhow!("writing the Avro file: {e}"))?;
+    Ok(())
+}
+
 impl Sink {
+    /// An Avro container file of `schema` (the schema lives as long as the process).
+    pub fn avro_file(schema: &str, file: std::io::BufWriter<std::fs::File>) -> Result<Sink> {
+        let schema = apache_avro::Schema::parse_str(schema).map_err(|e| anyhow!("Avro schema: {e}"))?;
+        let schema: &'static apache_avro::Schema = Box::leak(Box::new(schema));
+        Ok(Sink::AvroFile(Box::new(apache_avro::Writer::new(schema, file))))
+    }
+
     /// A Kafka sink for `topic` (which must exist; its partitions are looked up).
     pub async fn kafka(bootstrap: &str, topic: &str) -> Result<Sink> {
         let conn = Connection::plaintext(bootstrap);
@@ -67,6 +85,7 @@ impl Sink {
                 w.write_all(b"\n")?;
                 Ok(())
             }
+            Sink::AvroFile(_) => Err(anyhow!("Avro files take records (append_avro), not bytes")),
             Sink::Stdout(w) => {
                 w.write_all(payload)?;
                 w.write_all(b"\n")?;
@@ -88,6 +107,11 @@ impl Sink {
             }
             Sink::File(w) => {
                 w.flush()?;
+                Ok((0, 0))
+            }
+            Sink::AvroFile(w) => {
+                w.flush().map_err(|e| anyhow!("writing the Avro file: {e}"))?;
+                w.get_mut().flush()?;
                 Ok((0, 0))
             }
             Sink::Stdout(w) => {

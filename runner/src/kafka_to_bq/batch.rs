@@ -122,18 +122,18 @@ pub struct MappedValues {
     pub failed: Vec<(usize, RecordError)>,
 }
 
-/// Map message values to rows with `mapper`, timing each in `stages`. This is the
+/// Map messages (key, value) to rows with `mapper`, timing each in `stages`. This is the
 /// transform of every batch a shard processes, and what `flexrun calibrate` measures.
 pub fn map_values<'a>(
     mapper: &Mapper,
-    values: impl Iterator<Item = &'a [u8]>,
+    messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8])>,
     stages: &mut StageStats,
 ) -> MappedValues {
     let mut out = MappedValues::default();
-    for (i, value) in values.enumerate() {
+    for (i, (key, value)) in messages.enumerate() {
         let t = Instant::now();
         let mut row = Vec::with_capacity(value.len() + 16);
-        let r = mapper.map_into(value, &mut row);
+        let r = mapper.map_message(key, value, &mut row);
         stages.record(Stage::Transform, t.elapsed().as_micros() as u64);
         match r {
             Ok(()) => {
@@ -157,7 +157,7 @@ pub(super) fn map_batch(
     counts: &mut BatchCounts,
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
-    let values = cut.msgs.iter().map(|m| m.payload().unwrap_or_default());
+    let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default()));
     let MappedValues { rows, row_src, failed } = map_values(&mapping.mapper, values, stages);
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     for (i, e) in failed {

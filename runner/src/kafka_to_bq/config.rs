@@ -4,6 +4,7 @@
 //! launch (and flexrun's own limits), so every problem is reported before anything
 //! connects.
 
+use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
 use super::worker::Capacity;
 use crate::bigquery::TableRef;
 use crate::kafka::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
@@ -51,8 +52,16 @@ pub struct KafkaToBqConfig {
     pub job_name: String,
     /// Kafka source.
     pub source: SourceSettings,
-    /// Destination table.
+    /// Destination table (for dynamic tables, named when the job starts).
     pub table: TableRef,
+    /// How messages are read (`messageFormat` and its schema source).
+    pub format: InputFormat,
+    /// Per-record tables (`schemaFormat=SCHEMA_REGISTRY`), if so.
+    pub dynamic: Option<DynamicTables>,
+    /// Create and write dispositions (Avro paths).
+    pub dispositions: Dispositions,
+    /// `persistKafkaKey`: the Kafka key goes to the `_key` BYTES column.
+    pub persist_key: bool,
     /// Dead-letter table, if any.
     pub dlq: Option<TableRef>,
     /// Delivery guarantee.
@@ -109,22 +118,14 @@ impl KafkaToBqConfig {
     /// Build and check the configuration; errors name the parameter and the fix.
     pub fn from_params(p: &ResolvedParams, flags: RunFlags) -> Result<KafkaToBqConfig, Vec<String>> {
         let mut errs = Vec::new();
-        match p.get("messageFormat") {
-            Some("JSON") => {}
-            Some(f) => errs.push(format!("messageFormat={f} is not supported yet by flexrun; use messageFormat=JSON (Google's default is AVRO_CONFLUENT_WIRE_FORMAT, so set it explicitly)")),
-            None => errs.push("messageFormat is required".into()),
-        }
-        if p.get("writeMode") != Some("SINGLE_TABLE_NAME") {
-            errs.push("writeMode=DYNAMIC_TABLE_NAMES needs Avro with a schema registry, which flexrun does not support yet; use SINGLE_TABLE_NAME".into());
-        }
-        let table = match p.get("outputTableSpec") {
-            Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputTableSpec: {e}"))).ok(),
-            None => {
-                errs.push(
-                    "outputTableSpec is required with writeMode=SINGLE_TABLE_NAME (project:dataset.table)".into(),
-                );
-                None
+        let fp = format_params(p, &mut errs);
+        let table = match (p.get("outputTableSpec"), &fp.dynamic) {
+            // The per-record table is named at start, from the registry's schema.
+            (_, Some(d)) => {
+                Some(TableRef { project: d.project.clone(), dataset: d.dataset.clone(), table: String::new() })
             }
+            (Some(t), None) => TableRef::parse(t).map_err(|e| errs.push(format!("outputTableSpec: {e}"))).ok(),
+            (None, None) => None,
         };
         let dlq = match p.get("outputDeadletterTable") {
             Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputDeadletterTable: {e}"))).ok(),
@@ -199,6 +200,10 @@ impl KafkaToBqConfig {
                 start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
             },
             table: table.expect("checked"),
+            format: fp.format,
+            dynamic: fp.dynamic,
+            dispositions: fp.dispositions,
+            persist_key: p.flag("persistKafkaKey"),
             dlq,
             delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
             streams,
@@ -275,7 +280,7 @@ mod tests {
     fn launch_rules_are_enforced_with_reasons() {
         let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE")
             .unwrap_err();
-        assert!(e[0].contains("messageFormat=AVRO_CONFLUENT_WIRE_FORMAT is not supported yet"), "{e:?}");
+        assert!(e[0].contains("Confluent Avro Schema Path must be provided"), "{e:?}");
         let e =
             cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
         assert!(e[0].contains("outputTableSpec is required"), "{e:?}");

@@ -7,7 +7,7 @@ use super::{autoscale, lock, positions};
 use crate::bigquery::schema::Schema;
 use crate::bigquery::{proto, rest, write::WriteClient, Endpoints};
 use crate::kafka::Metadata;
-use crate::kafka_to_bq::transform::Mapper;
+use crate::kafka_to_bq::transform::{Input, Mapper};
 use crate::stats::{JobStats, Summary};
 use anyhow::{bail, Context, Result};
 use prost_types::DescriptorProto;
@@ -47,13 +47,22 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// Build the mapper and descriptor for `schema`.
+    /// Build the JSON mapper and descriptor for `schema`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapping {
         Mapping {
             fingerprint: schema.fingerprint(),
             descriptor: proto::descriptor(&schema, "Row"),
             mapper: Mapper::new(schema, max_row_bytes),
         }
+    }
+
+    /// Build the mapper for `input` (keeping the Kafka key in `_key` if `persist_key`).
+    pub fn with_input(schema: Schema, max_row_bytes: usize, input: Input, persist_key: bool) -> Result<Mapping> {
+        let fingerprint = schema.fingerprint();
+        let descriptor = proto::descriptor(&schema, "Row");
+        let mapper = Mapper::with_input(schema, max_row_bytes, input, persist_key)
+            .context("persistKafkaKey=true needs a _key column in the table")?;
+        Ok(Mapping { fingerprint, descriptor, mapper })
     }
 }
 
@@ -134,7 +143,8 @@ impl JobCtx {
             serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
         let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
         tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
-        let m = Arc::new(Mapping::new(schema, self.mapping.mapper.max_row_bytes()));
+        let cur = &self.mapping.mapper;
+        let m = Arc::new(Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?);
         self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
         Ok(m)
     }
@@ -241,7 +251,7 @@ async fn start_positions(
 
 /// Run a kafka-to-bq job until it is cancelled (or idle for `--idle-timeout`).
 pub async fn run(
-    cfg: KafkaToBqConfig,
+    mut cfg: KafkaToBqConfig,
     checkpoint_root: &Path,
     endpoints: Option<Endpoints>,
     cancel_tx: watch::Sender<bool>,
@@ -252,6 +262,9 @@ pub async fn run(
     let partitions = metadata.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let job_lock = lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    let existed = job_dir.join("job.json").exists();
+    let dest = super::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
+    cfg.table = dest.table.clone();
     let want = JobIdentity {
         template: "kafka-to-bq".into(),
         topic: cfg.source.topic.clone(),
@@ -260,29 +273,21 @@ pub async fn run(
         delivery: cfg.delivery.as_str().into(),
         shards: cfg.shard_count(partitions.len()),
     };
-    let existed = job_dir.join("job.json").exists();
     let identity = check_identity(&job_dir, &want)?;
     let shards = identity.shards;
     let stats = Arc::new(JobStats::default());
     let (start_positions, floors) = start_positions(&cfg, &metadata, &job_dir, &partitions, existed, &stats).await?;
 
-    let (schema, write_client) = match (&cfg.run.sink, &endpoints) {
-        (SinkKind::Stats { schema_file }, _) => {
-            let text =
-                std::fs::read_to_string(schema_file).with_context(|| format!("reading schema file {schema_file}"))?;
-            let json: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("schema file {schema_file} is not JSON"))?;
-            (Schema::from_json(&json).with_context(|| format!("schema file {schema_file}"))?, None)
-        }
+    let write_client = match (&cfg.run.sink, &endpoints) {
+        (SinkKind::Stats { .. }, _) => None,
         (SinkKind::BigQuery, Some(ep)) => {
-            let client = rest::client(ep).await?;
-            let schema = rest::table_schema(&client, ep, &cfg.table).await?;
             if let Some(dlq) = &cfg.dlq {
+                let client = rest::client(ep).await?;
                 rest::ensure_table(&client, ep, dlq, &crate::kafka_to_bq::dlq::schema())
                     .await
                     .with_context(|| format!("preparing the dead-letter table {dlq}"))?;
             }
-            (schema, Some(WriteClient::connect(ep).await?))
+            Some(WriteClient::connect(ep).await?)
         }
         (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
     };
@@ -291,7 +296,7 @@ pub async fn run(
     // dead-lettered as "Row payload too large".
     let max_row =
         cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
-    let mapping = Arc::new(Mapping::new(schema, max_row));
+    let mapping = Arc::new(Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key)?);
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
         descriptor: mapping.descriptor.clone(),

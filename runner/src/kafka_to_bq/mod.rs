@@ -2,9 +2,11 @@
 //! delivery that survives SIGKILL anywhere.
 //!
 //! # Layout
-//! - [`config`]: the job's settings from template parameters and run flags.
-//! - [`transform`]: JSON message → protobuf row, or the reason it cannot be;
-//!   [`dlq`]: dead-letter rows.
+//! - [`config`]: the job's settings from template parameters and run flags;
+//!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
+//! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
+//!   or the reason it cannot be; [`dlq`]: dead-letter rows; [`table`]: the
+//!   destination table's schema at start (read, or created from the Avro schema).
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
 //!   start positions ([`positions`]), the job lock ([`lock`]), drain and the summary.
 //! - [`shard`]: one shard's loop (recover, collect a batch, process it); [`batch`]:
@@ -85,12 +87,14 @@ pub mod autoscale;
 pub mod batch;
 pub mod config;
 pub mod dlq;
+pub mod format;
 pub mod job;
 pub mod lock;
 pub mod pool;
 pub mod positions;
 pub mod publish;
 pub mod shard;
+pub mod table;
 pub mod transform;
 pub mod worker;
 pub mod writer;

@@ -269,6 +269,7 @@ impl Shard {
             Writer::Bq(bq) => bq.dlq.is_some(),
             Writer::Stats => ctx.cfg.dlq.is_some(),
         };
+        mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
         let (slot, stages) = (self.slot.clone(), &mut self.stages);
         let mut mapped = slot
             .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts))

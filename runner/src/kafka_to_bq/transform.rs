@@ -8,12 +8,15 @@
 //! The mapping is a pure function of the message bytes and the schema. Exactly-once
 //! depends on that: a replayed batch must map to the very same rows.
 
+use crate::avro::table::KAFKA_KEY_FIELD;
+use crate::avro::wire::AvroDecoder;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
 use base64::Engine;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Beam's `storageWriteApiMaxRequestSize` default; a larger row can never be appended.
 pub const DEFAULT_MAX_ROW_BYTES: usize = 10_000_000;
@@ -54,6 +57,9 @@ pub enum RecordError {
         /// The limit.
         limit: usize,
     },
+    /// An Avro message that cannot be decoded (framing, schema lookup or datum).
+    #[error("{0}")]
+    Avro(String),
     /// BigQuery refused the row (row_errors in an AppendRows response).
     #[error("BigQuery rejected the row: {0}")]
     Rejected(String),
@@ -71,6 +77,7 @@ impl RecordError {
             RecordError::MissingRequired(_) => "missing_required",
             RecordError::Oversize { .. } => "oversize",
             RecordError::Rejected(_) => "rejected",
+            RecordError::Avro(_) => "avro",
         }
     }
 }
@@ -86,11 +93,23 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// How message values are read (`messageFormat`).
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A JSON object per message (Google's JSON path).
+    Json,
+    /// An Avro record per message, in one of Google's two framings.
+    Avro(Arc<AvroDecoder>),
+}
+
 /// Maps message values onto one table schema.
 #[derive(Debug, Clone)]
 pub struct Mapper {
     schema: Schema,
     max_row_bytes: usize,
+    input: Input,
+    /// The `_key` column's field number, when the Kafka key is persisted.
+    key_tag: Option<u32>,
 }
 
 impl Mapper {
@@ -99,9 +118,54 @@ impl Mapper {
         self.max_row_bytes
     }
 
-    /// A mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
+    /// A JSON mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapper {
-        Mapper { schema, max_row_bytes }
+        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None }
+    }
+
+    /// A mapper for `input`; with `persist_key`, the Kafka key goes to the `_key` column
+    /// (which must exist: [`Mapper::with_input`] returns None otherwise).
+    pub fn with_input(schema: Schema, max_row_bytes: usize, input: Input, persist_key: bool) -> Option<Mapper> {
+        let key_tag = match persist_key {
+            true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
+            false => None,
+        };
+        Some(Mapper { schema, max_row_bytes, input, key_tag })
+    }
+
+    /// How values are read.
+    pub fn input(&self) -> &Input {
+        &self.input
+    }
+
+    /// Fetch what mapping these values needs first (Schema Registry schemas by id).
+    pub async fn prefetch<'a>(&self, values: impl Iterator<Item = &'a [u8]>) {
+        if let Input::Avro(d) = &self.input {
+            d.prefetch(values).await;
+        }
+    }
+
+    /// Whether the Kafka key goes to `_key`.
+    pub fn persists_key(&self) -> bool {
+        self.key_tag.is_some()
+    }
+
+    /// Map one Kafka message (key and value) into `out` as protobuf row bytes, in the
+    /// job's input format, with the key in `_key` when it is persisted (a message
+    /// without a key leaves `_key` NULL, as Google's template does).
+    pub fn map_message(&self, key: Option<&[u8]>, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        match &self.input {
+            Input::Json => self.map_into(value, out)?,
+            Input::Avro(d) => {
+                out.clear();
+                let (w, v) = d.decode(value)?;
+                crate::avro::row::encode_record(&w, &self.schema, &v, out)?;
+            }
+        }
+        if let (Some(tag), Some(k)) = (self.key_tag, key) {
+            put_bytes(tag, k, out);
+        }
+        self.check_size(out)
     }
 
     /// The schema rows are mapped onto.

@@ -1,0 +1,69 @@
+//! Avro input for kafka-to-bq, and Avro output for the generator.
+//!
+//! Layout (one role per file):
+//! - [`wire`]: the two framings Google's template reads (Confluent wire format and
+//!   plain binary encoding) and the decoder that holds the writer schemas.
+//! - [`table`]: Avro schema → BigQuery table schema (what `CREATE_IF_NEEDED` creates),
+//!   and the dynamic table name Google derives from a record's full name.
+//! - [`row`]: one decoded Avro value → protobuf row bytes for a table schema.
+//! - [`registry`]: a Confluent Schema Registry REST client (ids → schemas).
+//! - [`from_json`]: a JSON document → an Avro value of a schema (the generator's
+//!   `outputType=AVRO`).
+//!
+//! Decoding uses the `apache-avro` crate (the Apache project's own Rust
+//! implementation); everything here is pure except [`registry`].
+
+pub mod from_json;
+pub mod registry;
+pub mod row;
+pub mod table;
+pub mod wire;
+
+use apache_avro::schema::{Name, Schema};
+use std::collections::HashMap;
+
+/// A parsed writer schema with its named types, ready to decode and map with.
+#[derive(Debug, Clone)]
+pub struct WriterSchema {
+    /// The schema.
+    pub schema: Schema,
+    /// Every named type inside it, for `Ref`s.
+    pub names: HashMap<Name, Schema>,
+}
+
+/// An Avro schema that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct AvroSchemaError(pub String);
+
+impl WriterSchema {
+    /// Parse a schema from its JSON text.
+    pub fn parse(text: &str) -> Result<WriterSchema, AvroSchemaError> {
+        let schema = Schema::parse_str(text).map_err(|e| AvroSchemaError(format!("not a valid Avro schema: {e}")))?;
+        WriterSchema::new(schema)
+    }
+
+    /// Wrap a parsed schema, collecting its named types.
+    pub fn new(schema: Schema) -> Result<WriterSchema, AvroSchemaError> {
+        let resolved = apache_avro::schema::ResolvedSchema::try_from(&schema)
+            .map_err(|e| AvroSchemaError(format!("the Avro schema does not resolve: {e}")))?;
+        let names = resolved.get_names().iter().map(|(n, s)| (n.clone(), (*s).clone())).collect();
+        Ok(WriterSchema { schema, names })
+    }
+
+    /// Follow a `Ref` to the schema it names.
+    pub fn resolve<'a>(&'a self, s: &'a Schema) -> &'a Schema {
+        match s {
+            Schema::Ref { name } => self.names.get(name).unwrap_or(s),
+            _ => s,
+        }
+    }
+
+    /// The top-level record's full name (`namespace.name`), if the schema is a record.
+    pub fn record_full_name(&self) -> Option<(Option<String>, String)> {
+        match &self.schema {
+            Schema::Record(r) => Some((r.name.namespace.clone(), r.name.name.clone())),
+            _ => None,
+        }
+    }
+}

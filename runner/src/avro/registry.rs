@@ -1,0 +1,119 @@
+//! A Confluent Schema Registry REST client: the calls a decoder and a producer need.
+//!
+//! - `GET /schemas/ids/{id}` → `{"schema": "<schema JSON as a string>"}`; an unknown id
+//!   is HTTP 404 with `{"error_code": 40403, "message": "Schema not found"}`.
+//! - `GET /subjects/{subject}/versions/latest` → `{"subject", "version", "id", "schema"}`.
+//! - `POST /subjects/{subject}/versions` with `{"schema": "..."}` → `{"id": N}`.
+//!
+//! Requests and answers use `application/vnd.schemaregistry.v1+json` (Confluent's
+//! *Schema Registry API reference*). Values of topic T are registered under the subject
+//! `T-value` (TopicNameStrategy, Confluent's default).
+
+use serde::Deserialize;
+use std::time::Duration;
+
+/// The registry's media type.
+pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// A registry call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Not reachable, or not HTTP.
+    #[error("Schema Registry at {url}: {source}")]
+    Http {
+        /// Base URL.
+        url: String,
+        /// The cause.
+        source: reqwest::Error,
+    },
+    /// An error answer (Confluent's `error_code` and `message`).
+    #[error("Schema Registry at {url} answered {status}: {body}")]
+    Status {
+        /// Base URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// The answer's body.
+        body: String,
+    },
+    /// An answer without the expected fields.
+    #[error("Schema Registry at {url}: unexpected answer {body}")]
+    Shape {
+        /// Base URL.
+        url: String,
+        /// The answer's body.
+        body: String,
+    },
+}
+
+/// A registry client (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Registry {
+    url: String,
+    http: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct SchemaAnswer {
+    schema: String,
+    #[serde(default)]
+    id: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct IdAnswer {
+    id: u32,
+}
+
+impl Registry {
+    /// A client for the registry at `url` (`http://host:port`).
+    pub fn new(url: &str) -> Registry {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("HTTP client");
+        Registry { url: url.trim_end_matches('/').to_string(), http }
+    }
+
+    /// The base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<String, RegistryError> {
+        let http = |source| RegistryError::Http { url: self.url.clone(), source };
+        let resp = req.header("Accept", CONTENT_TYPE).send().await.map_err(http)?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(http)?;
+        if !status.is_success() {
+            return Err(RegistryError::Status { url: self.url.clone(), status: status.as_u16(), body });
+        }
+        Ok(body)
+    }
+
+    fn parse<T: for<'de> Deserialize<'de>>(&self, body: &str) -> Result<T, RegistryError> {
+        serde_json::from_str(body).map_err(|_| RegistryError::Shape { url: self.url.clone(), body: body.into() })
+    }
+
+    /// The schema text registered under `id`.
+    pub async fn schema_by_id(&self, id: u32) -> Result<String, RegistryError> {
+        let body = self.send(self.http.get(format!("{}/schemas/ids/{id}", self.url))).await?;
+        Ok(self.parse::<SchemaAnswer>(&body)?.schema)
+    }
+
+    /// The latest schema of `subject`: its id and text.
+    pub async fn latest(&self, subject: &str) -> Result<(u32, String), RegistryError> {
+        let body = self.send(self.http.get(format!("{}/subjects/{subject}/versions/latest", self.url))).await?;
+        let a: SchemaAnswer = self.parse(&body)?;
+        let id = a.id.ok_or_else(|| RegistryError::Shape { url: self.url.clone(), body })?;
+        Ok((id, a.schema))
+    }
+
+    /// Register `schema` under `subject` (or find it registered); its id.
+    pub async fn register(&self, subject: &str, schema: &str) -> Result<u32, RegistryError> {
+        let req = self
+            .http
+            .post(format!("{}/subjects/{subject}/versions", self.url))
+            .header("Content-Type", CONTENT_TYPE)
+            .body(serde_json::json!({ "schema": schema }).to_string());
+        let body = self.send(req).await?;
+        Ok(self.parse::<IdAnswer>(&body)?.id)
+    }
+}

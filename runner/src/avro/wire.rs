@@ -1,0 +1,228 @@
+//! The framings Google's template reads, and the decoder that holds writer schemas.
+//!
+//! - `AVRO_CONFLUENT_WIRE_FORMAT`: byte 0 is the magic byte, "currently always 0",
+//!   bytes 1–4 the "4-byte schema ID as returned by Schema Registry" (big-endian),
+//!   then the Avro binary encoding of the datum (Confluent, *Wire format*,
+//!   docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop).
+//!   A wrong first byte is Confluent's `"Unknown magic byte!"`.
+//! - `AVRO_BINARY_ENCODING`: the datum alone, decoded with the schema file as both
+//!   writer and reader schema (Google's `BinaryAvroDeserializer`).
+//!
+//! With `schemaFormat=SINGLE_SCHEMA_FILE` every message is decoded with the file's
+//! schema whatever id it carries. Google's template registers the file as id 1 in a
+//! mock registry, which (by our reading of Confluent's `MockSchemaRegistryClient`)
+//! would refuse other ids; flexrun does not, and the README says so.
+//! With `schemaFormat=SCHEMA_REGISTRY` the writer schema is fetched by id
+//! ([`super::registry`]) before a batch is mapped, and cached: ids never change meaning.
+
+use super::registry::{Registry, RegistryError};
+use super::WriterSchema;
+use crate::kafka_to_bq::transform::RecordError;
+use apache_avro::types::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// How a message's bytes carry the datum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Magic byte 0, a 4-byte schema id, then the datum.
+    Confluent,
+    /// The datum alone.
+    Binary,
+}
+
+/// The Confluent magic byte.
+pub const MAGIC: u8 = 0;
+
+/// Frame a datum in Confluent wire format with `id`.
+pub fn confluent_frame(id: u32, datum: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(MAGIC);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(datum);
+}
+
+/// The schema id of a Confluent-framed message, or why it is not one.
+pub fn confluent_id(bytes: &[u8]) -> Result<u32, RecordError> {
+    match bytes {
+        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
+        [MAGIC, ..] => Err(RecordError::Avro(format!(
+            "Error deserializing Avro message: {} bytes, too short for the 5-byte Confluent header",
+            bytes.len()
+        ))),
+        _ => Err(RecordError::Avro("Error deserializing Avro message: Unknown magic byte!".into())),
+    }
+}
+
+/// One id's registry answer: the schema, or why it cannot be used (deterministic).
+pub type CachedSchema = Result<Arc<WriterSchema>, String>;
+
+async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
+    let mut wait = std::time::Duration::from_millis(200);
+    loop {
+        match client.schema_by_id(id).await {
+            Ok(text) => {
+                return WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}"))
+            }
+            Err(RegistryError::Status { status: 404, body, .. }) => {
+                return Err(format!(
+                    "Error retrieving Avro schema for id {id}: not found in the Schema Registry at {} ({body})",
+                    client.url()
+                ))
+            }
+            Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
+                return Err(format!("Error retrieving Avro schema for id {id}: {e}"))
+            }
+            Err(e) => {
+                tracing::warn!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry unavailable: retrying (the batch waits)");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// Where writer schemas come from.
+#[derive(Debug)]
+pub enum Schemas {
+    /// One schema file for every message.
+    File(Arc<WriterSchema>),
+    /// A Schema Registry, with the schemas fetched so far by id.
+    Registry {
+        /// The client.
+        client: Registry,
+        /// Answers so far, by id.
+        cache: RwLock<HashMap<u32, CachedSchema>>,
+    },
+}
+
+/// Decodes message values into Avro records.
+#[derive(Debug)]
+pub struct AvroDecoder {
+    /// The framing.
+    pub framing: Framing,
+    /// The writer schemas.
+    pub schemas: Schemas,
+    /// With dynamic tables: the one record full name this job's table holds.
+    pub only_record: Option<String>,
+}
+
+impl AvroDecoder {
+    /// A decoder with one schema for every message.
+    pub fn with_file(framing: Framing, schema: WriterSchema) -> AvroDecoder {
+        AvroDecoder { framing, schemas: Schemas::File(Arc::new(schema)), only_record: None }
+    }
+
+    /// A Confluent-framed decoder that looks schemas up in `client` and accepts only
+    /// records named `only_record` (the record the job's dynamic table was named after).
+    pub fn with_registry(client: Registry, only_record: String) -> AvroDecoder {
+        let schemas = Schemas::Registry { client, cache: RwLock::default() };
+        AvroDecoder { framing: Framing::Confluent, schemas, only_record: Some(only_record) }
+    }
+
+    /// Fetch the schemas of these messages that are not cached yet.
+    ///
+    /// An id the registry does not know (HTTP 404) is remembered as unknown, and
+    /// mapping its messages reports it, so they are dead-lettered the same way on every
+    /// replay. A registry that cannot be reached, or answers 5xx, is retried until it
+    /// answers: dead-lettering good records because of an outage would lose them, and
+    /// a replay would then map them differently.
+    pub async fn prefetch<'a>(&self, values: impl Iterator<Item = &'a [u8]>) {
+        let Schemas::Registry { client, cache } = &self.schemas else { return };
+        let mut missing: Vec<u32> = values.filter_map(|v| confluent_id(v).ok()).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        missing.retain(|id| !cache.read().expect("schema cache").contains_key(id));
+        for id in missing {
+            let entry = fetch_with_retry(client, id).await;
+            cache.write().expect("schema cache").insert(id, entry);
+        }
+    }
+
+    /// Decode one message value: its writer schema and the record.
+    pub fn decode(&self, bytes: &[u8]) -> Result<(Arc<WriterSchema>, Value), RecordError> {
+        let (schema, mut datum) = match self.framing {
+            Framing::Binary => (self.file_schema(), bytes),
+            Framing::Confluent => {
+                let id = confluent_id(bytes)?;
+                (self.schema_for(id)?, &bytes[5..])
+            }
+        };
+        if let (Some(want), Some((ns, name))) = (&self.only_record, schema.record_full_name()) {
+            let got = full_name(ns.as_deref(), &name);
+            if &got != want {
+                return Err(RecordError::Avro(format!(
+                    "record {got} belongs in its own table, but this job writes the table of {want}: flexrun writes one dynamic table per job so far (run one job per record type)"
+                )));
+            }
+        }
+        let before = datum.len();
+        let v = apache_avro::from_avro_datum(&schema.schema, &mut datum, None)
+            .map_err(|e| RecordError::Avro(format!("Error deserializing Avro message: {e}")))?;
+        if !datum.is_empty() {
+            return Err(RecordError::Avro(format!(
+                "Error deserializing Avro message: {} of {before} bytes are left over after the record (a different schema, or a different framing?)",
+                datum.len()
+            )));
+        }
+        Ok((schema, v))
+    }
+
+    fn file_schema(&self) -> Arc<WriterSchema> {
+        match &self.schemas {
+            Schemas::File(w) => w.clone(),
+            Schemas::Registry { .. } => unreachable!("binary framing always has a schema file"),
+        }
+    }
+
+    fn schema_for(&self, id: u32) -> Result<Arc<WriterSchema>, RecordError> {
+        match &self.schemas {
+            Schemas::File(w) => Ok(w.clone()),
+            Schemas::Registry { client, cache } => match cache.read().expect("schema cache").get(&id) {
+                Some(Ok(w)) => Ok(w.clone()),
+                Some(Err(e)) => Err(RecordError::Avro(e.clone())),
+                None => Err(RecordError::Avro(format!(
+                    "Error retrieving Avro schema for id {id}: not fetched from {} (prefetch was not called)",
+                    client.url()
+                ))),
+            },
+        }
+    }
+}
+
+/// `namespace.name`, or `name` without a namespace.
+pub fn full_name(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}.{name}"),
+        _ => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: &str = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#;
+
+    fn datum(id: i64) -> Vec<u8> {
+        let w = WriterSchema::parse(S).unwrap();
+        apache_avro::to_avro_datum(&w.schema, Value::Record(vec![("id".into(), Value::Long(id))])).unwrap()
+    }
+
+    #[test]
+    fn both_framings_decode_and_bad_bytes_say_why() {
+        let d = AvroDecoder::with_file(Framing::Confluent, WriterSchema::parse(S).unwrap());
+        let mut framed = Vec::new();
+        confluent_frame(1, &datum(9), &mut framed);
+        assert_eq!(framed[..5], [0, 0, 0, 0, 1]);
+        assert_eq!(d.decode(&framed).unwrap().1, Value::Record(vec![("id".into(), Value::Long(9))]));
+        let e = d.decode(b"{\"id\":1}").unwrap_err().to_string();
+        assert!(e.contains("Unknown magic byte!"), "{e}");
+        assert!(d.decode(&[0, 0, 1]).unwrap_err().to_string().contains("too short"));
+        let b = AvroDecoder::with_file(Framing::Binary, WriterSchema::parse(S).unwrap());
+        assert_eq!(b.decode(&datum(3)).unwrap().1, Value::Record(vec![("id".into(), Value::Long(3))]));
+        // A framed message read as plain binary does not pass silently.
+        let e = b.decode(&framed).unwrap_err().to_string();
+        assert!(e.contains("left over"), "{e}");
+    }
+}

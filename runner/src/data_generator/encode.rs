@@ -1,0 +1,76 @@
+//! How a generated JSON document goes out: as it is, or as an Avro record.
+//!
+//! Avro to Kafka is framed as kafka-to-bq's `messageFormat` expects: Confluent wire
+//! format (magic byte 0, the schema id, the datum) or the datum alone. With a Schema
+//! Registry the schema is registered under `<topic>-value` and its id is used;
+//! without one the id is 1, the id Google's `SINGLE_SCHEMA_FILE` mode registers.
+
+use super::AvroOutput;
+use crate::avro::registry::Registry;
+use crate::avro::wire::confluent_frame;
+use crate::avro::{from_json::to_avro, WriterSchema};
+use anyhow::{anyhow, Context, Result};
+use apache_avro::types::Value;
+
+/// Turns generated documents into message bytes.
+pub enum Encoder {
+    /// The JSON text itself.
+    Json,
+    /// An Avro record.
+    Avro {
+        /// The schema.
+        schema: Box<WriterSchema>,
+        /// The Confluent schema id, when framed.
+        id: Option<u32>,
+        /// Scratch space for the datum.
+        datum: Vec<u8>,
+    },
+}
+
+impl Encoder {
+    /// The encoder for `avro` (None: JSON); registers the schema for `topic` if asked.
+    pub async fn new(avro: Option<&AvroOutput>, topic: Option<&str>) -> Result<Encoder> {
+        let Some(a) = avro else { return Ok(Encoder::Json) };
+        let schema = WriterSchema::parse(&a.schema).with_context(|| a.schema_path.clone())?;
+        let id = match (a.confluent, &a.registry, topic) {
+            (false, _, _) => None,
+            (true, Some(url), Some(topic)) => {
+                let subject = format!("{topic}-value");
+                let id = Registry::new(url).register(&subject, &a.schema).await?;
+                tracing::info!(subject, id, "schema registered");
+                Some(id)
+            }
+            (true, _, _) => Some(1),
+        };
+        Ok(Encoder::Avro { schema: Box::new(schema), id, datum: Vec::new() })
+    }
+
+    /// The record for one document (Avro only).
+    pub fn record(&self, json: &str) -> Result<Option<Value>> {
+        let Encoder::Avro { schema, .. } = self else { return Ok(None) };
+        let doc: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| anyhow!("the generated document is not JSON: {e}"))?;
+        Ok(Some(
+            to_avro(schema, &doc).map_err(|e| anyhow!("the generated document does not fit the Avro schema: {e}"))?,
+        ))
+    }
+
+    /// The message bytes for one document, written into `out`.
+    pub fn encode<'a>(&mut self, json: &'a str, out: &'a mut Vec<u8>) -> Result<&'a [u8]> {
+        let record = self.record(json)?;
+        match (self, record) {
+            (Encoder::Avro { schema, id, datum }, Some(v)) => {
+                *datum = apache_avro::to_avro_datum(&schema.schema, v).map_err(|e| anyhow!("Avro encoding: {e}"))?;
+                match id {
+                    Some(id) => confluent_frame(*id, datum, out),
+                    None => {
+                        out.clear();
+                        out.extend_from_slice(datum);
+                    }
+                }
+                Ok(out.as_slice())
+            }
+            _ => Ok(json.as_bytes()),
+        }
+    }
+}

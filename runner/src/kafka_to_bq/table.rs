@@ -1,0 +1,157 @@
+//! The destination at start: how values are read, which table rows go to, and its schema.
+//!
+//! - JSON: the table must exist (Google's JSON path uses CREATE_NEVER).
+//! - Avro: the writer schema comes from the schema file, or for `SCHEMA_REGISTRY` from
+//!   the latest version of the subject `<topic>-value`, which also names the table
+//!   ([`crate::avro::table::dynamic_table_name`]). A missing table is created from the
+//!   Avro schema under CREATE_IF_NEEDED (plus `_key` with `persistKafkaKey`), as
+//!   `BigQueryIO.Write.withSchema(...)` does in Google's template; an existing table is
+//!   used as it is, and records map onto its columns by name.
+//! - `writeDisposition` applies once, when the job starts for the first time:
+//!   WRITE_EMPTY refuses a table with rows, WRITE_TRUNCATE empties it (drops and
+//!   re-creates it with the same schema). A restart of the same job appends.
+
+use super::config::{KafkaToBqConfig, SinkKind};
+use super::format::{InputFormat, WriteDisposition};
+use super::transform::Input;
+use crate::avro::registry::Registry;
+use crate::avro::table::{dynamic_table_name, table_schema, KAFKA_KEY_FIELD};
+use crate::avro::wire::{full_name, AvroDecoder, Framing};
+use crate::avro::WriterSchema;
+use crate::bigquery::rest;
+use crate::bigquery::schema::Schema;
+use crate::bigquery::{Endpoints, TableRef};
+use anyhow::{bail, Context, Result};
+use std::sync::Arc;
+
+/// What the job maps with.
+pub struct Destination {
+    /// The table rows go to.
+    pub table: TableRef,
+    /// Its schema.
+    pub schema: Schema,
+    /// How values are read.
+    pub input: Input,
+}
+
+/// The input and, for Avro, the writer schema the table would be created from.
+async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, TableRef)> {
+    let file = |path: &str, name: &str| -> Result<WriterSchema> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("{name}={path}: cannot read the schema file"))?;
+        WriterSchema::parse(&text).with_context(|| format!("{name}={path}"))
+    };
+    Ok(match &cfg.format {
+        InputFormat::Json => (Input::Json, None, cfg.table.clone()),
+        InputFormat::AvroBinary { schema_path } => {
+            let w = file(schema_path, "binaryAvroSchemaPath")?;
+            (Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Binary, w.clone()))), Some(w), cfg.table.clone())
+        }
+        InputFormat::AvroConfluentFile { schema_path } => {
+            let w = file(schema_path, "confluentAvroSchemaPath")?;
+            (Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Confluent, w.clone()))), Some(w), cfg.table.clone())
+        }
+        InputFormat::AvroRegistry { url } => {
+            let registry = Registry::new(url);
+            let subject = format!("{}-value", cfg.source.topic);
+            let (id, text) = registry.latest(&subject).await.with_context(|| {
+                format!(
+                    "schemaFormat=SCHEMA_REGISTRY: the latest schema of subject {subject} names the destination table"
+                )
+            })?;
+            let w = WriterSchema::parse(&text).with_context(|| format!("registry schema id {id} ({subject})"))?;
+            let Some((ns, name)) = w.record_full_name() else {
+                bail!("registry schema id {id} ({subject}) is not a record: each message must become one row")
+            };
+            let d = cfg.dynamic.as_ref().context("dynamic tables configured")?;
+            let table = TableRef {
+                project: d.project.clone(),
+                dataset: d.dataset.clone(),
+                table: dynamic_table_name(&d.prefix, ns.as_deref(), &name),
+            };
+            let decoder = AvroDecoder::with_registry(registry, full_name(ns.as_deref(), &name));
+            (Input::Avro(Arc::new(decoder)), Some(w), table)
+        }
+    })
+}
+
+/// Resolve the destination: read (or create, or empty) the table as the parameters say.
+pub async fn prepare(cfg: &KafkaToBqConfig, ep: Option<&Endpoints>, new_job: bool) -> Result<Destination> {
+    let (input, writer, table) = input(cfg).await?;
+    let schema = match (&cfg.run.sink, ep) {
+        (SinkKind::Stats { schema_file }, _) => stats_schema(schema_file, writer.as_ref(), cfg.persist_key)?,
+        (SinkKind::BigQuery, Some(ep)) => bigquery_schema(cfg, ep, &table, writer.as_ref(), new_job).await?,
+        (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
+    };
+    if cfg.persist_key && schema.lookup(KAFKA_KEY_FIELD).is_none() {
+        bail!("persistKafkaKey=true, but table {table} has no {KAFKA_KEY_FIELD} column: add one (ALTER TABLE ... ADD COLUMN {KAFKA_KEY_FIELD} BYTES), or let CREATE_IF_NEEDED create the table on an Avro path");
+    }
+    Ok(Destination { table, schema, input })
+}
+
+fn stats_schema(schema_file: &str, writer: Option<&WriterSchema>, key: bool) -> Result<Schema> {
+    if schema_file.is_empty() {
+        if let Some(w) = writer {
+            return Ok(table_schema(w, key)?);
+        }
+    }
+    let text = std::fs::read_to_string(schema_file).with_context(|| format!("reading schema file {schema_file}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("schema file {schema_file} is not JSON"))?;
+    Schema::from_json(&json).with_context(|| format!("schema file {schema_file}"))
+}
+
+async fn bigquery_schema(
+    cfg: &KafkaToBqConfig,
+    ep: &Endpoints,
+    table: &TableRef,
+    writer: Option<&WriterSchema>,
+    new_job: bool,
+) -> Result<Schema> {
+    let client = rest::client(ep).await?;
+    let schema = match (rest::table_schema(&client, ep, table).await, writer) {
+        (Ok(s), _) => s,
+        (Err(_), Some(w)) if cfg.dispositions.create_if_needed => {
+            let want = table_schema(w, cfg.persist_key).with_context(|| format!("creating {table} from the Avro schema"))?;
+            tracing::info!(table = %table, "table missing: creating it from the Avro schema (CREATE_IF_NEEDED)");
+            rest::ensure_table(&client, ep, table, &want).await?
+        }
+        (Err(e), Some(_)) => {
+            return Err(anyhow::Error::new(e).context(format!("createDisposition=CREATE_NEVER: table {table} must exist")))
+        }
+        (Err(e), None) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "messageFormat=JSON writes to an existing table (Google's JSON path uses CREATE_NEVER): create {table} first"
+            )))
+        }
+    };
+    if new_job {
+        apply_write_disposition(cfg, ep, &client, table, &schema).await?;
+    }
+    Ok(schema)
+}
+
+async fn apply_write_disposition(
+    cfg: &KafkaToBqConfig,
+    ep: &Endpoints,
+    client: &gcp_bigquery_client::Client,
+    table: &TableRef,
+    schema: &Schema,
+) -> Result<()> {
+    match cfg.dispositions.write {
+        WriteDisposition::Append => Ok(()),
+        WriteDisposition::Empty => {
+            let (rows, _) = crate::local::count_rows(ep, table, None).await?;
+            if rows > 0 {
+                bail!("writeDisposition=WRITE_EMPTY: table {table} already has {rows} rows; empty it, or use WRITE_APPEND or WRITE_TRUNCATE");
+            }
+            Ok(())
+        }
+        WriteDisposition::Truncate => {
+            tracing::warn!(table = %table, "writeDisposition=WRITE_TRUNCATE: emptying the table before the first batch");
+            rest::drop_table(client, table).await;
+            rest::ensure_table(client, ep, table, schema).await?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Avro input end to end on the real stack: the generator writes Avro records to tansu
+//! (Confluent wire format with id 1, plain binary, or registered in the stack's Schema
+//! Registry), kafka-to-bq decodes them, creates the table from the Avro schema under
+//! CREATE_IF_NEEDED and writes the rows to bqemulator; bad messages are dead-lettered.
+
+// `at` is quoted in queries: bqemulator runs them on DuckDB, where AT is reserved.
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
+mod common;
+
+use common::*;
+use flexrun::bigquery::{rest, TableRef};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use std::path::Path;
+use std::time::Duration;
+
+const AVSC: &str = r#"{"type":"record","name":"Order","namespace":"shop.events","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"level","type":{"type":"enum","name":"Level","symbols":["LOW","HIGH"]}},
+  {"name":"day","type":{"type":"int","logicalType":"date"}},
+  {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+  {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+  {"name":"note","type":["null","string"],"default":null},
+  {"name":"tags","type":{"type":"array","items":"string"}},
+  {"name":"attrs","type":{"type":"map","values":"int"}},
+  {"name":"addr","type":{"type":"record","name":"Addr","fields":[{"name":"city","type":"string"}]}}
+]}"#;
+
+const TEMPLATE: &str = r#"{"id": {{index(0)}}, "name": "{{firstName()}}", "level": "{{random("LOW","HIGH")}}", "day": "2024-01-15", "at": 1700000000123, "price": "12.50", "tags": ["a", "{{alpha(3)}}"], "attrs": {"k": 7}, "addr": {"city": "Oslo"}}"#;
+
+/// Write the schema and the generator template into `dir`.
+fn files(dir: &Path) -> (String, String) {
+    let avsc = dir.join("order.avsc");
+    let tmpl = dir.join("order.json");
+    std::fs::write(&avsc, AVSC).unwrap();
+    std::fs::write(&tmpl, TEMPLATE).unwrap();
+    (avsc.display().to_string(), tmpl.display().to_string())
+}
+
+fn generate(s: &Stack, topic: &str, tmpl: &str, avsc: &str, n: u64, extra: &str) {
+    let params = format!(
+        "qps=5000,messagesLimit={n},schemaLocation={tmpl},sinkType=KAFKA,bootstrapServer={},kafkaTopic={topic},outputType=AVRO,avroSchemaLocation={avsc}{extra}",
+        s.kafka
+    );
+    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+async fn produce_raw(s: &Stack, topic: &str, key: Option<&[u8]>, value: &[u8]) {
+    let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    let mut r = FutureRecord::<[u8], [u8]>::to(topic).payload(value).partition(0);
+    if let Some(k) = key {
+        r = r.key(k);
+    }
+    p.send(r, Duration::from_secs(30)).await.unwrap();
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+async fn topic(s: &Stack, name: &str) -> String {
+    let t = unique(name);
+    flexrun::kafka::create_topic(&s.kafka, &t, 2).await.unwrap();
+    t
+}
+
+fn table(name: &str) -> TableRef {
+    TableRef { project: PROJECT.into(), dataset: "avro".into(), table: name.into() }
+}
+
+fn base(s: &Stack, topic: &str, format: &str) -> String {
+    format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat={format}",
+        s.kafka
+    )
+}
+
+#[tokio::test]
+async fn confluent_wire_format_with_a_schema_file_creates_the_table_and_maps_each_type() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_file").await;
+    generate(&s, &t, &tmpl, &avsc, 500, "");
+    // One message with a key, to check persistKafkaKey.
+    let w = flexrun::avro::WriterSchema::parse(AVSC).unwrap();
+    let doc = serde_json::json!({"id": 500, "name": "K", "level": "LOW", "day": "2024-02-01", "at": 0,
+        "price": "-0.05", "tags": [], "attrs": {}, "addr": {"city": "Bergen"}, "note": "keyed"});
+    let datum = apache_avro::to_avro_datum(&w.schema, flexrun::avro::from_json::to_avro(&w, &doc).unwrap()).unwrap();
+    let mut framed = Vec::new();
+    flexrun::avro::wire::confluent_frame(1, &datum, &mut framed);
+    produce_raw(&s, &t, Some(b"k-500"), &framed).await;
+    let out = table(&t);
+    let params = format!(
+        "{},confluentAvroSchemaPath={avsc},outputTableSpec={out},persistKafkaKey=true",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let o = run_job("avro-file", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (501, 501));
+    // The table was created from the Avro schema (plus _key, last).
+    let c = rest::client(&s.bq).await.unwrap();
+    let schema = rest::table_schema(&c, &s.bq, &out).await.unwrap();
+    let cols: Vec<(String, String)> = schema.columns.iter().map(|c| (c.name.clone(), c.type_name.clone())).collect();
+    let want = [
+        ("id", "INTEGER"),
+        ("name", "STRING"),
+        ("level", "STRING"),
+        ("day", "DATE"),
+        ("at", "TIMESTAMP"),
+        ("price", "NUMERIC"),
+        ("note", "STRING"),
+        ("tags", "STRING"),
+        ("attrs", "RECORD"),
+        ("addr", "RECORD"),
+        ("_key", "BYTES"),
+    ];
+    assert_eq!(cols, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    let fq = format!("`{}.{}.{}`", out.project, out.dataset, out.table);
+    let rows = s.rows(&format!("SELECT level, CAST(day AS STRING), UNIX_MICROS(`at`), CAST(price AS STRING), note, ARRAY_LENGTH(tags), addr.city, TO_BASE64(_key) FROM {fq} WHERE id IN (0, 500) ORDER BY id")).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let r0: Vec<_> = rows[0].iter().map(|v| v.clone().unwrap_or_default()).collect();
+    assert!(r0[0] == "LOW" || r0[0] == "HIGH", "{r0:?}");
+    assert_eq!(&r0[1..3], ["2024-01-15", "1700000000123000"], "{r0:?}");
+    // NUMERIC as text: "12.5" on BigQuery, "12.500000000" on bqemulator; compare the number.
+    assert_eq!(r0[3].parse::<f64>().unwrap(), 12.5, "{r0:?}");
+    assert_eq!(&r0[4..7], ["", "2", "Oslo"], "{r0:?}");
+    assert_eq!(rows[0][7], None, "a message without a key leaves _key NULL");
+    assert_eq!(rows[1][3].as_deref().unwrap().parse::<f64>().unwrap(), -0.05);
+    assert_eq!(rows[1][4].as_deref(), Some("keyed"));
+    assert_eq!(rows[1][7].as_deref(), Some("ay01MDA="), "the key's bytes, base64 k-500");
+}
+
+#[tokio::test]
+async fn binary_encoding_decodes_and_non_avro_messages_are_dead_lettered() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_bin").await;
+    generate(&s, &t, &tmpl, &avsc, 300, ",kafkaAvroEncoding=AVRO_BINARY_ENCODING");
+    produce_raw(&s, &t, None, br#"{"id": 1}"#).await;
+    produce_raw(&s, &t, None, &[0x02]).await;
+    let (out, dlq) = (table(&t), table(&format!("{t}_dlq")));
+    let params = format!(
+        "{},binaryAvroSchemaPath={avsc},outputTableSpec={out},useBigQueryDLQ=true,outputDeadletterTable={dlq}",
+        base(&s, &t, "AVRO_BINARY_ENCODING")
+    );
+    let o = run_job("avro-bin", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (300, 300));
+    let fq = format!("`{}.{}.{}`", dlq.project, dlq.dataset, dlq.table);
+    let errs = s.rows(&format!("SELECT errorMessage FROM {fq}")).await;
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    for e in errs {
+        let e = e[0].clone().unwrap_or_default();
+        assert!(e.starts_with("Error deserializing Avro message"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn schema_registry_names_the_table_after_the_record_and_unknown_ids_are_dead_lettered() {
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_reg").await;
+    generate(&s, &t, &tmpl, &avsc, 400, &format!(",schemaRegistryConnectionUrl={registry}"));
+    // A registered id is used, not 1 (other tests register other subjects first).
+    let id = flexrun::avro::registry::Registry::new(&registry).latest(&format!("{t}-value")).await.unwrap().0;
+    produce_raw(&s, &t, None, &[0, 0, 0, 0x27, 0x0f, 2]).await; // id 9999: unknown
+    let prefix = unique("raw");
+    let dlq = table(&format!("{t}_dlq"));
+    let params = format!(
+        "{},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=avro,bqTableNamePrefix={prefix},outputDeadletterTable={dlq},useBigQueryDLQ=true",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let o = run_job("avro-reg", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(id >= 1);
+    let out = table(&format!("{prefix}-shop-events-Order"));
+    assert_eq!(s.count(&out).await, (400, 400));
+    let fq = format!("`{}.{}.{}`", dlq.project, dlq.dataset, dlq.table);
+    let errs = s.rows(&format!("SELECT errorMessage FROM {fq}")).await;
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    let e = errs[0][0].clone().unwrap_or_default();
+    assert!(e.contains("id 9999") && e.contains("not found"), "{e}");
+}
+
+#[tokio::test]
+async fn avro_parameters_are_checked_before_anything_connects() {
+    let s = stack();
+    let run = |p: &str| flexrun(&["--template", "kafka-to-bq", "--parameters", p]).output().unwrap();
+    let b = base(&s, "t", "AVRO_CONFLUENT_WIRE_FORMAT");
+    let o = run(&format!("{b},outputTableSpec=p:d.t"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("Confluent Avro Schema Path must be provided"), "{}", text(&o));
+    let o = run(&format!("{b},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl=http://x:1,outputProject=p"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("An output BigQuery dataset is required"), "{}", text(&o));
+    let o = run(&format!("{b},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl=http://x:1,outputProject=p,outputDataset=d,schemaRegistryOauthClientId=c"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("schemaRegistryOauthClientId is not supported by flexrun yet"), "{}", text(&o));
+    let o = run(&format!("{},outputTableSpec=p:d.t", base(&s, "t", "AVRO_BINARY_ENCODING")));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("Binary Avro Schema Path cannot be empty"), "{}", text(&o));
+}
