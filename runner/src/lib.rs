@@ -16,6 +16,7 @@
 //!   shards and the exactly-once protocol, the live worker pool), [`microbatch`]
 //!   (rate-to-stats and kafka-to-kafka) and [`data_generator`]
 //!   (streaming-data-generator, on the pure `flexrun-generator` language).
+//! - [`udf`]: JavaScript UDFs (Google's contract) in an embedded QuickJS engine.
 //! - [`sizing`]: `calibrate` (measuring the real commit path) and `capacity`.
 //! - [`local`]: set-up helpers for the local stack (topics, tables, sample data).
 //! - [`cli`]: clap types and printing, one file per subcommand; `main.rs` only parses,
@@ -39,6 +40,7 @@ pub mod microbatch;
 pub mod progress;
 pub mod sizing;
 pub mod stats;
+pub mod udf;
 
 /// A named crash point of the exactly-once protocol. Built with the `failpoints`
 /// feature and run with `FAILPOINTS=<name>=return` (or `N*off->return` to pass it N

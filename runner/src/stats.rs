@@ -119,6 +119,7 @@ struct Inner {
     read: u64,
     written: u64,
     dead_lettered: u64,
+    udf_dropped: u64,
     bytes_read: u64,
     by_class: BTreeMap<String, u64>,
     batches: u64,
@@ -168,6 +169,8 @@ pub struct BatchCounts {
     pub written: u64,
     /// Rows appended to the dead-letter table.
     pub dead_lettered: u64,
+    /// Messages the UDF dropped (it returned null, undefined or "").
+    pub udf_dropped: u64,
     /// Dead-letter rows by error class.
     pub by_class: BTreeMap<&'static str, u64>,
     /// Whether the batch was a recovery replay.
@@ -202,6 +205,8 @@ pub struct Summary {
     pub rows_written: u64,
     /// Rows appended to the dead-letter table.
     pub dead_lettered: u64,
+    /// Messages the UDF dropped (neither rows nor dead letters, as in Google's template).
+    pub udf_dropped: u64,
     /// Message value bytes read.
     pub bytes_read: u64,
     /// Dead-letter rows by error class.
@@ -248,6 +253,7 @@ impl JobStats {
         g.bytes_read += counts.bytes;
         g.written += counts.written;
         g.dead_lettered += counts.dead_lettered;
+        g.udf_dropped += counts.udf_dropped;
         for (k, v) in &counts.by_class {
             *g.by_class.entry(k.to_string()).or_default() += v;
         }
@@ -297,6 +303,7 @@ impl JobStats {
             messages_read: g.read,
             rows_written: g.written,
             dead_lettered: g.dead_lettered,
+            udf_dropped: g.udf_dropped,
             bytes_read: g.bytes_read,
             dead_letter_by_class: g.by_class.clone(),
             batches: g.batches,
@@ -351,13 +358,17 @@ impl Summary {
                 if self.bytes_read > 0 { (self.cpu_user_s + self.cpu_sys_s) / (self.bytes_read as f64 / 1e9) } else { 0.0 }
             ));
         }
-        let reconciles = self.messages_read == self.rows_written + self.dead_lettered;
+        let reconciles = self.messages_read == self.rows_written + self.dead_lettered + self.udf_dropped;
+        let (what, dropped) = match self.udf_dropped {
+            0 => ("read = written + dead-lettered", String::new()),
+            n => ("read = written + dead-lettered + dropped by the UDF", format!(" + {n}")),
+        };
         s.push_str(&format!(
-            "reconciliation: read = written + dead-lettered: {}\n",
+            "reconciliation: {what}: {}\n",
             if reconciles {
                 "yes".to_string()
             } else {
-                format!("NO ({} != {} + {})", self.messages_read, self.rows_written, self.dead_lettered)
+                format!("NO ({} != {} + {}{dropped})", self.messages_read, self.rows_written, self.dead_lettered)
             }
         ));
         for (k, v) in &self.dead_letter_by_class {

@@ -204,3 +204,92 @@ async fn avro_parameters_are_checked_before_anything_connects() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("Binary Avro Schema Path cannot be empty"), "{}", text(&o));
 }
+
+#[tokio::test]
+async fn write_dispositions_apply_when_a_job_first_starts() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_disp").await;
+    generate(&s, &t, &tmpl, &avsc, 100, "");
+    let out = table(&t);
+    let params = |extra: &str| {
+        format!(
+            "{},confluentAvroSchemaPath={avsc},outputTableSpec={out}{extra}",
+            base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+        )
+    };
+    let o = run_job("disp-1", &dir.path().join("ck1"), &params(""), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (100, 100));
+    // A new job with WRITE_EMPTY refuses the table that now has rows.
+    let o = run_job("disp-2", &dir.path().join("ck2"), &params(",writeDisposition=WRITE_EMPTY"), "2s", &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("writeDisposition=WRITE_EMPTY: table") && text(&o).contains("already has 100 rows"),
+        "{}",
+        text(&o)
+    );
+    // CREATE_NEVER with a missing table says so.
+    let missing = table(&format!("{t}_missing"));
+    let p = format!(
+        "{},confluentAvroSchemaPath={avsc},outputTableSpec={missing},createDisposition=CREATE_NEVER",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let o = run_job("disp-3", &dir.path().join("ck3"), &p, "2s", &[]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("createDisposition=CREATE_NEVER"), "{}", text(&o));
+    // A new job with WRITE_TRUNCATE empties the table first: the topic's 100 again, not 200.
+    let o = run_job("disp-4", &dir.path().join("ck4"), &params(",writeDisposition=WRITE_TRUNCATE"), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (100, 100));
+    // Its restart appends (the disposition applies once): nothing new to read, nothing removed.
+    let o = run_job("disp-4", &dir.path().join("ck4"), &params(",writeDisposition=WRITE_TRUNCATE"), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (100, 100));
+}
+
+#[tokio::test]
+async fn persist_kafka_key_works_on_the_json_path_too() {
+    let s = stack();
+    let t = topic(&s, "json_key").await;
+    let out = table(&t);
+    let c = rest::client(&s.bq).await.unwrap();
+    let schema = flexrun::bigquery::schema::Schema::from_json(&serde_json::json!([
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"}, {"name": "_key", "type": "BYTES"}]))
+    .unwrap();
+    rest::ensure_table(&c, &s.bq, &out, &schema).await.unwrap();
+    produce_raw(&s, &t, Some(b"abc"), br#"{"id": 1}"#).await;
+    produce_raw(&s, &t, None, br#"{"id": 2}"#).await;
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!("{},outputTableSpec={out},persistKafkaKey=true", base(&s, &t, "JSON"));
+    let o = run_job("json-key", &dir.path().join("ck"), &params, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let fq = format!("`{}.{}.{}`", out.project, out.dataset, out.table);
+    let rows = s.rows(&format!("SELECT id, TO_BASE64(_key) FROM {fq} ORDER BY id")).await;
+    assert_eq!(rows, vec![vec![Some("1".into()), Some("YWJj".into())], vec![Some("2".into()), None]]);
+    // A table without _key is refused with the fix.
+    let plain = table(&format!("{t}_plain"));
+    rest::ensure_table(&c, &s.bq, &plain, &flexrun::local::demo_schema()).await.unwrap();
+    let params = format!("{},outputTableSpec={plain},persistKafkaKey=true", base(&s, &t, "JSON"));
+    let o = run_job("json-key-2", &dir.path().join("ck2"), &params, "2s", &[]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("has no _key column"), "{}", text(&o));
+}
+
+#[test]
+fn the_generator_writes_avro_container_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let params = format!(
+        "qps=10000,messagesLimit=250,schemaLocation={tmpl},sinkType=FILE,outputDirectory={},outputType=AVRO,avroSchemaLocation={avsc}",
+        dir.path().display()
+    );
+    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let f = std::fs::File::open(dir.path().join("output-generated.avro")).unwrap();
+    let records: Vec<_> = apache_avro::Reader::new(f).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(records.len(), 250);
+    let apache_avro::types::Value::Record(fields) = &records[249] else { panic!("{:?}", records[249]) };
+    assert_eq!(fields[0], ("id".to_string(), apache_avro::types::Value::Long(249)));
+}

@@ -3,7 +3,7 @@
 //! to the dead letters (recorded in the log entry so a replay does the same), and the
 //! check that a replay re-sends exactly what was logged ([`verify_replay`]).
 
-use super::dlq::{self, RecordRef};
+use super::dlq::{self, Payload, RecordRef, TimestampType};
 use super::job::{JobCtx, Mapping};
 use super::transform::{Mapper, RecordError};
 use crate::progress::OffsetEntry;
@@ -18,6 +18,8 @@ pub(super) struct Mapped {
     pub(super) rows: Vec<Vec<u8>>,
     pub(super) row_src: Vec<usize>,
     pub(super) dlq_rows: Vec<Vec<u8>>,
+    /// Messages the UDF dropped.
+    pub(super) dropped: u64,
 }
 
 /// A batch as it was cut: its messages, ranges and the positions after it.
@@ -25,6 +27,9 @@ pub(super) struct Cut {
     pub(super) msgs: Vec<OwnedMessage>,
     pub(super) ranges: BTreeMap<i32, (i64, i64)>,
     pub(super) positions: BTreeMap<i32, i64>,
+    /// When the batch was first processed (dead-letter rows' `timestamp`); a replay
+    /// takes it from the log (None for entries written before it was logged).
+    pub(super) processed_ms: Option<i64>,
 }
 
 /// CRC32C over rows, each prefixed by its length: what a log entry records so that a
@@ -72,21 +77,20 @@ pub(super) fn reject_rows(
     for (msg_idx, why) in refused {
         let m = &cut.msgs[msg_idx];
         entry.rejected.push((m.partition(), m.offset(), why.clone()));
-        push_rejected_dlq_row(ctx, m, &why, mapped, counts);
+        push_rejected_dlq_row(ctx, cut.processed_ms, m, &why, mapped, counts);
     }
     Ok(())
 }
 
 pub(super) fn push_rejected_dlq_row(
     ctx: &JobCtx,
+    processed_ms: Option<i64>,
     m: &OwnedMessage,
     why: &str,
     mapped: &mut Mapped,
     counts: &mut BatchCounts,
 ) {
-    let mut out = Vec::new();
-    dlq::encode(&record_ref(&ctx.cfg.source.topic, m), "write", &format!("BigQuery rejected the row: {why}"), &mut out);
-    mapped.dlq_rows.push(out);
+    mapped.dlq_rows.push(dead_letter(ctx, processed_ms, m, "write", &format!("BigQuery rejected the row: {why}")));
     *counts.by_class.entry("rejected").or_default() += 1;
 }
 
@@ -106,7 +110,7 @@ pub(super) fn apply_rejections(
         };
         mapped.rows.remove(k);
         let src = mapped.row_src.remove(k);
-        push_rejected_dlq_row(ctx, &cut.msgs[src], why, mapped, counts);
+        push_rejected_dlq_row(ctx, cut.processed_ms, &cut.msgs[src], why, mapped, counts);
     }
 }
 
@@ -120,6 +124,8 @@ pub struct MappedValues {
     pub row_src: Vec<usize>,
     /// Values that did not map: index and reason.
     pub failed: Vec<(usize, RecordError)>,
+    /// Values the UDF dropped.
+    pub dropped: u64,
 }
 
 /// Map messages (key, value) to rows with `mapper`, timing each in `stages`. This is the
@@ -140,6 +146,7 @@ pub fn map_values<'a>(
                 out.rows.push(row);
                 out.row_src.push(i);
             }
+            Err(RecordError::Dropped) => out.dropped += 1,
             Err(e) => out.failed.push((i, e)),
         }
     }
@@ -158,19 +165,17 @@ pub(super) fn map_batch(
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default()));
-    let MappedValues { rows, row_src, failed } = map_values(&mapping.mapper, values, stages);
+    let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages);
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     for (i, e) in failed {
         let m = &cut.msgs[i];
         if !has_dlq {
             bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
         }
-        let mut out = Vec::new();
-        dlq::encode(&record_ref(topic, m), "transform", &e.to_string(), &mut out);
-        dlq_rows.push(out);
+        dlq_rows.push(dead_letter(ctx, cut.processed_ms, m, "transform", &e.to_string()));
         *counts.by_class.entry(e.class()).or_default() += 1;
     }
-    Ok(Mapped { rows, row_src, dlq_rows })
+    Ok(Mapped { rows, row_src, dlq_rows, dropped })
 }
 
 /// Rows kept with the message index each came from, and refused messages with the reason.
@@ -194,15 +199,31 @@ pub(super) fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: 
     (kept, kept_src, refused)
 }
 
-pub(super) fn record_ref<'a>(topic: &'a str, m: &'a OwnedMessage) -> RecordRef<'a> {
-    RecordRef {
-        topic,
+/// Encode the dead-letter row of message `m` of `cut` failing at `stage` with `error`.
+pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: &OwnedMessage, stage: &str, error: &str) -> Vec<u8> {
+    use rdkafka::message::{Headers, Timestamp};
+    let headers: Vec<(&str, Option<&[u8]>)> =
+        m.headers().map(|h| h.iter().map(|x| (x.key, x.value)).collect()).unwrap_or_default();
+    let (timestamp_ms, timestamp_type) = match m.timestamp() {
+        Timestamp::NotAvailable => (-1, TimestampType::None),
+        Timestamp::CreateTime(t) => (t, TimestampType::CreateTime),
+        Timestamp::LogAppendTime(t) => (t, TimestampType::LogAppendTime),
+    };
+    let rec = RecordRef {
+        topic: &ctx.cfg.source.topic,
         partition: m.partition(),
         offset: m.offset(),
-        timestamp_ms: m.timestamp().to_millis(),
+        timestamp_ms,
+        timestamp_type,
         key: m.key(),
         value: m.payload().unwrap_or_default(),
-    }
+        headers: &headers,
+        processed_ms: cut_ms,
+        payload: if ctx.cfg.format.is_avro() { Payload::Bytes } else { Payload::Text },
+    };
+    let mut out = Vec::new();
+    dlq::encode(&rec, stage, error, &mut out);
+    out
 }
 
 #[cfg(test)]

@@ -9,8 +9,10 @@ use super::worker::Capacity;
 use crate::bigquery::TableRef;
 use crate::kafka::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
 use crate::progress::ProgressConfig;
+use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
 use flexrun_templates::ResolvedParams;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How rows reach BigQuery.
@@ -62,6 +64,8 @@ pub struct KafkaToBqConfig {
     pub dispositions: Dispositions,
     /// `persistKafkaKey`: the Kafka key goes to the `_key` BYTES column.
     pub persist_key: bool,
+    /// The JavaScript UDF (JSON path), loaded and checked at launch.
+    pub udf: Option<Arc<Udf>>,
     /// Dead-letter table, if any.
     pub dlq: Option<TableRef>,
     /// Delivery guarantee.
@@ -85,6 +89,48 @@ pub const AUTO_MAX_SHARDS: usize = 8;
 fn secret(p: &ResolvedParams, name: &str, mode: &str) -> Result<String, String> {
     let v = p.get(name).ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
     resolve_secret(name, v).map_err(|e| e.to_string())
+}
+
+/// Load the UDF the parameters name (JSON path only, as in Google's template).
+fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Arc<Udf>> {
+    let path = p.get("javascriptTextTransformGcsPath").filter(|s| !s.is_empty());
+    let name = p.get("javascriptTextTransformFunctionName").filter(|s| !s.is_empty());
+    let (path, name) = match (path, name) {
+        (None, None) => return None,
+        (Some(path), Some(name)) => (path, name),
+        (Some(_), None) => {
+            errs.push(
+                "javascriptTextTransformGcsPath needs javascriptTextTransformFunctionName (the function to call)"
+                    .into(),
+            );
+            return None;
+        }
+        (None, Some(_)) => {
+            errs.push(
+                "javascriptTextTransformFunctionName needs javascriptTextTransformGcsPath (a local .js file)".into(),
+            );
+            return None;
+        }
+    };
+    if avro {
+        tracing::warn!("JavaScript UDF parameters are set while using Avro message format. UDFs are supported for JSON format only. No UDF transformation will be applied.");
+        return None;
+    }
+    if path.starts_with("gs://") {
+        errs.push(format!(
+            "javascriptTextTransformGcsPath={path}: Cloud Storage is not reachable from here; give a local .js file"
+        ));
+        return None;
+    }
+    let minutes: u64 = match p.get("javascriptTextTransformReloadIntervalMinutes").unwrap_or("0").parse() {
+        Ok(m) => m,
+        Err(_) => {
+            errs.push("javascriptTextTransformReloadIntervalMinutes: expected a whole number of minutes".into());
+            return None;
+        }
+    };
+    let reload = (minutes > 0).then(|| Duration::from_secs(minutes * 60));
+    Udf::new(path, name, reload).map(Arc::new).map_err(|e| errs.push(e.to_string())).ok()
 }
 
 /// The run flags that are not template parameters.
@@ -186,6 +232,7 @@ impl KafkaToBqConfig {
         if flags.progress.async_progress && !at_least_once {
             errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE.into());
         }
+        let udf = load_udf(p, fp.format.is_avro(), &mut errs);
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -204,6 +251,7 @@ impl KafkaToBqConfig {
             dynamic: fp.dynamic,
             dispositions: fp.dispositions,
             persist_key: p.flag("persistKafkaKey"),
+            udf,
             dlq,
             delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
             streams,

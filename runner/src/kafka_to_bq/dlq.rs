@@ -1,12 +1,12 @@
 //! Dead-letter rows in Google's schema (`SchemaUtils.DEADLETTER_SCHEMA`).
 //!
-//! A dead-letter row is a pure function of the Kafka record and the error, like a
-//! table row, so that a replayed batch writes byte-identical dead-letter rows and
-//! the DLQ stream's offsets deduplicate them. `timestamp` is therefore the Kafka
-//! record's timestamp (not the wall clock).
+//! A dead-letter row is a pure function of the Kafka record, the error and the batch's
+//! processing time (kept in the offset log), like a table row, so that a replayed batch
+//! writes byte-identical dead-letter rows and the DLQ stream's offsets deduplicate them.
 
 use crate::bigquery::proto::{put_bytes, put_varint};
 use crate::bigquery::schema::Schema;
+use base64::Engine;
 use serde_json::json;
 
 /// The dead-letter table's columns: timestamp, payloadString, payloadBytes,
@@ -36,6 +36,46 @@ pub fn write_schema() -> Schema {
     Schema::new(cols)
 }
 
+/// How the record was read, which decides how Google renders it: the JSON path reads
+/// `KafkaRecord<String, String>`, the Avro paths `KafkaRecord<byte[], byte[]>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// Key and value as UTF-8 text (invalid bytes become U+FFFD).
+    Text,
+    /// Key and value as bytes (base64 in JSON).
+    Bytes,
+}
+
+/// Kafka's timestamp type, as Beam's `KafkaTimestampType` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    /// No timestamp (the timestamp is -1).
+    None,
+    /// Set by the producer.
+    CreateTime,
+    /// Set by the broker.
+    LogAppendTime,
+}
+
+impl TimestampType {
+    fn name(self) -> &'static str {
+        match self {
+            TimestampType::None => "NO_TIMESTAMP_TYPE",
+            TimestampType::CreateTime => "CREATE_TIME",
+            TimestampType::LogAppendTime => "LOG_APPEND_TIME",
+        }
+    }
+
+    /// The enum's ordinal in Beam (`NO_TIMESTAMP_TYPE, CREATE_TIME, LOG_APPEND_TIME`).
+    fn ordinal(self) -> u64 {
+        match self {
+            TimestampType::None => 0,
+            TimestampType::CreateTime => 1,
+            TimestampType::LogAppendTime => 2,
+        }
+    }
+}
+
 /// Where a failed record came from.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordRef<'a> {
@@ -45,12 +85,21 @@ pub struct RecordRef<'a> {
     pub partition: i32,
     /// Offset.
     pub offset: i64,
-    /// Kafka timestamp in milliseconds, when the record has one.
-    pub timestamp_ms: Option<i64>,
+    /// Kafka timestamp in milliseconds (-1 when there is none).
+    pub timestamp_ms: i64,
+    /// Its type.
+    pub timestamp_type: TimestampType,
     /// The key bytes.
     pub key: Option<&'a [u8]>,
     /// The value bytes.
     pub value: &'a [u8],
+    /// Header names and values.
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+    /// When the batch was first processed (ms; kept in the offset log so a replay writes
+    /// the same row), or None for batches logged before flexrun kept it.
+    pub processed_ms: Option<i64>,
+    /// How the record was read.
+    pub payload: Payload,
 }
 
 /// The most bytes of a record's value a dead-letter row carries. The value appears
@@ -58,39 +107,152 @@ pub struct RecordRef<'a> {
 /// AppendRows request (under 10 MB, storage.proto), with room for key and message.
 pub const MAX_DLQ_PAYLOAD_BYTES: usize = 1024 * 1024;
 
+/// Jackson's string escaping: `"`, `\\` and control characters; nothing else.
+fn jackson_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn field_text(rec: &RecordRef<'_>, bytes: Option<&[u8]>, out: &mut String) {
+    match (bytes, rec.payload) {
+        (None, _) => out.push_str("null"),
+        (Some(b), Payload::Text) => jackson_string(&String::from_utf8_lossy(b), out),
+        (Some(b), Payload::Bytes) => jackson_string(&base64::engine::general_purpose::STANDARD.encode(b), out),
+    }
+}
+
+/// `payloadString`: the Kafka record as Google's `KafkaRecordPayloadExtractor` renders
+/// it, `ObjectMapper().writer().withDefaultPrettyPrinter()` over Beam's `KafkaRecord`
+/// (properties in declaration order, two-space indent, `" : "`, `[ ]` when empty).
+/// Jackson cannot serialise Kafka's header objects, so Google falls back to
+/// `KafkaRecord@<hash>` for a record with headers; flexrun renders them instead, as
+/// `{"key", "value"}` objects (value in base64).
+pub fn payload_string(rec: &RecordRef<'_>) -> String {
+    let mut s = String::with_capacity(rec.value.len() + 200);
+    s.push_str("{\n  \"topic\" : ");
+    jackson_string(rec.topic, &mut s);
+    s.push_str(&format!(",\n  \"partition\" : {},\n  \"offset\" : {},\n  \"headers\" : ", rec.partition, rec.offset));
+    if rec.headers.is_empty() {
+        s.push_str("[ ]");
+    } else {
+        s.push_str("[ ");
+        for (i, (k, v)) in rec.headers.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            s.push_str("{\n    \"key\" : ");
+            jackson_string(k, &mut s);
+            s.push_str(",\n    \"value\" : ");
+            match v {
+                Some(v) => jackson_string(&base64::engine::general_purpose::STANDARD.encode(v), &mut s),
+                None => s.push_str("null"),
+            }
+            s.push_str("\n  }");
+        }
+        s.push_str(" ]");
+    }
+    s.push_str(",\n  \"kv\" : {\n    \"key\" : ");
+    field_text(rec, rec.key, &mut s);
+    s.push_str(",\n    \"value\" : ");
+    field_text(rec, Some(rec.value), &mut s);
+    s.push_str(&format!(
+        "\n  }},\n  \"timestamp\" : {},\n  \"timestampType\" : \"{}\"\n}}",
+        rec.timestamp_ms,
+        rec.timestamp_type.name()
+    ));
+    s
+}
+
+fn varint(v: u64, out: &mut Vec<u8>) {
+    prost::encoding::encode_varint(v, out);
+}
+
+fn nested_bytes(b: &[u8], out: &mut Vec<u8>) {
+    varint(b.len() as u64, out);
+    out.extend_from_slice(b);
+}
+
+fn nullable_bytes(b: Option<&[u8]>, out: &mut Vec<u8>) {
+    match b {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            nested_bytes(b, out);
+        }
+    }
+}
+
+/// `payloadBytes` on the Avro paths: Beam's `KafkaRecordCoder` encoding of the whole
+/// record (topic, partition, offset, timestamp, timestamp type, headers, key, value),
+/// which Beam's `BadRecord` keeps as `encodedRecord`. Derived from Beam's coder
+/// sources (VarInt/VarLong, a 4-byte header count, nullable length-prefixed bytes);
+/// not compared with bytes from a real job.
+pub fn kafka_record_coder_bytes(rec: &RecordRef<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rec.value.len() + rec.topic.len() + 64);
+    nested_bytes(rec.topic.as_bytes(), &mut out);
+    varint(rec.partition as u32 as u64, &mut out);
+    varint(rec.offset as u64, &mut out);
+    varint(rec.timestamp_ms as u64, &mut out);
+    varint(rec.timestamp_type.ordinal(), &mut out);
+    out.extend_from_slice(&(rec.headers.len() as u32).to_be_bytes());
+    for (k, v) in rec.headers {
+        nested_bytes(k.as_bytes(), &mut out);
+        nested_bytes(v.unwrap_or_default(), &mut out);
+    }
+    nullable_bytes(rec.key, &mut out);
+    nullable_bytes(Some(rec.value), &mut out);
+    out
+}
+
 /// Encode the dead-letter row for `rec` failing with `error` (which names the stage).
 /// A value over [`MAX_DLQ_PAYLOAD_BYTES`] is cut to that length and the error says so.
+///
+/// The columns as Google fills them:
+/// - `timestamp`: processing time (Beam's default timestamp policy for KafkaIO), here
+///   the time the batch was first processed, kept in the offset log for replays;
+/// - `payloadString`: [`payload_string`];
+/// - `payloadBytes`: the value's bytes on the JSON path (re-encoded from its UTF-8
+///   text, as Google's `StringDeserializer` leaves it), [`kafka_record_coder_bytes`]
+///   on the Avro paths;
+/// - `errorMessage`: the error; `stacktrace`: where flexrun failed (there is no Java
+///   stack to print).
 pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) {
     out.clear();
-    let (value, key, error) = if rec.value.len() > MAX_DLQ_PAYLOAD_BYTES
-        || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES)
-    {
-        let note = format!(
+    let too_big = rec.value.len() > MAX_DLQ_PAYLOAD_BYTES || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES);
+    let error = if too_big {
+        std::borrow::Cow::Owned(format!(
             "{error} (dead-letter payload truncated: the record's value has {} bytes and its key {}; the first {MAX_DLQ_PAYLOAD_BYTES} of each are kept)",
             rec.value.len(),
             rec.key.map_or(0, <[u8]>::len)
-        );
-        (
-            &rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)],
-            rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]),
-            std::borrow::Cow::Owned(note),
-        )
+        ))
     } else {
-        (rec.value, rec.key, std::borrow::Cow::Borrowed(error))
+        std::borrow::Cow::Borrowed(error)
     };
-    // payloadString: the Kafka record as JSON, as Google's KafkaRecordErrorConverters writes it.
-    let payload = json!({
-        "topic": rec.topic,
-        "partition": rec.partition,
-        "offset": rec.offset,
-        "timestamp": rec.timestamp_ms,
-        "key": key.map(|k| String::from_utf8_lossy(k).into_owned()),
-        "value": String::from_utf8_lossy(value),
-    })
-    .to_string();
-    put_varint(1, (rec.timestamp_ms.unwrap_or(0).saturating_mul(1000)) as u64, out);
-    put_bytes(2, payload.as_bytes(), out);
-    put_bytes(3, value, out);
+    let cut = RecordRef {
+        value: &rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)],
+        key: rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]),
+        ..*rec
+    };
+    let when_ms = rec.processed_ms.unwrap_or(rec.timestamp_ms.max(0));
+    put_varint(1, when_ms.saturating_mul(1000) as u64, out);
+    put_bytes(2, payload_string(&cut).as_bytes(), out);
+    match rec.payload {
+        Payload::Text => put_bytes(3, String::from_utf8_lossy(cut.value).as_bytes(), out),
+        Payload::Bytes => put_bytes(3, &kafka_record_coder_bytes(&cut), out),
+    }
     // Field numbers follow write_schema(): errorMessage is 4, stacktrace 5.
     put_bytes(4, error.as_bytes(), out);
     let trace = format!("flexrun kafka-to-bq: {stage} failed for {}/{}@{}", rec.topic, rec.partition, rec.offset);
@@ -101,17 +263,100 @@ pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) 
 mod tests {
     use super::*;
 
+    fn rec<'a>(value: &'a [u8], key: Option<&'a [u8]>, payload: Payload) -> RecordRef<'a> {
+        RecordRef {
+            topic: "orders",
+            partition: 3,
+            offset: 42,
+            timestamp_ms: 1714566896123,
+            timestamp_type: TimestampType::CreateTime,
+            key,
+            value,
+            headers: &[],
+            processed_ms: Some(1714566900000),
+            payload,
+        }
+    }
+
+    /// Decode a dead-letter row into its five columns.
+    fn columns(mut b: &[u8]) -> Vec<Vec<u8>> {
+        use prost::encoding::{decode_key, decode_varint, WireType};
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            let (_, wt) = decode_key(&mut b).unwrap();
+            match wt {
+                WireType::Varint => out.push(decode_varint(&mut b).unwrap().to_string().into_bytes()),
+                _ => {
+                    let n = decode_varint(&mut b).unwrap() as usize;
+                    out.push(b[..n].to_vec());
+                    b = &b[n..];
+                }
+            }
+        }
+        out
+    }
+
     #[test]
-    fn dlq_rows_are_deterministic_and_carry_the_reason() {
-        let rec =
-            RecordRef { topic: "t", partition: 3, offset: 42, timestamp_ms: Some(5), key: None, value: &[0xff, 0x00] };
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        encode(&rec, "transform", "message value is not valid UTF-8", &mut a);
-        encode(&rec, "transform", "message value is not valid UTF-8", &mut b);
-        assert_eq!(a, b);
-        let text = String::from_utf8_lossy(&a);
-        assert!(text.contains("not valid UTF-8"));
-        assert!(text.contains("\"offset\":42"));
+    fn a_json_dead_letter_row_matches_googles_shape_field_by_field() {
+        let r = rec(b"{not json", None, Payload::Text);
+        let mut row = Vec::new();
+        encode(&r, "transform", "Failed to serialize json to table row: {not json", &mut row);
+        let c = columns(&row);
+        assert_eq!(c.len(), 5);
+        // timestamp: processing time, in microseconds.
+        assert_eq!(c[0], b"1714566900000000");
+        // payloadString: Jackson's default pretty printer over Beam's KafkaRecord.
+        let want = "{\n  \"topic\" : \"orders\",\n  \"partition\" : 3,\n  \"offset\" : 42,\n  \"headers\" : [ ],\n  \"kv\" : {\n    \"key\" : null,\n    \"value\" : \"{not json\"\n  },\n  \"timestamp\" : 1714566896123,\n  \"timestampType\" : \"CREATE_TIME\"\n}";
+        assert_eq!(String::from_utf8(c[1].clone()).unwrap(), want);
+        // payloadBytes: the value's bytes; errorMessage; stacktrace.
+        assert_eq!(c[2], b"{not json");
+        assert_eq!(c[3], b"Failed to serialize json to table row: {not json");
+        assert_eq!(c[4], b"flexrun kafka-to-bq: transform failed for orders/3@42");
+        // The same record always gives the same row (replays).
+        let mut again = Vec::new();
+        encode(&r, "transform", "Failed to serialize json to table row: {not json", &mut again);
+        assert_eq!(row, again);
+    }
+
+    #[test]
+    fn strings_are_escaped_as_jackson_does_and_bytes_become_base64_on_the_avro_paths() {
+        let r = rec(b"a\"b\\c\n\x01\xff", Some(b"k"), Payload::Text);
+        let s = payload_string(&r);
+        assert!(s.contains("\"key\" : \"k\""), "{s}");
+        assert!(s.contains("\"value\" : \"a\\\"b\\\\c\\n\\u0001\u{fffd}\""), "{s}");
+        let avro = rec(&[0, 0, 0, 0, 1, 2], Some(b"k"), Payload::Bytes);
+        let s = payload_string(&avro);
+        assert!(s.contains("\"key\" : \"aw==\"") && s.contains("\"value\" : \"AAAAAAEC\""), "{s}");
+        let h = [("trace", Some(&b"x"[..]))];
+        let with_headers = RecordRef { headers: &h, ..avro };
+        assert!(payload_string(&with_headers)
+            .contains("\"headers\" : [ {\n    \"key\" : \"trace\",\n    \"value\" : \"eA==\"\n  } ]"));
+    }
+
+    #[test]
+    fn avro_payload_bytes_are_the_kafka_record_coder_encoding() {
+        let r = RecordRef { timestamp_ms: 5, ..rec(&[7, 8], Some(b"k"), Payload::Bytes) };
+        let want: Vec<u8> = [
+            &[6][..],
+            b"orders", // topic
+            &[3],
+            &[42],
+            &[5],
+            &[1],          // partition, offset, timestamp, CREATE_TIME
+            &[0, 0, 0, 0], // no headers
+            &[1, 1],
+            b"k",          // key present
+            &[1, 2, 7, 8], // value present
+        ]
+        .concat();
+        assert_eq!(kafka_record_coder_bytes(&r), want);
+        let mut row = Vec::new();
+        encode(&r, "transform", "bad", &mut row);
+        assert_eq!(columns(&row)[2], want);
+    }
+
+    #[test]
+    fn the_schema_has_googles_columns() {
         assert_eq!(schema().columns.len(), 6);
         let w = write_schema();
         assert_eq!(
@@ -123,9 +368,9 @@ mod tests {
     #[test]
     fn a_huge_record_is_truncated_in_its_dead_letter_row_and_the_reason_says_so() {
         let value = vec![b'\\'; 15_000_000];
-        let rec = RecordRef { topic: "t", partition: 0, offset: 1, timestamp_ms: None, key: Some(b"k"), value: &value };
+        let r = rec(&value, Some(b"k"), Payload::Text);
         let mut out = Vec::new();
-        encode(&rec, "transform", "Row payload too large", &mut out);
+        encode(&r, "transform", "Row payload too large", &mut out);
         // JSON escaping doubles the backslashes in payloadString: still far under 10 MB.
         assert!(out.len() < 4 * MAX_DLQ_PAYLOAD_BYTES, "{} bytes", out.len());
         assert!(out.len() < crate::bigquery::write::MAX_REQUEST_ROW_BYTES);

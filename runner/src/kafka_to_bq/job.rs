@@ -144,7 +144,9 @@ impl JobCtx {
         let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
         tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
         let cur = &self.mapping.mapper;
-        let m = Arc::new(Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?);
+        let mut m = Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?;
+        m.mapper = m.mapper.with_udf(cur.udf().cloned());
+        let m = Arc::new(m);
         self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
         Ok(m)
     }
@@ -296,7 +298,9 @@ pub async fn run(
     // dead-lettered as "Row payload too large".
     let max_row =
         cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
-    let mapping = Arc::new(Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key)?);
+    let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key)?;
+    mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone());
+    let mapping = Arc::new(mapping);
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
         descriptor: mapping.descriptor.clone(),

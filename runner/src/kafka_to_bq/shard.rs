@@ -143,7 +143,7 @@ impl Shard {
             }
         }
         crate::crash_point!("eo::replay_before_append");
-        let cut = Cut { msgs, ranges: e.ranges.clone(), positions: e.positions.clone() };
+        let cut = Cut { msgs, ranges: e.ranges.clone(), positions: e.positions.clone(), processed_ms: e.processed_ms };
         self.process(e.batch, cut, Some(&e)).await
     }
 
@@ -245,7 +245,7 @@ impl Shard {
             let pos = positions.entry(m.partition()).or_insert(0);
             *pos = (*pos).max(m.offset() + 1);
         }
-        Ok(Cut { msgs, ranges, positions })
+        Ok(Cut { msgs, ranges, positions, processed_ms: Some(now_ms()) })
     }
 
     /// Map, log, append and commit one batch (the protocol in the module docs).
@@ -296,6 +296,7 @@ impl Shard {
                 positions: cut.positions.clone(),
                 schema: Some(mapping.fingerprint.clone()),
                 rejected,
+                processed_ms: cut.processed_ms,
                 ..Default::default()
             };
             self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
@@ -432,6 +433,7 @@ impl Shard {
         }
         counts.written = mapped.rows.len() as u64;
         counts.dead_lettered = mapped.dlq_rows.len() as u64;
+        counts.udf_dropped = mapped.dropped;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
         self.positions = cut.positions;

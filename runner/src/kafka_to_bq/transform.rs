@@ -12,6 +12,7 @@ use crate::avro::table::KAFKA_KEY_FIELD;
 use crate::avro::wire::AvroDecoder;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
+use crate::udf::{Udf, UdfOutcome};
 use base64::Engine;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -57,6 +58,13 @@ pub enum RecordError {
         /// The limit.
         limit: usize,
     },
+    /// The JavaScript UDF threw, or returned something that is not a string.
+    #[error("{0}")]
+    Udf(String),
+    /// The UDF returned null, undefined or "": the message is dropped (not an error;
+    /// neither a row nor a dead letter).
+    #[error("dropped by the UDF")]
+    Dropped,
     /// An Avro message that cannot be decoded (framing, schema lookup or datum).
     #[error("{0}")]
     Avro(String),
@@ -78,6 +86,8 @@ impl RecordError {
             RecordError::Oversize { .. } => "oversize",
             RecordError::Rejected(_) => "rejected",
             RecordError::Avro(_) => "avro",
+            RecordError::Udf(_) => "udf",
+            RecordError::Dropped => "udf_dropped",
         }
     }
 }
@@ -110,6 +120,8 @@ pub struct Mapper {
     input: Input,
     /// The `_key` column's field number, when the Kafka key is persisted.
     key_tag: Option<u32>,
+    /// The JavaScript UDF applied before mapping (JSON path).
+    udf: Option<Arc<Udf>>,
 }
 
 impl Mapper {
@@ -120,7 +132,7 @@ impl Mapper {
 
     /// A JSON mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapper {
-        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None }
+        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None, udf: None }
     }
 
     /// A mapper for `input`; with `persist_key`, the Kafka key goes to the `_key` column
@@ -130,7 +142,17 @@ impl Mapper {
             true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
             false => None,
         };
-        Some(Mapper { schema, max_row_bytes, input, key_tag })
+        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None })
+    }
+
+    /// Apply `udf` to every JSON message before it is mapped.
+    pub fn with_udf(self, udf: Option<Arc<Udf>>) -> Mapper {
+        Mapper { udf, ..self }
+    }
+
+    /// The UDF, if any.
+    pub fn udf(&self) -> Option<&Arc<Udf>> {
+        self.udf.as_ref()
     }
 
     /// How values are read.
@@ -154,9 +176,17 @@ impl Mapper {
     /// job's input format, with the key in `_key` when it is persisted (a message
     /// without a key leaves `_key` NULL, as Google's template does).
     pub fn map_message(&self, key: Option<&[u8]>, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
-        match &self.input {
-            Input::Json => self.map_into(value, out)?,
-            Input::Avro(d) => {
+        match (&self.input, &self.udf) {
+            (Input::Json, None) => self.map_into(value, out)?,
+            (Input::Json, Some(udf)) => {
+                let text = std::str::from_utf8(value).map_err(|e| RecordError::NotUtf8(e.valid_up_to()))?;
+                match udf.call(text) {
+                    UdfOutcome::Output(json) => self.map_into(json.as_bytes(), out)?,
+                    UdfOutcome::Dropped => return Err(RecordError::Dropped),
+                    UdfOutcome::Failed(e) => return Err(RecordError::Udf(e)),
+                }
+            }
+            (Input::Avro(d), _) => {
                 out.clear();
                 let (w, v) = d.decode(value)?;
                 crate::avro::row::encode_record(&w, &self.schema, &v, out)?;
