@@ -62,11 +62,16 @@ macro_rules! crash_point {
 /// A problem with the user's input (flags, parameters, files): the binary prints it and
 /// exits with status 2.
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub struct UsageError {
+    /// What is wrong, for people.
+    pub message: String,
+    /// The same as JSON (with `--format json`: Dataflow's InvalidTemplateParameters).
+    pub json: Option<serde_json::Value>,
+}
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -74,5 +79,13 @@ impl std::error::Error for UsageError {}
 
 /// Wrap a message as a [`UsageError`] in an `anyhow::Error`.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UsageError(msg.into()))
+    anyhow::Error::new(UsageError { message: msg.into(), json: None })
+}
+
+/// Bad template parameters as a [`UsageError`]: one line per violation, and with
+/// `as_json` the JSON Dataflow's API answers with (`parameterViolations`).
+pub fn invalid_parameters(violations: &[flexrun_templates::ParameterViolation], as_json: bool) -> anyhow::Error {
+    let message = violations.iter().map(|v| v.description.as_str()).collect::<Vec<_>>().join("\n");
+    let json = as_json.then(|| flexrun_templates::invalid_template_parameters(violations));
+    anyhow::Error::new(UsageError { message, json })
 }

@@ -21,7 +21,10 @@ fn main() -> ExitCode {
     match rt.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
-            eprintln!("error: {e}");
+            match e.downcast_ref::<UsageError>().and_then(|u| u.json.as_ref()) {
+                Some(json) => println!("{json:#}"),
+                None => eprintln!("error: {e}"),
+            }
             ExitCode::from(2)
         }
         Err(e) => {

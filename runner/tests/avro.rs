@@ -193,16 +193,16 @@ async fn avro_parameters_are_checked_before_anything_connects() {
     let b = base(&s, "t", "AVRO_CONFLUENT_WIRE_FORMAT");
     let o = run(&format!("{b},outputTableSpec=p:d.t"));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("Confluent Avro Schema Path must be provided"), "{}", text(&o));
+    assert!(text(&o).contains("confluentAvroSchemaPath is required"), "{}", text(&o));
     let o = run(&format!("{b},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl=http://x:1,outputProject=p"));
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("An output BigQuery dataset is required"), "{}", text(&o));
+    assert!(text(&o).contains("outputDataset is required"), "{}", text(&o));
     let o = run(&format!("{b},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl=http://x:1,outputProject=p,outputDataset=d,schemaRegistryOauthClientId=c"));
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("schemaRegistryOauthClientId is not supported by flexrun yet"), "{}", text(&o));
     let o = run(&format!("{},outputTableSpec=p:d.t", base(&s, "t", "AVRO_BINARY_ENCODING")));
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("Binary Avro Schema Path cannot be empty"), "{}", text(&o));
+    assert!(text(&o).contains("binaryAvroSchemaPath is required"), "{}", text(&o));
 }
 
 #[tokio::test]

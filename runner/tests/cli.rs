@@ -369,3 +369,43 @@ fn estimate_reads_a_locally_measured_baseline_and_rejects_a_broken_one() {
         assert!(stderr(&o).contains(want), "{name}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn format_json_prints_dataflows_invalid_template_parameters_shape() {
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-bq",
+        "--parameters",
+        "readBootstrapServerAndTopic=h:1;t,messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,schemaFormat=SCHEMA_REGISTRY,kafkaReadAuthenticationMode=NONE",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(j["error"]["code"], 400);
+    assert_eq!(j["error"]["status"], "INVALID_ARGUMENT");
+    let d = &j["error"]["details"][0];
+    assert_eq!(d["@type"], "type.googleapis.com/google.dataflow.v1beta3.InvalidTemplateParameters");
+    let v: Vec<(String, String)> = d["parameterViolations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["parameter"].as_str().unwrap().to_string(), x["description"].as_str().unwrap().to_string()))
+        .collect();
+    // schemaFormat=SCHEMA_REGISTRY needs the URL, the dataset and the project; nothing else.
+    let names: Vec<&str> = v.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["schemaRegistryConnectionUrl", "outputDataset", "outputProject"], "{v:?}");
+    // Unknown names are violations too, with the parameter named.
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-bq",
+        "--parameters",
+        "messageFormat=JSON,outputTablSpec=p:d.t",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = &j["error"]["details"][0]["parameterViolations"];
+    assert!(v.as_array().unwrap().iter().any(|x| x["parameter"] == "outputTablSpec"), "{v}");
+    assert!(v.as_array().unwrap().iter().any(|x| x["parameter"] == "readBootstrapServerAndTopic"), "{v}");
+}

@@ -19,4 +19,7 @@ pub mod metadata;
 pub mod params;
 
 pub use metadata::{builtin, find, find_by_gcs_path, Parameter, Template, TemplateError};
-pub use params::{parse_parameter_list, validate, ParamError, ResolvedParams};
+pub use params::{
+    invalid_template_parameters, parse_parameter_list, validate, ParamError, ParamErrors, ParameterViolation,
+    ResolvedParams,
+};

@@ -95,6 +95,60 @@ impl fmt::Display for ParamErrors {
 
 impl std::error::Error for ParamErrors {}
 
+impl ParamError {
+    /// The parameter the error is about (None for a malformed list).
+    pub fn parameter(&self) -> Option<&str> {
+        match self {
+            ParamError::Malformed { .. } | ParamError::Conflict(_) => None,
+            ParamError::Duplicate { name }
+            | ParamError::Missing { name, .. }
+            | ParamError::Unknown { name, .. }
+            | ParamError::Unsupported { name, .. }
+            | ParamError::Invalid { name, .. } => Some(name),
+        }
+    }
+}
+
+/// One entry of Dataflow's `InvalidTemplateParameters.parameterViolations`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ParameterViolation {
+    /// The parameter ("" when the problem is not about one parameter).
+    pub parameter: String,
+    /// What is wrong and what is expected.
+    pub description: String,
+}
+
+impl ParameterViolation {
+    /// A violation for a launch-rule message: the parameter is the template parameter
+    /// the message names first.
+    pub fn from_message(template: &crate::Template, message: &str) -> ParameterViolation {
+        let parameter = template
+            .parameters
+            .iter()
+            .filter_map(|p| message.find(p.name.as_str()).map(|at| (at, std::cmp::Reverse(p.name.len()), &p.name)))
+            .min()
+            .map(|(_, _, n)| n.clone())
+            .unwrap_or_default();
+        ParameterViolation { parameter, description: message.to_string() }
+    }
+}
+
+/// The error Dataflow's API returns for bad template parameters (HTTP 400,
+/// `google.dataflow.v1beta3.InvalidTemplateParameters` in `error.details`).
+pub fn invalid_template_parameters(violations: &[ParameterViolation]) -> serde_json::Value {
+    serde_json::json!({
+        "error": {
+            "code": 400,
+            "message": "The template parameters are invalid.",
+            "status": "INVALID_ARGUMENT",
+            "details": [{
+                "@type": "type.googleapis.com/google.dataflow.v1beta3.InvalidTemplateParameters",
+                "parameterViolations": violations,
+            }],
+        }
+    })
+}
+
 /// Parameters after validation: every template parameter that was given or has a
 /// default, plus the pipeline options found among them.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -143,6 +143,10 @@ impl ScalingFlags {
 /// Flags shared by both run forms: gcloud's (recorded and reported) and flexrun's.
 #[derive(Debug, Args, Default, Clone)]
 pub struct JobFlags {
+    /// How bad parameters are reported: text on stderr, or json on stdout in the shape of
+    /// Dataflow's InvalidTemplateParameters error (`parameterViolations`).
+    #[arg(long, value_enum, default_value_t = ErrorFormat::Text)]
+    pub format: ErrorFormat,
     /// Worker pool and autoscaling flags (shared with `flexrun simulate`).
     #[command(flatten)]
     pub scaling: ScalingFlags,
@@ -274,6 +278,16 @@ impl JobFlags {
 
 /// Dataflow's experiment for at-least-once streaming mode.
 pub const AT_LEAST_ONCE_EXPERIMENT: &str = "streaming_mode_at_least_once";
+
+/// How errors are printed.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum ErrorFormat {
+    /// Human-readable, on stderr.
+    #[default]
+    Text,
+    /// Dataflow's JSON error shape, on stdout.
+    Json,
+}
 
 /// Output format.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -2,13 +2,13 @@
 //! `flexrun dataflow flex-template run`): parameters are validated before anything
 //! connects, then the template's component runs and its summary is printed.
 
-use super::flags::JobFlags;
+use super::flags::{ErrorFormat, JobFlags};
 use super::ui::spawn_signal_handler;
 use crate::bigquery::Endpoints;
 use crate::kafka_to_bq::config::{KafkaToBqConfig, SinkKind};
-use crate::{data_generator, kafka_to_bq, microbatch, usage};
+use crate::{data_generator, invalid_parameters, kafka_to_bq, microbatch, usage};
 use anyhow::{anyhow, Context, Result};
-use flexrun_templates::{parse_parameter_list, validate, ResolvedParams, Template};
+use flexrun_templates::{parse_parameter_list, validate, ParameterViolation, ResolvedParams, Template};
 use tokio::sync::watch;
 
 /// The engines flexrun runs templates on.
@@ -37,6 +37,19 @@ impl Engine {
     }
 }
 
+/// Launch-rule errors (each names its parameter) as a usage error.
+fn launch_rules(template: &str, errs: &[String], flags: &JobFlags) -> anyhow::Error {
+    let template = flexrun_templates::find(template);
+    let v: Vec<ParameterViolation> = errs
+        .iter()
+        .map(|m| match template {
+            Some(t) => ParameterViolation::from_message(t, m),
+            None => ParameterViolation { parameter: String::new(), description: m.clone() },
+        })
+        .collect();
+    invalid_parameters(&v, flags.format == ErrorFormat::Json)
+}
+
 /// Validate the parameters and run `template` as job `job_name`.
 pub async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
     if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
@@ -46,7 +59,17 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
     for p in parameters {
         pairs.extend(parse_parameter_list(p).map_err(|e| usage(e.to_string()))?);
     }
-    let resolved = validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
+    let as_json = flags.format == ErrorFormat::Json;
+    let resolved = validate(template, &pairs).map_err(|e| {
+        let v: Vec<ParameterViolation> =
+            e.0.iter()
+                .map(|p| ParameterViolation {
+                    parameter: p.parameter().unwrap_or_default().to_string(),
+                    description: p.to_string(),
+                })
+                .collect();
+        invalid_parameters(&v, as_json)
+    })?;
     for (k, v) in &resolved.pipeline_options {
         eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
     }
@@ -64,7 +87,8 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
 async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
     let run_flags = flags.run_flags(job_name).map_err(usage)?;
     let sink = run_flags.sink.clone();
-    let cfg = KafkaToBqConfig::from_params(resolved, run_flags).map_err(|errs| usage(errs.join("\n")))?;
+    let cfg =
+        KafkaToBqConfig::from_params(resolved, run_flags).map_err(|errs| launch_rules("kafka-to-bq", &errs, flags))?;
     let endpoints = match sink {
         SinkKind::BigQuery => Some(
             Endpoints::resolve(flags.bigquery_endpoint.as_deref(), flags.bigquery_grpc_endpoint.as_deref())
@@ -124,8 +148,8 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
 
 /// streaming-data-generator: compile the schema, send at the rate, print the report.
 async fn run_generator(resolved: &ResolvedParams, flags: &JobFlags) -> Result<()> {
-    let cfg =
-        data_generator::GeneratorConfig::from_params(resolved, flags.seed).map_err(|errs| usage(errs.join("\n")))?;
+    let cfg = data_generator::GeneratorConfig::from_params(resolved, flags.seed)
+        .map_err(|errs| launch_rules("streaming-data-generator", &errs, flags))?;
     // Compile the schema before anything connects, so schema errors exit with status 2.
     data_generator::Generator::new(&cfg.schema, 0).map_err(|e| usage(format!("{}: {e}", cfg.schema_path)))?;
     let (cancel_tx, cancel_rx) = watch::channel(false);

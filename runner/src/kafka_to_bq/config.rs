@@ -328,7 +328,7 @@ mod tests {
     fn launch_rules_are_enforced_with_reasons() {
         let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE")
             .unwrap_err();
-        assert!(e[0].contains("Confluent Avro Schema Path must be provided"), "{e:?}");
+        assert!(e[0].contains("confluentAvroSchemaPath is required"), "{e:?}");
         let e =
             cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
         assert!(e[0].contains("outputTableSpec is required"), "{e:?}");

@@ -1,6 +1,9 @@
 //! The input format and destination parameters, checked as Google's template checks
 //! them (`KafkaToBigQueryFlex.java`), with its messages quoted where it has one.
 //!
+//! Each message leads with the parameter it is about (so `--format json` can name it)
+//! and quotes Google's own message where the template has one.
+//!
 //! Routing follows the template's code, not `writeMode` (which its pipeline never
 //! reads): JSON, `AVRO_BINARY_ENCODING` and `AVRO_CONFLUENT_WIRE_FORMAT` with
 //! `schemaFormat=SINGLE_SCHEMA_FILE` write to `outputTableSpec`;
@@ -94,7 +97,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
         "SCHEMA_REGISTRY" => {
             let url = p.get("schemaRegistryConnectionUrl").unwrap_or_default().to_string();
             if url.is_empty() {
-                errs.push("Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT. (schemaFormat=SCHEMA_REGISTRY needs schemaRegistryConnectionUrl, e.g. http://localhost:8081)".into());
+                errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
             }
             match p.get("schemaRegistryAuthenticationMode").unwrap_or("NONE") {
                 "NONE" => {}
@@ -102,7 +105,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
             }
             let dataset = p.get("outputDataset").unwrap_or_default().to_string();
             if dataset.is_empty() {
-                errs.push("An output BigQuery dataset is required. It will be used to create tables per schema. (set outputDataset with schemaFormat=SCHEMA_REGISTRY)".into());
+                errs.push("outputDataset is required with schemaFormat=SCHEMA_REGISTRY (Google: \"An output BigQuery dataset is required. It will be used to create tables per schema.\")".into());
             }
             let project = p.get("outputProject").unwrap_or_default().to_string();
             if project.is_empty() {
@@ -114,10 +117,10 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
         _ => {
             let schema_path = local_file(p, "confluentAvroSchemaPath", errs);
             if schema_path.is_empty() {
-                errs.push("Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT. (schemaFormat=SINGLE_SCHEMA_FILE needs confluentAvroSchemaPath, a local .avsc file)".into());
+                errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
             }
             if p.get("outputTableSpec").is_none() {
-                errs.push("The outputTableSpec parameter is required when using the SINGLE_SCHEMA_FILE schema format. (project:dataset.table)".into());
+                errs.push("outputTableSpec is required with schemaFormat=SINGLE_SCHEMA_FILE, as project:dataset.table (Google: \"The outputTableSpec parameter is required when using the SINGLE_SCHEMA_FILE schema format.\")".into());
             }
             (InputFormat::AvroConfluentFile { schema_path }, None)
         }
@@ -136,7 +139,7 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Vec<String>) -> FormatParams
         "AVRO_BINARY_ENCODING" => {
             let schema_path = local_file(p, "binaryAvroSchemaPath", errs);
             if schema_path.is_empty() {
-                errs.push("Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING. (set binaryAvroSchemaPath to a local .avsc file)".into());
+                errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")".into());
             }
             if p.get("outputTableSpec").is_none() {
                 errs.push(
