@@ -5,7 +5,9 @@
 //!   plain binary encoding) and the decoder that holds the writer schemas.
 //! - [`table`]: Avro schema → BigQuery table schema (what `CREATE_IF_NEEDED` creates),
 //!   and the dynamic table name Google derives from a record's full name.
-//! - [`row`]: one decoded Avro value → protobuf row bytes for a table schema.
+//! - [`row`]: one decoded Avro value → protobuf row bytes for a table schema;
+//!   [`fast`]: the same straight from Avro binary for common schemas (no `Value`),
+//!   proven identical by a property test.
 //! - [`registry`]: a Confluent Schema Registry REST client (ids → schemas).
 //! - [`from_json`]: a JSON document → an Avro value of a schema (the generator's
 //!   `outputType=AVRO`).
@@ -13,6 +15,7 @@
 //! Decoding uses the `apache-avro` crate (the Apache project's own Rust
 //! implementation); everything here is pure except [`registry`].
 
+pub mod fast;
 pub mod from_json;
 pub mod registry;
 pub mod row;

@@ -139,15 +139,21 @@ impl AvroDecoder {
         }
     }
 
-    /// Decode one message value: its writer schema and the record.
-    pub fn decode(&self, bytes: &[u8]) -> Result<(Arc<WriterSchema>, Value), RecordError> {
-        let (schema, mut datum) = match self.framing {
+    /// A message value's writer schema and its datum bytes (framing removed).
+    pub fn split<'b>(&self, bytes: &'b [u8]) -> Result<(Arc<WriterSchema>, &'b [u8]), RecordError> {
+        let (schema, datum) = match self.framing {
             Framing::Binary => (self.file_schema(), bytes),
             Framing::Confluent => {
                 let id = confluent_id(bytes)?;
                 (self.schema_for(id)?, &bytes[5..])
             }
         };
+        Ok((schema, datum))
+    }
+
+    /// Decode one message value: its writer schema and the record.
+    pub fn decode(&self, bytes: &[u8]) -> Result<(Arc<WriterSchema>, Value), RecordError> {
+        let (schema, mut datum) = self.split(bytes)?;
         if let (Some(want), Some((ns, name))) = (&self.only_record, schema.record_full_name()) {
             let got = full_name(ns.as_deref(), &name);
             if &got != want {

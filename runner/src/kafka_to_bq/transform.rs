@@ -8,8 +8,10 @@
 //! The mapping is a pure function of the message bytes and the schema. Exactly-once
 //! depends on that: a replayed batch must map to the very same rows.
 
+use crate::avro::fast::Plan;
 use crate::avro::table::KAFKA_KEY_FIELD;
 use crate::avro::wire::AvroDecoder;
+use crate::avro::WriterSchema;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
 use crate::udf::{Udf, UdfOutcome};
@@ -17,7 +19,8 @@ use base64::Engine;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 /// Beam's `storageWriteApiMaxRequestSize` default; a larger row can never be appended.
 pub const DEFAULT_MAX_ROW_BYTES: usize = 10_000_000;
@@ -122,6 +125,8 @@ pub struct Mapper {
     key_tag: Option<u32>,
     /// The JavaScript UDF applied before mapping (JSON path).
     udf: Option<Arc<Udf>>,
+    /// Avro fast-path plans by writer schema (its address: schemas live as long as the decoder).
+    plans: Arc<RwLock<HashMap<usize, Option<Arc<Plan>>>>>,
 }
 
 impl Mapper {
@@ -132,7 +137,7 @@ impl Mapper {
 
     /// A JSON mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapper {
-        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None, udf: None }
+        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None, udf: None, plans: Arc::default() }
     }
 
     /// A mapper for `input`; with `persist_key`, the Kafka key goes to the `_key` column
@@ -142,7 +147,7 @@ impl Mapper {
             true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
             false => None,
         };
-        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None })
+        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None, plans: Arc::default() })
     }
 
     /// Apply `udf` to every JSON message before it is mapped.
@@ -167,6 +172,17 @@ impl Mapper {
         }
     }
 
+    /// The fast-path plan for records of `w` into this table, compiled on first use.
+    fn plan(&self, w: &Arc<WriterSchema>) -> Option<Arc<Plan>> {
+        let key = Arc::as_ptr(w) as usize;
+        if let Some(p) = self.plans.read().expect("plans lock").get(&key) {
+            return p.clone();
+        }
+        let p = Plan::compile(w, &self.schema).map(Arc::new);
+        self.plans.write().expect("plans lock").insert(key, p.clone());
+        p
+    }
+
     /// Whether the Kafka key goes to `_key`.
     pub fn persists_key(&self) -> bool {
         self.key_tag.is_some()
@@ -188,8 +204,13 @@ impl Mapper {
             }
             (Input::Avro(d), _) => {
                 out.clear();
-                let (w, v) = d.decode(value)?;
-                crate::avro::row::encode_record(&w, &self.schema, &v, out)?;
+                let (w, datum) = d.split(value)?;
+                let fast = self.plan(&w).and_then(|p| p.transcode(datum, out));
+                if fast.is_none() {
+                    out.clear();
+                    let (w, v) = d.decode(value)?;
+                    crate::avro::row::encode_record(&w, &self.schema, &v, out)?;
+                }
             }
         }
         if let (Some(tag), Some(k)) = (self.key_tag, key) {

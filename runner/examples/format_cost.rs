@@ -1,0 +1,89 @@
+//! The transform's CPU cost per message format: the same generated documents mapped to
+//! rows as JSON, as Avro (Confluent wire format), and as JSON through a JavaScript UDF.
+//!
+//! No services: the documents are generated in memory (the generator crate), encoded
+//! both ways, then each round maps every message with `Mapper::map_message`, the
+//! function every kafka-to-bq batch calls. Prints one line per (shape, format, round)
+//! as tab-separated `shape format round messages bytes seconds`;
+//! `scripts/bench-formats.sh` turns them into a table of medians.
+//!
+//! ```text
+//! cargo run --release --example format_cost -- [MESSAGES] [ROUNDS]
+//! ```
+
+use flexrun::avro::table::table_schema;
+use flexrun::avro::wire::{confluent_frame, AvroDecoder, Framing};
+use flexrun::avro::{from_json::to_avro, WriterSchema};
+use flexrun::kafka_to_bq::transform::{Input, Mapper};
+use flexrun::udf::Udf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// (name, generator template, Avro schema): a log line as in the seeds, and a typed record.
+const SHAPES: [(&str, &str, &str); 2] = [
+    (
+        "log-1KB",
+        r#"{"id": {{index(0)}}, "logStreamId": {{integer(1000001,2000000)}}, "message": "{{alphaNumeric(962)}}"}"#,
+        r#"{"type":"record","name":"Log","fields":[{"name":"id","type":"long"},{"name":"logStreamId","type":"long"},{"name":"message","type":"string"}]}"#,
+    ),
+    (
+        "typed-200B",
+        r#"{"id": {{index(0)}}, "name": "{{firstName()}} {{lastName()}}", "level": "{{random("LOW","HIGH")}}", "day": "2024-01-15", "price": "{{integer(1,999)}}.{{integer(10,99)}}", "tags": ["{{alpha(5)}}", "{{alpha(8)}}", "{{alpha(3)}}"], "addr": {"city": "{{city()}}", "street": "{{street()}}"}}"#,
+        r#"{"type":"record","name":"Order","fields":[
+            {"name":"id","type":"long"}, {"name":"name","type":"string"},
+            {"name":"level","type":{"type":"enum","name":"Level","symbols":["LOW","HIGH"]}},
+            {"name":"day","type":{"type":"int","logicalType":"date"}},
+            {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+            {"name":"tags","type":{"type":"array","items":"string"}},
+            {"name":"addr","type":{"type":"record","name":"Addr","fields":[{"name":"city","type":"string"},{"name":"street","type":"string"}]}}]}"#,
+    ),
+];
+
+const UDF: &str = "function transform(s) { var o = JSON.parse(s); o.id = o.id + 0; return JSON.stringify(o); }";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let js = dir.path().join("udf.js");
+    std::fs::write(&js, UDF).expect("write udf");
+    let udf = Arc::new(Udf::new(js.to_str().expect("path"), "transform", None).expect("udf loads"));
+    for (shape, template, avsc) in SHAPES {
+        let w = WriterSchema::parse(avsc).expect("schema");
+        let table = table_schema(&w, false).expect("table");
+        let mut generator = flexrun::data_generator::Generator::new(template, 7).expect("template");
+        let mut json = Vec::with_capacity(n);
+        let mut avro = Vec::with_capacity(n);
+        let mut buf = String::new();
+        for _ in 0..n {
+            generator.next_into(&mut buf).expect("generate");
+            let doc: serde_json::Value = serde_json::from_str(&buf).expect("json");
+            let datum = apache_avro::to_avro_datum(&w.schema, to_avro(&w, &doc).expect("fits")).expect("encode");
+            let mut framed = Vec::new();
+            confluent_frame(1, &datum, &mut framed);
+            json.push(buf.clone().into_bytes());
+            avro.push(framed);
+        }
+        let decoder = Arc::new(AvroDecoder::with_file(Framing::Confluent, w.clone()));
+        let json_mapper = Mapper::with_input(table.clone(), 10_000_000, Input::Json, false).expect("mapper");
+        let avro_mapper = Mapper::with_input(table.clone(), 10_000_000, Input::Avro(decoder), false).expect("mapper");
+        let udf_mapper = json_mapper.clone().with_udf(Some(udf.clone()));
+        let ways: [(&str, &Mapper, &Vec<Vec<u8>>); 3] =
+            [("json", &json_mapper, &json), ("avro", &avro_mapper, &avro), ("json+udf", &udf_mapper, &json)];
+        for round in 0..rounds {
+            for (name, mapper, msgs) in ways {
+                let bytes: usize = msgs.iter().map(Vec::len).sum();
+                let mut row = Vec::with_capacity(2048);
+                let t = Instant::now();
+                let mut ok = 0usize;
+                for m in msgs {
+                    ok += mapper.map_message(None, m, &mut row).is_ok() as usize;
+                }
+                let secs = t.elapsed().as_secs_f64();
+                assert_eq!(ok, msgs.len(), "{shape}/{name}: every message maps");
+                println!("{shape}\t{name}\t{round}\t{}\t{bytes}\t{secs:.6}", msgs.len());
+            }
+        }
+    }
+}
