@@ -215,6 +215,53 @@ mod tests {
         apache_avro::to_avro_datum(&w.schema, Value::Record(vec![("id".into(), Value::Long(id))])).unwrap()
     }
 
+    /// A registry stand-in answering 503 to the first `failures` requests, then `answer`.
+    async fn flaky_registry(
+        failures: usize,
+        status: u16,
+        body: &'static str,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (code, text) = if n < failures { (503, "{}") } else { (status, body) };
+                let resp =
+                    format!("HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len());
+                let _ = sock.write_all(resp.as_bytes()).await;
+            }
+        });
+        (url, calls)
+    }
+
+    #[tokio::test]
+    async fn a_registry_outage_is_waited_out_and_an_unknown_id_is_remembered() {
+        let body =
+            r#"{"schema":"{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"}]}"}"#;
+        let (url, calls) = flaky_registry(2, 200, body).await;
+        let d = AvroDecoder::with_registry(Registry::new(&url), "R".into());
+        let mut framed = Vec::new();
+        confluent_frame(7, &datum(5), &mut framed);
+        d.prefetch([framed.as_slice()].into_iter()).await;
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3, "two 503s retried, then the schema");
+        assert_eq!(d.decode(&framed).unwrap().1, Value::Record(vec![("id".into(), Value::Long(5))]));
+        // 404: remembered as unknown (no further calls), and the message says so.
+        let (url, calls) = flaky_registry(0, 404, r#"{"error_code":40403,"message":"Schema not found"}"#).await;
+        let d = AvroDecoder::with_registry(Registry::new(&url), "R".into());
+        d.prefetch([framed.as_slice()].into_iter()).await;
+        d.prefetch([framed.as_slice()].into_iter()).await;
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let e = d.decode(&framed).unwrap_err().to_string();
+        assert!(e.contains("id 7") && e.contains("not found") && e.contains("40403"), "{e}");
+    }
+
     #[test]
     fn both_framings_decode_and_bad_bytes_say_why() {
         let d = AvroDecoder::with_file(Framing::Confluent, WriterSchema::parse(S).unwrap());
