@@ -58,6 +58,23 @@ async fn produce_raw(s: &Stack, topic: &str, key: Option<&[u8]>, value: &[u8]) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
+const REFUND: &str = r#"{"type":"record","name":"Refund","namespace":"shop.events","fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"}]}"#;
+
+/// Produce Refund records with these ids, framed with the registry id `refund_id`.
+async fn produce_refunds(s: &Stack, topic: &str, refund_id: u32, ids: std::ops::Range<i64>) {
+    let w = flexrun::avro::WriterSchema::parse(REFUND).unwrap();
+    for i in ids {
+        let v = flexrun::avro::from_json::to_avro(&w, &serde_json::json!({"id": i, "amount": 2.5})).unwrap();
+        let mut framed = Vec::new();
+        flexrun::avro::wire::confluent_frame(
+            refund_id,
+            &apache_avro::to_avro_datum(&w.schema, v).unwrap(),
+            &mut framed,
+        );
+        produce_raw(s, topic, None, &framed).await;
+    }
+}
+
 async fn topic(s: &Stack, name: &str) -> String {
     let t = unique(name);
     flexrun::kafka::create_topic(&s.kafka, &t, 2).await.unwrap();
@@ -158,7 +175,7 @@ async fn binary_encoding_decodes_and_non_avro_messages_are_dead_lettered() {
 }
 
 #[tokio::test]
-async fn schema_registry_names_the_table_after_the_record_and_unknown_ids_are_dead_lettered() {
+async fn schema_registry_writes_each_record_type_to_its_own_table_and_unknown_ids_are_dead_lettered() {
     let s = stack();
     let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
     let dir = tempfile::tempdir().unwrap();
@@ -166,7 +183,12 @@ async fn schema_registry_names_the_table_after_the_record_and_unknown_ids_are_de
     let t = topic(&s, "avro_reg").await;
     generate(&s, &t, &tmpl, &avsc, 400, &format!(",schemaRegistryConnectionUrl={registry}"));
     // A registered id is used, not 1 (other tests register other subjects first).
-    let id = flexrun::avro::registry::Registry::new(&registry).latest(&format!("{t}-value")).await.unwrap().0;
+    let client = flexrun::avro::registry::Registry::new(&registry);
+    let id = client.latest(&format!("{t}-value")).await.unwrap().0;
+    // A second record type on the same topic (registered under its record name, as
+    // producers using RecordNameStrategy do): Google writes it to a table of its own.
+    let refund_id = client.register("shop.events.Refund", REFUND).await.unwrap();
+    produce_refunds(&s, &t, refund_id, 1000..1025).await;
     produce_raw(&s, &t, None, &[0, 0, 0, 0x27, 0x0f, 2]).await; // id 9999: unknown
     let prefix = unique("raw");
     let dlq = table(&format!("{t}_dlq"));
@@ -174,16 +196,26 @@ async fn schema_registry_names_the_table_after_the_record_and_unknown_ids_are_de
         "{},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=avro,bqTableNamePrefix={prefix},outputDeadletterTable={dlq},useBigQueryDLQ=true",
         base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
     );
-    let o = run_job("avro-reg", &dir.path().join("ck"), &params, "3s", &[]);
+    let ck = dir.path().join("ck");
+    let o = run_job("avro-reg", &ck, &params, "3s", &[]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(id >= 1);
-    let out = table(&format!("{prefix}-shop-events-Order"));
-    assert_eq!(s.count(&out).await, (400, 400));
-    let fq = format!("`{}.{}.{}`", dlq.project, dlq.dataset, dlq.table);
-    let errs = s.rows(&format!("SELECT errorMessage FROM {fq}")).await;
+    assert!(id >= 1 && refund_id != id);
+    let orders = table(&format!("{prefix}-shop-events-Order"));
+    let refunds = table(&format!("{prefix}-shop-events-Refund"));
+    assert_eq!(s.count(&orders).await, (400, 400));
+    assert_eq!(s.count(&refunds).await, (25, 25));
+    let fq = |t: &TableRef| format!("`{}.{}.{}`", t.project, t.dataset, t.table);
+    let errs = s.rows(&format!("SELECT errorMessage FROM {}", fq(&dlq))).await;
     assert_eq!(errs.len(), 1, "{errs:?}");
     let e = errs[0][0].clone().unwrap_or_default();
     assert!(e.contains("id 9999") && e.contains("not found"), "{e}");
+    // More of both types, and a restart: each table's stream continues where it was.
+    generate(&s, &t, &tmpl, &avsc, 50, &format!(",schemaRegistryConnectionUrl={registry}"));
+    produce_refunds(&s, &t, refund_id, 2000..2005).await;
+    let o = run_job("avro-reg", &ck, &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&orders).await.0, 450);
+    assert_eq!(s.count(&refunds).await, (30, 30));
 }
 
 #[tokio::test]
@@ -292,4 +324,48 @@ fn the_generator_writes_avro_container_files() {
     assert_eq!(records.len(), 250);
     let apache_avro::types::Value::Record(fields) = &records[249] else { panic!("{:?}", records[249]) };
     assert_eq!(fields[0], ("id".to_string(), apache_avro::types::Value::Long(249)));
+}
+
+/// A crash after a batch with rows for two per-record tables landed, before its commit:
+/// the replay re-sends both at their logged offsets and BigQuery answers ALREADY_EXISTS
+/// for each, so neither table gets a duplicate.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn a_crash_replays_every_per_record_table_at_its_logged_offset() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = unique("avro_crash");
+    flexrun::kafka::create_topic(&s.kafka, &t, 1).await.unwrap();
+    let client = flexrun::avro::registry::Registry::new(&registry);
+    let refund_id = client.register("shop.events.Refund", REFUND).await.unwrap();
+    // 100 orders, 30 refunds, 100 orders, 30 refunds; batches of 100 make batch 2 hold both.
+    for round in 0..2 {
+        generate(&s, &t, &tmpl, &avsc, 100, &format!(",schemaRegistryConnectionUrl={registry}"));
+        produce_refunds(&s, &t, refund_id, round * 100..round * 100 + 30).await;
+    }
+    let prefix = unique("cp");
+    let params = format!(
+        "{},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=avro,bqTableNamePrefix={prefix}",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let ck = dir.path().join("ck");
+    let extra = ["--batch-rows", "100"];
+    let crash = job_cmd("avro-cp", &ck, &params, "2s", &extra)
+        .env("FAILPOINTS", "eo::before_commit_log=1*off->return")
+        .output()
+        .unwrap();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+    let sum = dir.path().join("summary.json");
+    let o = run_job("avro-cp", &ck, &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let j = common::summary(&sum);
+    assert_eq!(j["summary"]["replayed_batches"], 1, "{j}");
+    assert_eq!(j["summary"]["appends_already_existed"], 2, "both tables' appends had landed: {j}");
+    let orders = table(&format!("{prefix}-shop-events-Order"));
+    let refunds = table(&format!("{prefix}-shop-events-Refund"));
+    assert_eq!(s.count(&orders).await.0, 200);
+    assert_eq!(s.count(&refunds).await, (60, 60));
 }

@@ -67,10 +67,20 @@ fn a_value_failing_its_pattern_names_the_expected_form() {
 }
 
 #[test]
-fn avro_formats_are_refused_clearly() {
+fn avro_formats_need_their_schema_and_unrunnable_parameters_are_refused() {
     let o = run_with("readBootstrapServerAndTopic=h:1;t,messageFormat=AVRO_BINARY_ENCODING,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE");
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("messageFormat=AVRO_BINARY_ENCODING is not supported yet"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("binaryAvroSchemaPath is required"), "{}", stderr(&o));
+    let o = run_with(&format!("{GOOD},kafkaReadTruststorePasswordSecretId=secret"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("parameter kafkaReadTruststorePasswordSecretId is not supported by flexrun yet"),
+        "{}",
+        stderr(&o)
+    );
+    let d = flexrun(&["templates", "describe", "kafka-to-bq"]);
+    let text = String::from_utf8_lossy(&d.stdout);
+    assert!(text.contains("[not supported: Schema Registry OAuth is not implemented"), "{text}");
 }
 
 #[test]
@@ -167,7 +177,11 @@ fn generator_parameters_are_checked_before_anything_runs() {
         ),
         (
             format!("qps=10,schemaLocation={},sinkType=STDOUT,outputType=AVRO", good.display()),
-            "outputType=AVRO is not supported",
+            "outputType=AVRO needs avroSchemaLocation",
+        ),
+        (
+            format!("qps=10,schemaLocation={},sinkType=STDOUT,outputType=PARQUET", good.display()),
+            "outputType=PARQUET is not supported by flexrun yet",
         ),
         (
             format!("qps=10,schemaLocation={}/missing.json,sinkType=STDOUT", dir.display()),

@@ -62,7 +62,12 @@ impl WriterSchema {
         }
     }
 
-    /// The top-level record's full name (`namespace.name`), if the schema is a record.
+    /// The top-level record's full name, `namespace.name` (or `name`), if it is a record.
+    pub fn full_name(&self) -> Option<String> {
+        self.record_full_name().map(|(ns, n)| wire::full_name(ns.as_deref(), &n))
+    }
+
+    /// The top-level record's namespace and name, if the schema is a record.
     pub fn record_full_name(&self) -> Option<(Option<String>, String)> {
         match &self.schema {
             Schema::Record(r) => Some((r.name.namespace.clone(), r.name.name.clone())),

@@ -103,21 +103,18 @@ pub struct AvroDecoder {
     pub framing: Framing,
     /// The writer schemas.
     pub schemas: Schemas,
-    /// With dynamic tables: the one record full name this job's table holds.
-    pub only_record: Option<String>,
 }
 
 impl AvroDecoder {
     /// A decoder with one schema for every message.
     pub fn with_file(framing: Framing, schema: WriterSchema) -> AvroDecoder {
-        AvroDecoder { framing, schemas: Schemas::File(Arc::new(schema)), only_record: None }
+        AvroDecoder { framing, schemas: Schemas::File(Arc::new(schema)) }
     }
 
-    /// A Confluent-framed decoder that looks schemas up in `client` and accepts only
-    /// records named `only_record` (the record the job's dynamic table was named after).
-    pub fn with_registry(client: Registry, only_record: String) -> AvroDecoder {
+    /// A Confluent-framed decoder that looks schemas up in `client`.
+    pub fn with_registry(client: Registry) -> AvroDecoder {
         let schemas = Schemas::Registry { client, cache: RwLock::default() };
-        AvroDecoder { framing: Framing::Confluent, schemas, only_record: Some(only_record) }
+        AvroDecoder { framing: Framing::Confluent, schemas }
     }
 
     /// Fetch the schemas of these messages that are not cached yet.
@@ -154,14 +151,6 @@ impl AvroDecoder {
     /// Decode one message value: its writer schema and the record.
     pub fn decode(&self, bytes: &[u8]) -> Result<(Arc<WriterSchema>, Value), RecordError> {
         let (schema, mut datum) = self.split(bytes)?;
-        if let (Some(want), Some((ns, name))) = (&self.only_record, schema.record_full_name()) {
-            let got = full_name(ns.as_deref(), &name);
-            if &got != want {
-                return Err(RecordError::Avro(format!(
-                    "record {got} belongs in its own table, but this job writes the table of {want}: flexrun writes one dynamic table per job so far (run one job per record type)"
-                )));
-            }
-        }
         let before = datum.len();
         let v = apache_avro::from_avro_datum(&schema.schema, &mut datum, None)
             .map_err(|e| RecordError::Avro(format!("Error deserializing Avro message: {e}")))?;
@@ -246,7 +235,7 @@ mod tests {
         let body =
             r#"{"schema":"{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"}]}"}"#;
         let (url, calls) = flaky_registry(2, 200, body).await;
-        let d = AvroDecoder::with_registry(Registry::new(&url), "R".into());
+        let d = AvroDecoder::with_registry(Registry::new(&url));
         let mut framed = Vec::new();
         confluent_frame(7, &datum(5), &mut framed);
         d.prefetch([framed.as_slice()].into_iter()).await;
@@ -254,7 +243,7 @@ mod tests {
         assert_eq!(d.decode(&framed).unwrap().1, Value::Record(vec![("id".into(), Value::Long(5))]));
         // 404: remembered as unknown (no further calls), and the message says so.
         let (url, calls) = flaky_registry(0, 404, r#"{"error_code":40403,"message":"Schema not found"}"#).await;
-        let d = AvroDecoder::with_registry(Registry::new(&url), "R".into());
+        let d = AvroDecoder::with_registry(Registry::new(&url));
         d.prefetch([framed.as_slice()].into_iter()).await;
         d.prefetch([framed.as_slice()].into_iter()).await;
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);

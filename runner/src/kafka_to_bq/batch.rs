@@ -6,6 +6,7 @@
 use super::dlq::{self, Payload, RecordRef, TimestampType};
 use super::job::{JobCtx, Mapping};
 use super::transform::{Mapper, RecordError};
+use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{bail, Result};
@@ -20,6 +21,23 @@ pub(super) struct Mapped {
     pub(super) dlq_rows: Vec<Vec<u8>>,
     /// Messages the UDF dropped.
     pub(super) dropped: u64,
+    /// Rows of other per-record tables, by table (in table order).
+    pub(super) side: BTreeMap<String, SideRows>,
+}
+
+/// Rows for another per-record table.
+pub(super) struct SideRows {
+    pub(super) table: TableRef,
+    pub(super) descriptor: prost_types::DescriptorProto,
+    pub(super) rows: Vec<Vec<u8>>,
+    pub(super) row_src: Vec<usize>,
+}
+
+impl Mapped {
+    /// Rows for every table.
+    pub(super) fn rows_written(&self) -> u64 {
+        (self.rows.len() + self.side.values().map(|s| s.rows.len()).sum::<usize>()) as u64
+    }
 }
 
 /// A batch as it was cut: its messages, ranges and the positions after it.
@@ -42,8 +60,16 @@ pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
 /// counts and digests on both streams. Anything else would put rows at offsets that
 /// do not match what is there, so the job stops and says what differs.
 pub(super) fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: &OffsetEntry) -> Result<()> {
-    let pairs = [("table", &logged.main, &now.main), ("dead-letter table", &logged.dlq, &now.dlq)];
-    for (what, a, b) in pairs {
+    if logged.side.len() != now.side.len() {
+        bail!(
+            "job {job} shard {shard}: replaying batch {} would write to {} per-record tables where {} were logged; no row was written. Move the job's checkpoint directory aside to start over",
+            logged.batch, now.side.len(), logged.side.len()
+        );
+    }
+    let side = logged.side.iter().zip(&now.side).map(|(a, b)| ("per-record table", Some(a).cloned(), Some(b).cloned()));
+    let pairs =
+        [("table", logged.main.clone(), now.main.clone()), ("dead-letter table", logged.dlq.clone(), now.dlq.clone())];
+    for (what, a, b) in pairs.into_iter().chain(side) {
         let (Some(a), Some(b)) = (a, b) else { continue };
         let digest_differs = a.digest.is_some() && a.digest != b.digest;
         if a.rows != b.rows || digest_differs {
@@ -57,23 +83,28 @@ pub(super) fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: 
 }
 
 /// Move the rows BigQuery refused (by row index) to the dead-letter rows and record
-/// them in the entry, so a replay does the same.
+/// them in the entry, so a replay does the same. `side` names the per-record table the
+/// rows were for (None: the main table).
 pub(super) fn reject_rows(
     ctx: &JobCtx,
     cut: &Cut,
     mapped: &mut Mapped,
+    side: Option<&str>,
     errs: &[(usize, String)],
     entry: &mut OffsetEntry,
     counts: &mut BatchCounts,
 ) -> Result<()> {
-    if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= mapped.rows.len()) {
-        bail!("BigQuery reported an error for row {i} of a {}-row append", mapped.rows.len());
+    let (rows, row_src) = match side.and_then(|t| mapped.side.get_mut(t)) {
+        Some(s) => (&mut s.rows, &mut s.row_src),
+        None => (&mut mapped.rows, &mut mapped.row_src),
+    };
+    if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= rows.len()) {
+        bail!("BigQuery reported an error for row {i} of a {}-row append", rows.len());
     }
     let rejected: BTreeMap<usize, String> = errs.iter().cloned().collect();
-    let (kept, kept_src, refused) =
-        split_rejected(std::mem::take(&mut mapped.rows), std::mem::take(&mut mapped.row_src), &rejected);
-    mapped.rows = kept;
-    mapped.row_src = kept_src;
+    let (kept, kept_src, refused) = split_rejected(std::mem::take(rows), std::mem::take(row_src), &rejected);
+    *rows = kept;
+    *row_src = kept_src;
     for (msg_idx, why) in refused {
         let m = &cut.msgs[msg_idx];
         entry.rejected.push((m.partition(), m.offset(), why.clone()));
@@ -103,13 +134,19 @@ pub(super) fn apply_rejections(
     rejected: &[(i32, i64, String)],
     counts: &mut BatchCounts,
 ) {
+    let at = |src: &[usize], p: i32, o: i64| {
+        src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (p, o))
+    };
     for (p, o, why) in rejected {
-        let Some(k) = mapped.row_src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (*p, *o))
-        else {
+        let src = if let Some(k) = at(&mapped.row_src, *p, *o) {
+            mapped.rows.remove(k);
+            mapped.row_src.remove(k)
+        } else if let Some((s, k)) = mapped.side.values_mut().find_map(|s| at(&s.row_src, *p, *o).map(|k| (s, k))) {
+            s.rows.remove(k);
+            s.row_src.remove(k)
+        } else {
             continue;
         };
-        mapped.rows.remove(k);
-        let src = mapped.row_src.remove(k);
         push_rejected_dlq_row(ctx, cut.processed_ms, &cut.msgs[src], why, mapped, counts);
     }
 }
@@ -167,15 +204,49 @@ pub(super) fn map_batch(
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default()));
     let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages);
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
+    let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
     for (i, e) in failed {
         let m = &cut.msgs[i];
+        let e = match e {
+            RecordError::OtherRecord(name) => match route_message(ctx, &name, m, i, &mut side) {
+                Ok(()) => continue,
+                Err(e) => e,
+            },
+            e => e,
+        };
         if !has_dlq {
             bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
         }
         dlq_rows.push(dead_letter(ctx, cut.processed_ms, m, "transform", &e.to_string()));
         *counts.by_class.entry(e.class()).or_default() += 1;
     }
-    Ok(Mapped { rows, row_src, dlq_rows, dropped })
+    Ok(Mapped { rows, row_src, dlq_rows, dropped, side })
+}
+
+/// Map message `i` (a record of type `name`) with its per-record table's route.
+fn route_message(
+    ctx: &JobCtx,
+    name: &str,
+    m: &OwnedMessage,
+    i: usize,
+    side: &mut BTreeMap<String, SideRows>,
+) -> Result<(), RecordError> {
+    let route = match ctx.route(name) {
+        Some(Ok(r)) => r,
+        Some(Err(why)) => return Err(RecordError::Avro(format!("record {name}: {why}"))),
+        None => return Err(RecordError::Avro(format!("record {name}: no table was prepared for it"))),
+    };
+    let mut row = Vec::new();
+    route.mapping.mapper.map_message(m.key(), m.payload().unwrap_or_default(), &mut row)?;
+    let s = side.entry(route.table.to_string()).or_insert_with(|| SideRows {
+        table: route.table.clone(),
+        descriptor: route.mapping.descriptor.clone(),
+        rows: Vec::new(),
+        row_src: Vec::new(),
+    });
+    s.rows.push(row);
+    s.row_src.push(i);
+    Ok(())
 }
 
 /// Rows kept with the message index each came from, and refused messages with the reason.

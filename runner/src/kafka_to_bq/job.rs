@@ -5,7 +5,7 @@
 use super::config::{Delivery, KafkaToBqConfig, SinkKind};
 use super::{autoscale, lock, positions};
 use crate::bigquery::schema::Schema;
-use crate::bigquery::{proto, rest, write::WriteClient, Endpoints};
+use crate::bigquery::{proto, rest, write::WriteClient, Endpoints, TableRef};
 use crate::kafka::Metadata;
 use crate::kafka_to_bq::transform::{Input, Mapper};
 use crate::stats::{JobStats, Summary};
@@ -66,6 +66,17 @@ impl Mapping {
     }
 }
 
+/// Another record type's table (per-record tables) and how its records are mapped.
+pub struct Route {
+    /// The table.
+    pub table: TableRef,
+    /// Its mapping (only records of that type).
+    pub mapping: Arc<Mapping>,
+}
+
+/// A route, or why that record type cannot be written (its records are dead-lettered).
+pub type RouteResult = std::result::Result<Arc<Route>, String>;
+
 /// Shared state of a running job.
 pub struct JobCtx {
     /// Configuration.
@@ -78,6 +89,10 @@ pub struct JobCtx {
     pub descriptor: DescriptorProto,
     /// Row descriptor of the dead-letter table.
     pub dlq_descriptor: DescriptorProto,
+    /// BigQuery REST endpoints (None for the stats sink).
+    pub endpoints: Option<Endpoints>,
+    /// Per-record tables met while running, by record full name.
+    routes: std::sync::Mutex<HashMap<String, RouteResult>>,
     /// Schemas that logged batches were mapped with, by fingerprint (loaded on demand).
     mappings: std::sync::Mutex<HashMap<String, Arc<Mapping>>>,
     /// Where each partition starts when a shard has no position for it.
@@ -145,10 +160,49 @@ impl JobCtx {
         tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
         let cur = &self.mapping.mapper;
         let mut m = Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?;
-        m.mapper = m.mapper.with_udf(cur.udf().cloned());
+        m.mapper = m.mapper.with_udf(cur.udf().cloned()).for_record(cur.record().map(str::to_string));
         let m = Arc::new(m);
         self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
         Ok(m)
+    }
+
+    /// The route of records named `record`, once [`JobCtx::prepare_routes`] has seen one.
+    pub fn route(&self, record: &str) -> Option<RouteResult> {
+        self.routes.lock().expect("routes lock").get(record).cloned()
+    }
+
+    /// With per-record tables: make sure every record type in `values` has its table
+    /// (created from its writer schema if needed) before the batch is mapped.
+    pub async fn prepare_routes<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<()> {
+        let mapper = &self.mapping.mapper;
+        let (Some(primary), Input::Avro(d)) = (mapper.record(), mapper.input()) else { return Ok(()) };
+        let mut new: Vec<(String, Arc<crate::avro::WriterSchema>)> = Vec::new();
+        for v in values {
+            let Ok((w, _)) = d.split(v) else { continue };
+            let Some(name) = w.full_name() else { continue };
+            if name != primary && self.route(&name).is_none() && !new.iter().any(|(n, _)| n == &name) {
+                new.push((name, w));
+            }
+        }
+        for (name, w) in new {
+            let r =
+                super::table::side_table(&self.cfg, self.endpoints.as_ref(), &w).await?.and_then(|(table, schema)| {
+                    let m = Mapping::with_input(
+                        schema,
+                        mapper.max_row_bytes(),
+                        mapper.input().clone(),
+                        mapper.persists_key(),
+                    )
+                    .map_err(|e| format!("{e:#}"))?;
+                    let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m };
+                    Ok(Arc::new(Route { table, mapping: Arc::new(mapping) }))
+                });
+            if let Err(e) = &r {
+                tracing::error!(record = %name, error = %e, "records of this type cannot be written: they go to the dead-letter table");
+            }
+            self.routes.lock().expect("routes lock").insert(name, r);
+        }
+        Ok(())
     }
 
     /// Add partitions found while running: they start at `lows` (their earliest offsets).
@@ -299,7 +353,7 @@ pub async fn run(
     let max_row =
         cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
     let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key)?;
-    mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone());
+    mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone()).for_record(dest.record.clone());
     let mapping = Arc::new(mapping);
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
@@ -309,6 +363,8 @@ pub async fn run(
         job_dir,
         dlq_descriptor: proto::descriptor(&crate::kafka_to_bq::dlq::write_schema(), "DeadLetter"),
         mappings: std::sync::Mutex::new(HashMap::new()),
+        endpoints: endpoints.clone(),
+        routes: std::sync::Mutex::new(HashMap::new()),
         start_positions: std::sync::Mutex::new(start_positions),
         retention_floors: std::sync::Mutex::new(floors),
         write_client,

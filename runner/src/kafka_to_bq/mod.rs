@@ -16,6 +16,13 @@
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
 //!   and discovers new partitions; [`publish`] sends the dashboard its points.
 //!
+//! # Per-record tables
+//! With `schemaFormat=SCHEMA_REGISTRY` records of different types go to different tables
+//! ([`table`]). The first is the shard's main table; each other table a shard meets gets
+//! its own COMMITTED stream, and every offset-log entry carries a slot (stream, offset,
+//! rows, digest) for each of them in table order (`OffsetEntry::side`), so steps 2–4 below
+//! and their recovery apply to every table alike.
+//!
 //! # Shards
 //! The topic's partitions are split into shards (`numStorageWriteApiStreams`, or one
 //! per partition up to 8): partition `p` belongs to shard `p % shards`. A shard owns

@@ -8,7 +8,10 @@
 
 use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped};
 use super::worker::WorkerSlot;
-use super::writer::{append_both, new_stream, open_writer, slot_of, BqWriter, Step, Writer};
+use super::writer::{
+    append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, SideOffsets, Step, Targets,
+    Which, Writer,
+};
 use super::{JobCtx, Mapping};
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
@@ -270,6 +273,7 @@ impl Shard {
             Writer::Stats => ctx.cfg.dlq.is_some(),
         };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
+        ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
         let (slot, stages) = (self.slot.clone(), &mut self.stages);
         let mut mapped = slot
             .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts))
@@ -322,15 +326,18 @@ impl Shard {
         let ctx = self.ctx.clone();
         let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
         let Writer::Bq(bq) = &mut self.writer else { unreachable!("write_bq is only called with a BigQuery writer") };
-        let BqWriter { client, main, dlq } = bq.as_mut();
+        let BqWriter { client, main, dlq, side } = bq.as_mut();
         main.set_descriptor(mapping.descriptor.clone());
+        open_side_targets(client, side, mapped, exactly, ctx.cfg.run.append_request_bytes, &mut self.retry).await?;
         // In a replay the targets were opened at the logged offsets.
         let mut x = main.next;
+        let mut zs: SideOffsets = side.iter().map(|(t, target)| (t.clone(), target.next)).collect();
         let mut y = dlq.as_ref().map(|d| d.next);
         let mut attempted = replay.is_some();
         let mut first = true;
         loop {
             entry.main = Some(slot_of(main, x, &mapped.rows));
+            entry.side = side_slots(side, &zs, mapped);
             entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows));
             if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
                 verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
@@ -340,12 +347,13 @@ impl Shard {
                 self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
                 crate::crash_point!("eo::after_offset_log");
             }
+            let targets = Targets { main: &mut *main, side: &mut *side, dlq: dlq.as_mut() };
             let step = append_both(
                 client,
-                main,
-                dlq.as_mut(),
+                targets,
                 mapped,
                 exactly.then_some(x),
+                exactly.then_some(&zs),
                 y.filter(|_| exactly),
                 &mut self.retry,
             )
@@ -359,13 +367,17 @@ impl Shard {
                     counts.already_existed += already_existed;
                     break;
                 }
-                Step::RowErrors(errs) => {
+                Step::RowErrors(table, errs) => {
                     if dlq.is_none() {
                         let (i, msg) = &errs[0];
-                        let m = &cut.msgs[mapped.row_src[*i]];
+                        let src = match table.as_ref().and_then(|t| mapped.side.get(t)) {
+                            Some(s) => s.row_src[*i],
+                            None => mapped.row_src[*i],
+                        };
+                        let m = &cut.msgs[src];
                         bail!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset());
                     }
-                    reject_rows(&ctx, cut, mapped, &errs, entry, counts)?;
+                    reject_rows(&ctx, cut, mapped, table.as_deref(), &errs, entry, counts)?;
                     tracing::warn!(
                         shard = self.id,
                         batch = entry.batch,
@@ -373,11 +385,11 @@ impl Shard {
                         "BigQuery rejected rows; they go to the dead-letter table"
                     );
                 }
-                Step::StreamGone { table_main, stream, message } => {
-                    let target = if table_main {
-                        &mut *main
-                    } else {
-                        dlq.as_mut().expect("a dead-letter append failed, so there is a target")
+                Step::StreamGone { which, stream, message } => {
+                    let target = match &which {
+                        Which::Main => &mut *main,
+                        Which::Side(t) => side.get_mut(t).expect("an append to it failed, so there is a target"),
+                        Which::Dlq => dlq.as_mut().expect("a dead-letter append failed, so there is a target"),
                     };
                     let new = new_stream(client, &target.table, &mut self.retry).await?;
                     ctx.stats.note(|r| r.streams_replaced += 1);
@@ -389,10 +401,12 @@ impl Shard {
                         tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; this batch had not been sent, so nothing is duplicated");
                     }
                     target.replace_stream(new);
-                    if table_main {
-                        x = 0;
-                    } else {
-                        y = Some(0);
+                    match which {
+                        Which::Main => x = 0,
+                        Which::Side(t) => {
+                            zs.insert(t, 0);
+                        }
+                        Which::Dlq => y = Some(0),
                     }
                 }
             }
@@ -400,6 +414,10 @@ impl Shard {
             crate::crash_point!("eo::after_relog_before_append");
         }
         main.next = x + mapped.rows.len() as i64;
+        for (t, target) in side.iter_mut() {
+            let n = mapped.side.get(t).map_or(0, |s| s.rows.len()) as i64;
+            target.next = zs.get(t).copied().unwrap_or(target.next) + n;
+        }
         if let Some(d) = dlq.as_mut() {
             d.next = y.unwrap_or(d.next) + mapped.dlq_rows.len() as i64;
         }
@@ -431,7 +449,7 @@ impl Shard {
         if ctx.cfg.commit_offsets {
             kafka::commit_positions(&self.consumer, &ctx.cfg.source.topic, &cut.positions);
         }
-        counts.written = mapped.rows.len() as u64;
+        counts.written = mapped.rows_written();
         counts.dead_lettered = mapped.dlq_rows.len() as u64;
         counts.udf_dropped = mapped.dropped;
         ctx.stats.add_batch(&counts, &mut self.stages);

@@ -7,16 +7,18 @@
 //!   Avro schema under CREATE_IF_NEEDED (plus `_key` with `persistKafkaKey`), as
 //!   `BigQueryIO.Write.withSchema(...)` does in Google's template; an existing table is
 //!   used as it is, and records map onto its columns by name.
+//! - With per-record tables, another record type met while running gets its own table
+//!   ([`side_table`]), created from that writer schema under CREATE_IF_NEEDED.
 //! - `writeDisposition` applies once, when the job starts for the first time:
 //!   WRITE_EMPTY refuses a table with rows, WRITE_TRUNCATE empties it (drops and
 //!   re-creates it with the same schema). A restart of the same job appends.
 
 use super::config::{KafkaToBqConfig, SinkKind};
-use super::format::{InputFormat, WriteDisposition};
+use super::format::{DynamicTables, InputFormat, WriteDisposition};
 use super::transform::Input;
 use crate::avro::registry::Registry;
 use crate::avro::table::{dynamic_table_name, table_schema, KAFKA_KEY_FIELD};
-use crate::avro::wire::{full_name, AvroDecoder, Framing};
+use crate::avro::wire::{AvroDecoder, Framing};
 use crate::avro::WriterSchema;
 use crate::bigquery::rest;
 use crate::bigquery::schema::Schema;
@@ -32,24 +34,78 @@ pub struct Destination {
     pub schema: Schema,
     /// How values are read.
     pub input: Input,
+    /// With per-record tables: the record full name this table holds.
+    pub record: Option<String>,
+}
+
+/// The per-record table Google's `BigQueryDynamicDestination` picks for records of `w`.
+pub fn dynamic_table(d: &DynamicTables, w: &WriterSchema) -> Option<TableRef> {
+    let (ns, name) = w.record_full_name()?;
+    Some(TableRef {
+        project: d.project.clone(),
+        dataset: d.dataset.clone(),
+        table: dynamic_table_name(&d.prefix, ns.as_deref(), &name),
+    })
+}
+
+/// The table and schema for another record type met while running (per-record tables).
+/// The outer error is transient (retry the batch); the inner one is for good: the
+/// records of that type are dead-lettered with it.
+pub async fn side_table(
+    cfg: &KafkaToBqConfig,
+    ep: Option<&Endpoints>,
+    w: &WriterSchema,
+) -> Result<Result<(TableRef, Schema), String>> {
+    let d = cfg.dynamic.as_ref().context("dynamic tables configured")?;
+    let Some(table) = dynamic_table(d, w) else {
+        return Ok(Err("the writer schema is not a record: each message must become one row".into()));
+    };
+    let want = match table_schema(w, cfg.persist_key) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(format!("table {table} cannot be made from the writer schema: {e}"))),
+    };
+    let Some(ep) = ep else { return Ok(Ok((table, want))) };
+    let client = rest::client(ep).await?;
+    let schema = match rest::table_schema(&client, ep, &table).await {
+        Ok(s) => s,
+        Err(_) if cfg.dispositions.create_if_needed => {
+            tracing::info!(table = %table, "a new record type: creating its table from the Avro schema (CREATE_IF_NEEDED)");
+            rest::ensure_table(&client, ep, &table, &want).await?
+        }
+        Err(e) => return Ok(Err(format!("createDisposition=CREATE_NEVER: table {table} must exist ({e})"))),
+    };
+    if cfg.persist_key && schema.lookup(KAFKA_KEY_FIELD).is_none() {
+        return Ok(Err(format!("persistKafkaKey=true, but table {table} has no {KAFKA_KEY_FIELD} column")));
+    }
+    Ok(Ok((table, schema)))
 }
 
 /// The input and, for Avro, the writer schema the table would be created from.
-async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, TableRef)> {
+async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, TableRef, Option<String>)> {
     let file = |path: &str, name: &str| -> Result<WriterSchema> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("{name}={path}: cannot read the schema file"))?;
         WriterSchema::parse(&text).with_context(|| format!("{name}={path}"))
     };
     Ok(match &cfg.format {
-        InputFormat::Json => (Input::Json, None, cfg.table.clone()),
+        InputFormat::Json => (Input::Json, None, cfg.table.clone(), None),
         InputFormat::AvroBinary { schema_path } => {
             let w = file(schema_path, "binaryAvroSchemaPath")?;
-            (Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Binary, w.clone()))), Some(w), cfg.table.clone())
+            (
+                Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Binary, w.clone()))),
+                Some(w),
+                cfg.table.clone(),
+                None,
+            )
         }
         InputFormat::AvroConfluentFile { schema_path } => {
             let w = file(schema_path, "confluentAvroSchemaPath")?;
-            (Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Confluent, w.clone()))), Some(w), cfg.table.clone())
+            (
+                Input::Avro(Arc::new(AvroDecoder::with_file(Framing::Confluent, w.clone()))),
+                Some(w),
+                cfg.table.clone(),
+                None,
+            )
         }
         InputFormat::AvroRegistry { url } => {
             let registry = Registry::new(url);
@@ -60,24 +116,18 @@ async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, Ta
                 )
             })?;
             let w = WriterSchema::parse(&text).with_context(|| format!("registry schema id {id} ({subject})"))?;
-            let Some((ns, name)) = w.record_full_name() else {
+            let d = cfg.dynamic.as_ref().context("dynamic tables configured")?;
+            let (Some(table), Some(record)) = (dynamic_table(d, &w), w.full_name()) else {
                 bail!("registry schema id {id} ({subject}) is not a record: each message must become one row")
             };
-            let d = cfg.dynamic.as_ref().context("dynamic tables configured")?;
-            let table = TableRef {
-                project: d.project.clone(),
-                dataset: d.dataset.clone(),
-                table: dynamic_table_name(&d.prefix, ns.as_deref(), &name),
-            };
-            let decoder = AvroDecoder::with_registry(registry, full_name(ns.as_deref(), &name));
-            (Input::Avro(Arc::new(decoder)), Some(w), table)
+            (Input::Avro(Arc::new(AvroDecoder::with_registry(registry))), Some(w), table, Some(record))
         }
     })
 }
 
 /// Resolve the destination: read (or create, or empty) the table as the parameters say.
 pub async fn prepare(cfg: &KafkaToBqConfig, ep: Option<&Endpoints>, new_job: bool) -> Result<Destination> {
-    let (input, writer, table) = input(cfg).await?;
+    let (input, writer, table, record) = input(cfg).await?;
     let schema = match (&cfg.run.sink, ep) {
         (SinkKind::Stats { schema_file }, _) => stats_schema(schema_file, writer.as_ref(), cfg.persist_key)?,
         (SinkKind::BigQuery, Some(ep)) => bigquery_schema(cfg, ep, &table, writer.as_ref(), new_job).await?,
@@ -86,7 +136,7 @@ pub async fn prepare(cfg: &KafkaToBqConfig, ep: Option<&Endpoints>, new_job: boo
     if cfg.persist_key && schema.lookup(KAFKA_KEY_FIELD).is_none() {
         bail!("persistKafkaKey=true, but table {table} has no {KAFKA_KEY_FIELD} column: add one (ALTER TABLE ... ADD COLUMN {KAFKA_KEY_FIELD} BYTES), or let CREATE_IF_NEEDED create the table on an Avro path");
     }
-    Ok(Destination { table, schema, input })
+    Ok(Destination { table, schema, input, record })
 }
 
 fn stats_schema(schema_file: &str, writer: Option<&WriterSchema>, key: bool) -> Result<Schema> {

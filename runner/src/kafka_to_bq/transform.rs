@@ -68,6 +68,9 @@ pub enum RecordError {
     /// neither a row nor a dead letter).
     #[error("dropped by the UDF")]
     Dropped,
+    /// With per-record tables: a record of another type, which goes to its own table.
+    #[error("record {0} goes to its own table")]
+    OtherRecord(String),
     /// An Avro message that cannot be decoded (framing, schema lookup or datum).
     #[error("{0}")]
     Avro(String),
@@ -90,6 +93,7 @@ impl RecordError {
             RecordError::Rejected(_) => "rejected",
             RecordError::Avro(_) => "avro",
             RecordError::Udf(_) => "udf",
+            RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",
         }
     }
@@ -125,6 +129,8 @@ pub struct Mapper {
     key_tag: Option<u32>,
     /// The JavaScript UDF applied before mapping (JSON path).
     udf: Option<Arc<Udf>>,
+    /// With per-record tables: the record full name this table holds (others are routed).
+    record: Option<String>,
     /// Avro fast-path plans by writer schema (its address: schemas live as long as the decoder).
     plans: Arc<RwLock<HashMap<usize, Option<Arc<Plan>>>>>,
 }
@@ -137,7 +143,15 @@ impl Mapper {
 
     /// A JSON mapper for `schema` that refuses rows whose encoding exceeds `max_row_bytes`.
     pub fn new(schema: Schema, max_row_bytes: usize) -> Mapper {
-        Mapper { schema, max_row_bytes, input: Input::Json, key_tag: None, udf: None, plans: Arc::default() }
+        Mapper {
+            schema,
+            max_row_bytes,
+            input: Input::Json,
+            key_tag: None,
+            udf: None,
+            record: None,
+            plans: Arc::default(),
+        }
     }
 
     /// A mapper for `input`; with `persist_key`, the Kafka key goes to the `_key` column
@@ -147,12 +161,23 @@ impl Mapper {
             true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
             false => None,
         };
-        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None, plans: Arc::default() })
+        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None, record: None, plans: Arc::default() })
     }
 
     /// Apply `udf` to every JSON message before it is mapped.
     pub fn with_udf(self, udf: Option<Arc<Udf>>) -> Mapper {
         Mapper { udf, ..self }
+    }
+
+    /// Map only records named `record` (per-record tables); others are
+    /// [`RecordError::OtherRecord`].
+    pub fn for_record(self, record: Option<String>) -> Mapper {
+        Mapper { record, ..self }
+    }
+
+    /// The record full name this mapper takes, with per-record tables.
+    pub fn record(&self) -> Option<&str> {
+        self.record.as_deref()
     }
 
     /// The UDF, if any.
@@ -205,6 +230,12 @@ impl Mapper {
             (Input::Avro(d), _) => {
                 out.clear();
                 let (w, datum) = d.split(value)?;
+                if let Some(want) = &self.record {
+                    let got = w.full_name().unwrap_or_default();
+                    if &got != want {
+                        return Err(RecordError::OtherRecord(got));
+                    }
+                }
                 let fast = self.plan(&w).and_then(|p| p.transcode(datum, out));
                 if fast.is_none() {
                     out.clear();

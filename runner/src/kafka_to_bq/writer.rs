@@ -9,6 +9,7 @@ use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;
 use crate::progress::{OffsetEntry, StreamSlot};
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 
 /// The write side of a shard.
 pub(super) enum Writer {
@@ -23,6 +24,16 @@ pub(super) struct BqWriter {
     pub(super) client: WriteClient,
     pub(super) main: Target,
     pub(super) dlq: Option<Target>,
+    /// Targets on other per-record tables, by table (schemaFormat=SCHEMA_REGISTRY).
+    pub(super) side: BTreeMap<String, Target>,
+}
+
+/// Which of a shard's targets an outcome is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Which {
+    Main,
+    Side(String),
+    Dlq,
 }
 
 pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
@@ -37,33 +48,59 @@ pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
 
 /// What one round of appends came to.
 pub(super) enum Step {
-    Done { already_existed: u64 },
-    RowErrors(Vec<(usize, String)>),
-    StreamGone { table_main: bool, stream: String, message: String },
+    Done {
+        already_existed: u64,
+    },
+    /// Rows of the main table (None) or of a per-record table were refused.
+    RowErrors(Option<String>, Vec<(usize, String)>),
+    StreamGone {
+        which: Which,
+        stream: String,
+        message: String,
+    },
 }
 
-/// Append the table rows, then the dead-letter rows.
+/// Where each per-record table's rows start in this round (its target's offset).
+pub(super) type SideOffsets = BTreeMap<String, i64>;
+
+/// A shard's targets, borrowed for one round of appends.
+pub(super) struct Targets<'a> {
+    pub(super) main: &'a mut Target,
+    pub(super) side: &'a mut BTreeMap<String, Target>,
+    pub(super) dlq: Option<&'a mut Target>,
+}
+
+/// Append the table rows, the per-record tables' rows, then the dead-letter rows.
+/// `x`, `zs` and `y` are the offsets (exactly-once); None appends without offsets.
 pub(super) async fn append_both(
     client: &WriteClient,
-    main: &mut Target,
-    dlq: Option<&mut Target>,
+    t: Targets<'_>,
     mapped: &Mapped,
     x: Option<i64>,
+    zs: Option<&SideOffsets>,
     y: Option<i64>,
     retry: &mut RetryCtl,
 ) -> Result<Step, WriteError> {
-    let gone = |table_main, e: WriteError| match e {
-        WriteError::StreamGone { stream, message } if x.is_some() => {
-            Ok(Step::StreamGone { table_main, stream, message })
-        }
+    let gone = |which, e: WriteError| match e {
+        WriteError::StreamGone { stream, message } if x.is_some() => Ok(Step::StreamGone { which, stream, message }),
         e => Err(e),
     };
+    let Targets { main, side, dlq } = t;
     let mut already_existed = 0;
     if !mapped.rows.is_empty() {
         match main.append_batch(client, &mapped.rows, x, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
-            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(errs)),
-            Err(e) => return gone(true, e),
+            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(None, errs)),
+            Err(e) => return gone(Which::Main, e),
+        }
+    }
+    for (table, rows) in mapped.side.iter().filter(|(_, s)| !s.rows.is_empty()) {
+        let target = side.get_mut(table).expect("a target is opened for every per-record table with rows");
+        let z = zs.map(|zs| zs.get(table).copied().unwrap_or(target.next));
+        match target.append_batch(client, &rows.rows, z, retry).await {
+            Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
+            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(Some(table.clone()), errs)),
+            Err(e) => return gone(Which::Side(table.clone()), e),
         }
     }
     crate::crash_point!("eo::after_main_append");
@@ -78,10 +115,43 @@ pub(super) async fn append_both(
                     retryable: false,
                 })
             }
-            Err(e) => return gone(false, e),
+            Err(e) => return gone(Which::Dlq, e),
         }
     }
     Ok(Step::Done { already_existed })
+}
+
+/// Open a target on every per-record table this batch has rows for and the shard has
+/// not written to yet (a new COMMITTED stream), and give each its table's descriptor.
+pub(super) async fn open_side_targets(
+    client: &WriteClient,
+    side: &mut BTreeMap<String, Target>,
+    mapped: &Mapped,
+    exactly: bool,
+    request_bytes: usize,
+    retry: &mut RetryCtl,
+) -> Result<()> {
+    let budget = crate::bigquery::write::request_row_budget(request_bytes);
+    for (key, rows) in &mapped.side {
+        if !side.contains_key(key) {
+            let how = Opening { replaying: false, exactly, budget };
+            let t = open_target(client, &rows.table, None, how, rows.descriptor.clone(), retry).await?;
+            side.insert(key.clone(), t);
+        }
+        side.get_mut(key).expect("opened above").set_descriptor(rows.descriptor.clone());
+    }
+    Ok(())
+}
+
+/// One slot per per-record table target (in table order), with this batch's rows for
+/// it (none if it has none): every entry names every side stream, as `main` does.
+pub(super) fn side_slots(side: &BTreeMap<String, Target>, zs: &SideOffsets, mapped: &Mapped) -> Vec<StreamSlot> {
+    side.iter()
+        .map(|(t, target)| {
+            let rows = mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice());
+            slot_of(target, zs.get(t).copied().unwrap_or(target.next), rows)
+        })
+        .collect()
 }
 
 /// The shard's writer: for BigQuery, the table and dead-letter targets as the logs
@@ -112,8 +182,15 @@ pub(super) async fn open_writer(
         ),
         None => None,
     };
-    tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), "write targets ready");
-    Ok(Writer::Bq(Box::new(BqWriter { client: client.clone(), main, dlq })))
+    // Per-record tables this shard wrote to: their logged streams, at the logged offsets.
+    let mut side = BTreeMap::new();
+    for slot in last.map(|e| e.side.as_slice()).unwrap_or_default() {
+        let Some(t) = TableRef::from_stream(&slot.stream) else { continue };
+        let target = open_target(client, &t, Some(slot), how, prost_types::DescriptorProto::default(), retry).await?;
+        side.insert(t.to_string(), target);
+    }
+    tracing::debug!(shard, main = %main.stream, dlq = ?dlq.as_ref().map(|d| d.stream.clone()), side = side.len(), "write targets ready");
+    Ok(Writer::Bq(Box::new(BqWriter { client: client.clone(), main, dlq, side })))
 }
 
 /// How a shard opens its targets.

@@ -84,6 +84,10 @@ pub struct OffsetEntry {
     /// moves the same messages to the dead-letter rows before it appends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<(i32, i64, String)>,
+    /// Per-record tables other than the first (schemaFormat=SCHEMA_REGISTRY): one slot per
+    /// table the shard writes to, in table order, every batch (0 rows when it has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub side: Vec<StreamSlot>,
     /// When the batch was first processed (ms since the epoch): dead-letter rows carry
     /// it as their `timestamp`, so a replay writes the same rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
