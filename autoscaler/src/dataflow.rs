@@ -61,7 +61,9 @@ impl Default for DataflowConfig {
 }
 
 impl DataflowConfig {
-    /// Every duration divided by `k`: laptop-scale demos and tests run the same rules faster.
+    /// Every duration divided by `k`, for laptop-scale demos and tests: the waits
+    /// (stabilize, sustain) and the backlog thresholds, which are durations too (seconds
+    /// of drain time). Utilization targets and the growth factor stay as they are.
     pub fn time_scaled(k: f64) -> DataflowConfig {
         let d = DataflowConfig::default();
         DataflowConfig {

@@ -281,3 +281,35 @@ fn simulate_writes_json_series_and_a_chart() {
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.contains("<svg") && chart.contains("workers") && chart.contains("P99"));
 }
+
+#[test]
+fn no_decision_sees_a_zero_length_window_when_workers_join_on_a_decision_step() {
+    // Decisions every 10 s and a 90 s start-up: workers that join land on a decision step.
+    let mut cfg = config(&[
+        "--qps",
+        "200000",
+        "--partitions",
+        "200",
+        "--duration",
+        "2h",
+        "--profile",
+        "steps:0=1,1h=3",
+        "--autoscaling-policy",
+        "ds2",
+        "--autoscaling-interval",
+        "10s",
+        "--max-workers",
+        "100",
+    ]);
+    cfg.record_snapshots = true;
+    let r = simulate::run(&cfg, &mut |_| {});
+    assert!(
+        r.decisions.iter().filter(|d| d.is_change() && d.to > d.from).count() >= 2,
+        "the pool grew: {:?}",
+        r.decisions
+    );
+    for (snap, _) in &r.snapshots {
+        assert!(snap.window_s > 0.0, "a decision at t={} saw a {} s window", snap.time_s, snap.window_s);
+        assert!(snap.input_records_per_s.is_finite(), "NaN input rate at t={}", snap.time_s);
+    }
+}

@@ -138,11 +138,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
             }
         }
 
-        // The autoscaler.
+        // The autoscaler. A decision due just as new workers joined (the window restarted
+        // this step) would see a zero-length window: it is skipped, and the next one sees
+        // a full interval.
         if t >= next_decision {
             next_decision += cfg.pool.interval.as_secs_f64();
-            if pending.is_none() {
-                let window_s = t - window.start_s;
+            let window_s = t - window.start_s;
+            if pending.is_none() && window_s > 0.0 {
                 let snap = Snapshot {
                     time_s: t,
                     window_s,
