@@ -423,3 +423,29 @@ fn format_json_prints_dataflows_invalid_template_parameters_shape() {
     assert!(v.as_array().unwrap().iter().any(|x| x["parameter"] == "outputTablSpec"), "{v}");
     assert!(v.as_array().unwrap().iter().any(|x| x["parameter"] == "readBootstrapServerAndTopic"), "{v}");
 }
+
+#[test]
+fn a_bad_avro_schema_file_is_a_bad_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("not json", "not a valid Avro schema"),
+        (r#""string""#, "must be a record"),
+        (
+            r#"{"type":"record","name":"R","fields":[{"name":"x","type":["int","string"]}]}"#,
+            "union of 2 non-null types",
+        ),
+    ];
+    for (text, want) in cases {
+        let f = dir.path().join("s.avsc");
+        std::fs::write(&f, text).unwrap();
+        let o = run_with(&format!(
+            "readBootstrapServerAndTopic=h:1;t,messageFormat=AVRO_BINARY_ENCODING,binaryAvroSchemaPath={},outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE",
+            f.display()
+        ));
+        assert_eq!(o.status.code(), Some(2), "{text}: {}", stderr(&o));
+        assert!(stderr(&o).contains("binaryAvroSchemaPath=") && stderr(&o).contains(want), "{text}: {}", stderr(&o));
+    }
+    let o = run_with("readBootstrapServerAndTopic=h:1;t,messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,confluentAvroSchemaPath=/nonexistent.avsc,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot read the schema file"), "{}", stderr(&o));
+}
