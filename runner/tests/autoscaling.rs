@@ -49,7 +49,7 @@ async fn the_pool_follows_a_load_step_and_keeps_exactly_once() {
             s.kafka,
             f.topic
         );
-        let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
+        let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).bounded();
         assert!(o.status.success(), "{}", text(&o));
     }
     let o = wait_with_timeout(job, Duration::from_secs(180));

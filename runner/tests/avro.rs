@@ -44,7 +44,7 @@ fn generate(s: &Stack, topic: &str, tmpl: &str, avsc: &str, n: u64, extra: &str)
         "qps=5000,messagesLimit={n},schemaLocation={tmpl},sinkType=KAFKA,bootstrapServer={},kafkaTopic={topic},outputType=AVRO,avroSchemaLocation={avsc}{extra}",
         s.kafka
     );
-    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
+    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).bounded();
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -221,7 +221,7 @@ async fn schema_registry_writes_each_record_type_to_its_own_table_and_unknown_id
 #[tokio::test]
 async fn avro_parameters_are_checked_before_anything_connects() {
     let s = stack();
-    let run = |p: &str| flexrun(&["--template", "kafka-to-bq", "--parameters", p]).output().unwrap();
+    let run = |p: &str| flexrun(&["--template", "kafka-to-bq", "--parameters", p]).bounded();
     let b = base(&s, "t", "AVRO_CONFLUENT_WIRE_FORMAT");
     let o = run(&format!("{b},outputTableSpec=p:d.t"));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -317,7 +317,7 @@ fn the_generator_writes_avro_container_files() {
         "qps=10000,messagesLimit=250,schemaLocation={tmpl},sinkType=FILE,outputDirectory={},outputType=AVRO,avroSchemaLocation={avsc}",
         dir.path().display()
     );
-    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).output().unwrap();
+    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &params]).bounded();
     assert!(o.status.success(), "{}", text(&o));
     let f = std::fs::File::open(dir.path().join("output-generated.avro")).unwrap();
     let records: Vec<_> = apache_avro::Reader::new(f).unwrap().map(|r| r.unwrap()).collect();
@@ -355,8 +355,7 @@ async fn a_crash_replays_every_per_record_table_at_its_logged_offset() {
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd("avro-cp", &ck, &params, "2s", &extra)
         .env("FAILPOINTS", "eo::before_commit_log=1*off->return")
-        .output()
-        .unwrap();
+        .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let sum = dir.path().join("summary.json");
     let o = run_job("avro-cp", &ck, &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());

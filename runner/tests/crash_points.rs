@@ -33,8 +33,7 @@ async fn crash_then_recover(name: &str, point: &str, skip: u32, then: Option<&st
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd(name, ck.path(), &params, "2s", &extra)
         .env("FAILPOINTS", format!("{point}={skip}*off->return"))
-        .output()
-        .unwrap();
+        .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "the job did not die at {point}: {}", text(&crash));
     assert!(
         String::from_utf8_lossy(&crash.stderr).contains(&format!("crash point {point} reached")),
@@ -42,10 +41,8 @@ async fn crash_then_recover(name: &str, point: &str, skip: u32, then: Option<&st
         text(&crash)
     );
     if let Some(second) = then {
-        let again = job_cmd(name, ck.path(), &params, "2s", &extra)
-            .env("FAILPOINTS", format!("{second}=return"))
-            .output()
-            .unwrap();
+        let again =
+            job_cmd(name, ck.path(), &params, "2s", &extra).env("FAILPOINTS", format!("{second}=return")).bounded();
         assert_eq!(
             again.status.signal(),
             Some(libc::SIGKILL),
@@ -123,8 +120,7 @@ async fn a_crash_between_the_requests_of_a_large_batch_is_finished_by_the_replay
     let extra = ["--batch-rows", "100", "--append-request-bytes", "100000"];
     let crash = job_cmd("cp_requests", ck.path(), &params, "2s", &extra)
         .env("FAILPOINTS", "eo::between_requests=return")
-        .output()
-        .unwrap();
+        .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let sum = ck.path().join("summary.json");
     let o = run_job(
@@ -165,8 +161,7 @@ async fn rows_bigquery_refuses_are_logged_so_a_crash_after_the_relog_replays_the
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let crash = job_cmd("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200"])
         .env("FAILPOINTS", "eo::after_relog_before_append=return")
-        .output()
-        .unwrap();
+        .bounded();
     let sum = ck.path().join("summary.json");
     let o = run_job(
         "cp_relog",
@@ -195,8 +190,7 @@ async fn a_schema_widened_between_crash_and_restart_replays_with_the_logged_sche
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd("cp_widen", ck.path(), &params, "2s", &extra)
         .env("FAILPOINTS", "eo::after_main_append=1*off->return")
-        .output()
-        .unwrap();
+        .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     // Widen the table as a user would (tables.patch with one more NULLABLE column).
     let c = flexrun::bigquery::rest::client(&s.bq).await.unwrap();
@@ -245,8 +239,7 @@ async fn a_replay_whose_logged_stream_was_finalized_is_reported_as_possibly_dupl
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd("cp_finalized", ck.path(), &params, "2s", &extra)
         .env("FAILPOINTS", "eo::before_commit_log=1*off->return")
-        .output()
-        .unwrap();
+        .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let r = faults("", &format!(r#"{{"finalize_table": "{}.{}"}}"#, f.table.dataset, f.table.table));
     assert_eq!(r["finalized"].as_array().unwrap().len(), 1, "{r}");

@@ -310,8 +310,7 @@ async fn a_restarted_job_sees_the_backlog_from_its_checkpoint_not_the_whole_topi
     // A quiet topic and kafkaReadOffset=earliest: the backlog must be 0, so no scale-up.
     let o = job_cmd("backlog", ck.path(), &params, "5s", &["--autoscaling-interval", "1s", "--max-workers", "2"])
         .env("FLEXRUN_LOG", "info")
-        .output()
-        .unwrap();
+        .bounded();
     assert!(o.status.success(), "{}", text(&o));
     let ansi = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
     let log = ansi.replace_all(&String::from_utf8_lossy(&o.stderr), "").into_owned();

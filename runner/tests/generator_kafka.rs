@@ -19,7 +19,7 @@ fn generate(s: &Stack, topic: &str, qps: u64, limit: u64) -> std::process::Outpu
     let schema = dir.path().join("seed.json");
     std::fs::write(&schema, SEED_SCHEMA).unwrap();
     let params = format!("qps={qps},schemaLocation={},sinkType=KAFKA,bootstrapServer={},kafkaTopic={topic},outputType=JSON,messagesLimit={limit}", schema.display(), s.kafka);
-    flexrun(&["--template", "streaming-data-generator", "--seed", "5", "--parameters", &params]).output().unwrap()
+    flexrun(&["--template", "streaming-data-generator", "--seed", "5", "--parameters", &params]).bounded()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{flexrun, text, wait_with_timeout};
+use common::{flexrun, text, wait_with_timeout, Bounded};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
@@ -38,7 +38,7 @@ fn rate_to_stats_reports_latency_in_every_progress_mode() {
         ];
         args.extend(flags.iter().copied());
         let started = Instant::now();
-        let o = flexrun(&args).output().unwrap();
+        let o = flexrun(&args).bounded();
         assert!(o.status.success(), "{}", text(&o));
         let s = summary(&json);
         assert_eq!(s["records"], 20000, "{s}");
@@ -77,8 +77,7 @@ fn log_purge_keeps_the_logs_bounded_over_a_long_run() {
             "--parameters",
             "rowsPerSecond=200000,messagesLimit=400000",
         ])
-        .output()
-        .unwrap();
+        .bounded();
         assert!(o.status.success(), "{}", text(&o));
         let s = summary(&json);
         let batches = s["batches"].as_u64().unwrap();
@@ -154,8 +153,7 @@ async fn a_bad_message_stops_kafka_to_kafka_and_loses_nothing() {
         "--parameters",
         &params("JSON"),
     ])
-    .output()
-    .unwrap();
+    .bounded();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
@@ -178,8 +176,7 @@ async fn a_bad_message_stops_kafka_to_kafka_and_loses_nothing() {
         "--parameters",
         &params("RAW"),
     ])
-    .output()
-    .unwrap();
+    .bounded();
     assert!(o.status.success(), "{}", text(&o));
     // The failed batch was not written at all, so its replay adds no duplicates.
     assert_eq!(
@@ -282,14 +279,13 @@ fn bad_microbatch_parameters_exit_2() {
         ("rowsPerSecond=100,messagesLimit=-5", "messagesLimit"),
         ("rowsPerSecond=100,colour=red", "colour"),
     ] {
-        let o = flexrun(&["--template", "rate-to-stats", "--parameters", params]).output().unwrap();
+        let o = flexrun(&["--template", "rate-to-stats", "--parameters", params]).bounded();
         assert_eq!(o.status.code(), Some(2), "{params}: {}", text(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains(needle), "{params}: {}", text(&o));
     }
     let o =
         flexrun(&["--template", "rate-to-stats", "--latency-warm-up", "later", "--parameters", "rowsPerSecond=100"])
-            .output()
-            .unwrap();
+            .bounded();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--latency-warm-up"), "{}", text(&o));
     let o = flexrun(&[
@@ -298,13 +294,10 @@ fn bad_microbatch_parameters_exit_2() {
         "--parameters",
         "readBootstrapServerAndTopic=h:1;t,writeBootstrapServerAndTopic=h:1;u,messageFormat=AVRO",
     ])
-    .output()
-    .unwrap();
+    .bounded();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("messageFormat"), "{}", text(&o));
-    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"])
-        .output()
-        .unwrap();
+    let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"]).bounded();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("writeBootstrapServerAndTopic"), "{}", text(&o));
 }

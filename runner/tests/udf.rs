@@ -71,7 +71,7 @@ async fn a_udf_that_does_not_load_stops_the_launch_with_exit_2() {
         s.kafka,
         js.display()
     );
-    let o = flexrun(&["--template", "kafka-to-bq", "--parameters", &p]).output().unwrap();
+    let o = flexrun(&["--template", "kafka-to-bq", "--parameters", &p]).bounded();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("the script does not evaluate"), "{}", text(&o));
 }

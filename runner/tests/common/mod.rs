@@ -58,21 +58,34 @@ impl Stack {
         let table = TableRef { project: PROJECT.into(), dataset: "it".into(), table: topic.clone() };
         let dlq = TableRef { table: format!("{topic}_dlq"), ..table.clone() };
         let c = rest::client(&self.bq).await.expect("rest client");
-        rest::ensure_table(&c, &self.bq, &table, &local::demo_schema()).await.expect("create table");
+        answer("create table", rest::ensure_table(&c, &self.bq, &table, &local::demo_schema()))
+            .await
+            .expect("create table");
         Fixture { topic, partitions, table, dlq }
     }
 
     /// Rows and distinct ids in a table.
     pub async fn count(&self, t: &TableRef) -> (i64, i64) {
-        let (n, d) = local::count_rows(&self.bq, t, Some("id")).await.expect("count rows");
+        let (n, d) = answer("count rows", local::count_rows(&self.bq, t, Some("id"))).await.expect("count rows");
         (n, d.unwrap_or(0))
     }
 
     /// Every row of a query, as strings.
     pub async fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
         let c = rest::client(&self.bq).await.expect("rest client");
-        rest::query_rows(&c, PROJECT, sql).await.expect("query")
+        answer("query", rest::query_rows(&c, PROJECT, sql)).await.expect("query")
     }
+}
+
+/// How long the emulators get to answer one call made by a test itself.
+pub const CALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Await a call to the stack within [`CALL_LIMIT`], or fail the test naming the call: a
+/// stuck emulator must fail one test, not stall the suite.
+pub async fn answer<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the local stack gave no answer within {CALL_LIMIT:?}"))
 }
 
 impl Fixture {
@@ -91,7 +104,9 @@ impl Fixture {
 
     /// Produce `count` messages with ids from `start`.
     pub async fn produce(&self, stack: &Stack, start: u64, count: u64, bad_every: Option<u64>) -> local::Produced {
-        local::produce(&stack.kafka, &self.topic, self.partitions, start, count, bad_every, 962).await.expect("produce")
+        answer("produce", local::produce(&stack.kafka, &self.topic, self.partitions, start, count, bad_every, 962))
+            .await
+            .expect("produce")
     }
 }
 
@@ -136,7 +151,7 @@ pub fn flexrun(args: &[&str]) -> Command {
 
 /// Run a kafka-to-bq job to completion (it drains after `idle`).
 pub fn run_job(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Output {
-    job_cmd(job, ckpt, params, idle, extra).output().expect("run flexrun")
+    job_cmd(job, ckpt, params, idle, extra).bounded()
 }
 
 /// The command [`run_job`] runs, to add environment variables (e.g. FAILPOINTS).
@@ -183,18 +198,52 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// Wait for a child with a timeout; kill it if it overstays.
+/// How long any one `flexrun` run in a test may take before the test fails with its
+/// output. A hang must fail the test that hangs, with the job's own words, not stall the
+/// suite until CI's overall limit ends it without a clue (issue: the CI run of
+/// 2026-11-30 stopped inside progress.rs with nothing printed).
+pub const RUN_LIMIT: Duration = Duration::from_secs(240);
+
+/// Run a command to completion within [`RUN_LIMIT`], collecting its output.
+pub trait Bounded {
+    /// Like [`Command::output`], but kills the child and panics with what it printed
+    /// once [`RUN_LIMIT`] has passed.
+    fn bounded(&mut self) -> Output;
+}
+
+impl Bounded for Command {
+    fn bounded(&mut self) -> Output {
+        let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn flexrun");
+        wait_with_timeout(child, RUN_LIMIT)
+    }
+}
+
+/// Wait for a child with a timeout; kill it if it overstays. Its pipes are drained on
+/// threads meanwhile, so a chatty child never blocks on a full pipe.
 pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
+    use std::io::Read;
+    fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = std::time::Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let (status, late) = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break (st, false);
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let o = child.wait_with_output().expect("output");
-            panic!("flexrun did not finish within {limit:?}: {}", text(&o));
+            break (child.wait().expect("wait"), true);
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
+    let o = Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() };
+    assert!(!late, "flexrun did not finish within {limit:?}: {}", text(&o));
+    o
 }
