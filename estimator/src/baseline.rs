@@ -49,8 +49,14 @@ pub struct Latency {
 pub struct Baseline {
     /// Delivery mode.
     pub mode: Mode,
-    /// Input throughput of the measurement, MiB/s.
+    /// Input throughput of the measurement, MiB/s, as its publisher sizes other rates
+    /// from it (the linear rule `flexrun estimate` applies).
     pub throughput_mib_s: f64,
+    /// The input as message rate × message size, MiB/s, where that differs from
+    /// `throughput_mib_s`: what the simulator's capacity per vCPU is derived from, so
+    /// that simulating the measured message rate and size gives the measured load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_mib_s: Option<f64>,
     /// Workers it needed.
     pub workers: f64,
     /// Their mean CPU utilization (0 to 1).
@@ -77,7 +83,13 @@ impl Baseline {
     /// the throughput divided by workers × mean CPU (assumes CPU grows linearly with
     /// throughput, the same assumption as Google's linear sizing rule).
     pub fn worker_capacity_bytes_s(&self) -> f64 {
-        self.throughput_mib_s * crate::units::MIB / (self.workers * self.mean_cpu.max(1e-9))
+        self.input_mib_s() * crate::units::MIB / (self.workers * self.mean_cpu.max(1e-9))
+    }
+
+    /// The measured input as message rate × message size, MiB/s (`input_mib_s`, or
+    /// `throughput_mib_s` when the two are the same).
+    pub fn input_mib_s(&self) -> f64 {
+        self.input_mib_s.unwrap_or(self.throughput_mib_s)
     }
 }
 

@@ -19,14 +19,15 @@ fn config(args: &[&str]) -> SimConfig {
     }
 }
 
-/// The seed's setup: ~1,000,000 msg/s of ~1 KiB (1 GiB/s as the publication sizes it:
-/// 1000 MiB/s), 1,000 partitions, e2-standard-2, at most 120 workers, 24 h, 400 streams.
+/// The seed's setup: 1,000,000 msg/s of 1 KiB (976.6 MiB/s: the message rate and size
+/// the publication states, which the baseline's `input_mib_s` takes as the measured load),
+/// 1,000 partitions, e2-standard-2, at most 120 workers, 24 h, 400 streams.
 fn seed_setup(partitions: &str, duration: &str, extra: &[&str]) -> SimConfig {
     let mut args = vec![
         "--qps",
         "1000000",
         "--message-size",
-        "1048.576",
+        "1KiB",
         "--partitions",
         partitions,
         "--max-workers",
@@ -141,13 +142,16 @@ fn a_load_step_is_followed_with_the_live_pools_decisions() {
         let dirs: Vec<bool> = after_step.iter().map(|d| d.to > d.from).collect();
         let reversals = dirs.windows(2).filter(|w| w[0] != w[1]).count();
         // DS2: one step to carry the input; with 90 s of start-up the backlog built
-        // meanwhile can take one more up and one back down, and noise one more. Dataflow:
-        // saturated utilization hides how far short the pool is, so it climbs in several
-        // steps and may overshoot once. Neither flaps.
-        let most = if policy == "ds2" { 4 } else { 8 };
+        // meanwhile can take one more up and one back down. Its target is rounded up, so
+        // when the input needs close to a whole number of workers, 2% input noise can
+        // move it by one worker now and then: those one-worker moves are counted apart.
+        // Dataflow: saturated utilization hides how far short the pool is, so it climbs
+        // in several steps and may overshoot once. Neither flaps.
+        let (most_moves, most) = if policy == "ds2" { (3, 6) } else { (8, 8) };
+        let moves = after_step.iter().filter(|d| d.to.abs_diff(d.from) > 1).count();
         assert!(
-            (1..=most).contains(&after_step.len()) && reversals <= 2,
-            "{policy}: {} changes, {reversals} reversals: {after_step:#?}",
+            (1..=most).contains(&after_step.len()) && moves <= most_moves && reversals <= 2,
+            "{policy}: {} changes, {moves} of more than one worker, {reversals} reversals: {after_step:#?}",
             after_step.len()
         );
         let mut live = cfg.pool.build_policy();
@@ -213,6 +217,18 @@ fn bad_simulate_flags_exit_2_with_a_message() {
         (vec!["simulate", "--qps", "10", "--duration", "30s"], "too short"),
         (vec!["simulate", "--qps", "10", "--series-interval", "0.2s"], "--series-interval"),
         (vec!["simulate", "--qps", "10", "--format", "xml"], "xml"),
+        (vec!["simulate", "--qps", "10", "--sweep", "colour=red,blue"], "unknown key \"colour\""),
+        (vec!["simulate", "--qps", "10", "--sweep", "hint"], "expected KEY=V1,V2"),
+        (vec!["simulate", "--qps", "10", "--sweep", "hint=0.5,0.95"], "--sweep worker-utilization-hint=0.95"),
+        (vec!["simulate", "--qps", "10", "--sweep", "mode=twice"], "expected exactly-once or at-least-once"),
+        (vec!["simulate", "--qps", "10", "--sweep", "hint=0.5", "--sweep", "hint=0.6"], "given twice"),
+        (
+            vec!["simulate", "--qps", "10", "--sweep", "machine-type=e2-standard-2,z9"],
+            "configuration worker-machine-type=z9",
+        ),
+        (vec!["simulate", "--qps", "10", "--sweep", "partitions=1,0"], "--sweep partitions=0"),
+        (vec!["simulate", "--qps", "10", "--p99-limit", "2s"], "--sweep"),
+        (vec!["simulate", "--qps", "10", "--sweep", "hint=0.5", "--p99-limit", "soon"], "invalid duration"),
     ] {
         let out = flexrun(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -312,4 +328,105 @@ fn no_decision_sees_a_zero_length_window_when_workers_join_on_a_decision_step() 
         assert!(snap.window_s > 0.0, "a decision at t={} saw a {} s window", snap.time_s, snap.window_s);
         assert!(snap.input_records_per_s.is_finite(), "NaN input rate at t={}", snap.time_s);
     }
+}
+
+/// A small sweep, as JSON: 2 machine types × 3 hints × 2 policies = 12 configurations.
+fn sweep_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "simulate",
+        "--qps",
+        "60000",
+        "--partitions",
+        "96",
+        "--duration",
+        "3h",
+        "--profile",
+        "sine:amplitude=0.4,period=1h",
+        "--sweep",
+        "machine-type=e2-standard-2,n2-standard-4",
+        "--sweep",
+        "hint=0.5,0.7,0.9",
+        "--sweep",
+        "policy=dataflow,ds2",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = flexrun(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_sweep_is_deterministic_marks_the_pareto_front_and_picks_the_cheapest_within_the_limit() {
+    let a = sweep_json(&["--p99-limit", "20s"]);
+    let b = sweep_json(&["--p99-limit", "20s"]);
+    assert_eq!(a, b, "the same sweep gives the same rows, whatever the thread schedule");
+    let rows = a["configurations"].as_array().unwrap();
+    assert_eq!(rows.len(), 12);
+    // Rows come in the order of the keys, the last varying fastest.
+    let setting = |r: &serde_json::Value, i: usize| r["settings"][i]["value"].as_str().unwrap().to_string();
+    assert_eq!(
+        (setting(&rows[0], 0), setting(&rows[0], 1), setting(&rows[0], 2)),
+        ("e2-standard-2".into(), "0.5".into(), "dataflow".into())
+    );
+    assert_eq!((setting(&rows[1], 2), setting(&rows[11], 0)), ("ds2".into(), "n2-standard-4".into()));
+    let pt = |r: &serde_json::Value| (r["cost_per_month"].as_f64().unwrap(), r["p99_ms"].as_f64().unwrap());
+    // The front, checked against its definition: a row is on it when no other row is
+    // at most as costly and as slow, and strictly better in one.
+    for r in rows {
+        let (c, l) = pt(r);
+        let dominated = rows.iter().any(|o| {
+            let (oc, ol) = pt(o);
+            oc <= c && ol <= l && (oc < c || ol < l)
+        });
+        assert_eq!(r["pareto"].as_bool().unwrap(), !dominated, "{r}");
+    }
+    assert!(rows.iter().filter(|r| r["pareto"].as_bool().unwrap()).count() >= 2, "a trade-off has two ends");
+    // The choice is the cheapest row within the limit.
+    let limit = a["p99_limit_ms"].as_f64().unwrap();
+    let chosen = a["chosen"].as_u64().expect("some configuration meets 20 s") as usize;
+    let (cost, p99) = pt(&rows[chosen]);
+    assert!(p99 <= limit);
+    assert!(
+        rows.iter().map(pt).filter(|(_, l)| *l <= limit).all(|(c, _)| c >= cost),
+        "row {chosen} is not the cheapest"
+    );
+    // A higher utilization hint runs fewer workers (the same machine and policy).
+    let workers = |i: usize| rows[i]["workers_mean"].as_f64().unwrap();
+    assert!(workers(0) > workers(4), "hint 0.5 runs more workers than 0.9: {} vs {}", workers(0), workers(4));
+    // A limit nothing meets chooses nothing, and the table says so.
+    let none = sweep_json(&["--p99-limit", "1ms"]);
+    assert!(none["chosen"].is_null());
+}
+
+#[test]
+fn a_sweep_writes_csv_a_table_and_a_chart_of_the_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("front.svg");
+    let base = [
+        "simulate",
+        "--qps",
+        "20000",
+        "--partitions",
+        "32",
+        "--duration",
+        "2h",
+        "--sweep",
+        "hint=0.6,0.8",
+        "--sweep",
+        "mode=exactly-once,at-least-once",
+    ];
+    let csv = flexrun(&[&base[..], &["--format", "csv"]].concat());
+    assert!(csv.status.success(), "{}", String::from_utf8_lossy(&csv.stderr));
+    let text = String::from_utf8(csv.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("worker-utilization-hint,mode,cost_per_month_usd,"), "{}", lines[0]);
+    assert_eq!(lines.len(), 5);
+    assert!(lines[1].starts_with("0.6,exactly-once,") && lines[4].starts_with("0.8,at-least-once,"), "{text}");
+    let table = flexrun(&[&base[..], &["--p99-limit", "1h", "--plot", svg.to_str().unwrap()]].concat());
+    let out = String::from_utf8(table.stdout).unwrap();
+    assert!(table.status.success() && out.contains("4 configurations") && out.contains("→ cheapest with p99"), "{out}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains("<svg") && chart.contains("Pareto front") && chart.contains("cheapest within the limit"));
 }

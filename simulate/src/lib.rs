@@ -23,6 +23,9 @@
 //! - [`engine`]: the flow-based event loop.
 //! - [`latency`]: the per-stage latency model and its histograms.
 //! - [`report`]: summary, CSV series and the SVG chart.
+//! - [`traffic`]: recorded traffic as a CSV of timestamped rates (replayed as a profile).
+//! - [`sweep`]: many configurations in parallel, the Pareto front of cost against p99,
+//!   and the cheapest configuration within a p99 limit.
 //!
 //! The command line (`flexrun simulate`'s flags and output) lives in the runner's
 //! `cli::simulate`; this crate depends only on `flexrun-autoscaler` and
@@ -31,6 +34,8 @@
 pub mod engine;
 pub mod latency;
 pub mod report;
+pub mod sweep;
+pub mod traffic;
 pub mod workload;
 
 pub use engine::run;

@@ -35,6 +35,15 @@ pub enum Bottleneck {
 }
 
 impl Bottleneck {
+    /// A short name: `none`, `partitions` or `max-workers`.
+    pub fn short(&self) -> &'static str {
+        match self {
+            Bottleneck::None => "none",
+            Bottleneck::Partitions { .. } => "partitions",
+            Bottleneck::MaxWorkers { .. } => "max-workers",
+        }
+    }
+
     /// One line for people.
     pub fn describe(&self) -> String {
         match self {
@@ -84,6 +93,8 @@ pub struct SimSummary {
     pub cost_per_hour: f64,
     /// Backlog left at the end, MiB.
     pub backlog_final_mib: f64,
+    /// The largest backlog after warm-up, MiB.
+    pub backlog_peak_mib: f64,
     /// What limited the job.
     pub bottleneck: Bottleneck,
     /// Worker-count changes over the whole run.
@@ -141,6 +152,12 @@ pub struct SimReport {
 /// Write the series as CSV.
 pub fn write_series_csv(path: &Path, series: &[SeriesPoint]) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    write_series(&mut f, series)?;
+    f.flush()
+}
+
+/// Write the series as CSV to `f`.
+pub fn write_series(f: &mut dyn Write, series: &[SeriesPoint]) -> std::io::Result<()> {
     writeln!(f, "time_s,input_records_per_s,input_mib_s,throughput_mib_s,workers,workers_billed,cpu,backlog_mib,kafka_wait_s,latency_p50_ms,latency_p99_ms,secu_per_hour")?;
     for p in series {
         writeln!(
@@ -160,7 +177,7 @@ pub fn write_series_csv(path: &Path, series: &[SeriesPoint]) -> std::io::Result<
             p.secu_per_hour
         )?;
     }
-    f.flush()
+    Ok(())
 }
 
 /// Draw workers, CPU and latency over time as an SVG chart.

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! The same shapes can be given as YAML (`--profile-file`), e.g.
-//! `{kind: steps, steps: [{at: 0s, multiplier: 1}, {at: 1h, multiplier: 2}]}`.
+//! `{kind: steps, steps: [{at: 0s, multiplier: 1}, {at: 1h, multiplier: 2}]}`, and
+//! recorded traffic as a CSV of timestamped rates ([`crate::traffic`]).
 
 use serde::Deserialize;
 
@@ -62,6 +63,10 @@ pub enum Profile {
         /// Multiplier during a spike.
         height: f64,
     },
+    /// Rates replayed from a CSV ([`crate::traffic`]), as multiples of their mean, the
+    /// file repeating after its span.
+    #[serde(skip)]
+    Recorded(std::sync::Arc<crate::traffic::Recorded>),
 }
 
 /// One step of a [`Profile::Steps`].
@@ -231,6 +236,7 @@ impl Profile {
                 }
                 Ok(())
             }
+            Profile::Recorded(_) => Ok(()),
             Profile::Spikes { every, length, height } => {
                 mult(*height)?;
                 if *every <= 0.0 || *length <= 0.0 || length > every {
@@ -254,6 +260,7 @@ impl Profile {
             Profile::Sine { amplitude, period, phase } => {
                 1.0 + amplitude * (std::f64::consts::TAU * (t + phase) / period).sin()
             }
+            Profile::Recorded(r) => r.rate_at(t) / r.mean_rate(),
             Profile::Spikes { every, length, height } => {
                 if t.rem_euclid(*every) < *length {
                     *height

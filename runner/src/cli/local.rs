@@ -65,6 +65,22 @@ pub enum LocalAction {
         #[arg(long)]
         seed_shape: bool,
     },
+    /// A topic's traffic over time from its messages' own timestamps, as a CSV of
+    /// timestamp,records_per_s,bytes_per_s that `flexrun simulate --profile-file` replays.
+    TopicRates {
+        /// host:port
+        #[arg(long, env = "FLEXRUN_KAFKA")]
+        bootstrap: String,
+        /// Topic name.
+        #[arg(long)]
+        topic: String,
+        /// Bucket length (e.g. 1m, 10s, 1h).
+        #[arg(long, default_value = "1m", value_parser = flexrun_estimator::parse_duration)]
+        bucket: std::time::Duration,
+        /// Write the CSV here (default: standard output).
+        #[arg(long)]
+        output: Option<std::path::PathBuf>,
+    },
     /// Count rows (and distinct ids) in a table.
     Count {
         /// project:dataset.table
@@ -133,6 +149,9 @@ pub async fn run(action: LocalAction) -> Result<()> {
                 t.elapsed().as_secs_f64()
             );
         }
+        LocalAction::TopicRates { bootstrap, topic, bucket, output } => {
+            topic_rates(&bootstrap, &topic, bucket, output).await?
+        }
         LocalAction::Count { table, distinct, bigquery_endpoint, bigquery_grpc_endpoint } => {
             let t = TableRef::parse(&table).map_err(|e| usage(e.to_string()))?;
             let ep = endpoints(bigquery_endpoint.as_deref(), bigquery_grpc_endpoint.as_deref())?;
@@ -143,5 +162,54 @@ pub async fn run(action: LocalAction) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `flexrun local topic-rates`: bucket the topic's message timestamps into rates.
+async fn topic_rates(
+    bootstrap: &str,
+    topic: &str,
+    bucket: std::time::Duration,
+    output: Option<std::path::PathBuf>,
+) -> Result<()> {
+    use flexrun_simulate::traffic::Buckets;
+    use std::sync::{Arc, Mutex};
+    let bucket_ms = bucket.as_millis() as i64;
+    if bucket_ms < 1000 {
+        return Err(usage(format!("--bucket {bucket:?} is too short: expected at least 1s")));
+    }
+    let buckets = Arc::new(Mutex::new(Buckets::new(bucket_ms)));
+    let sink = buckets.clone();
+    let bar = super::ui::progress_bar(0, "reading {bar:40} {pos}/{len} messages ({elapsed})");
+    let b2 = bar.clone();
+    let stats = kafka::history::read_topic(
+        &kafka::Connection::plaintext(bootstrap),
+        topic,
+        move |ts, bytes| sink.lock().expect("buckets").add(ts, bytes),
+        move |read, total| {
+            b2.set_length(total);
+            b2.set_position(read);
+        },
+    )
+    .await?;
+    bar.finish_and_clear();
+    let csv = buckets.lock().expect("buckets").to_csv();
+    let rows = csv.lines().count().saturating_sub(1);
+    match &output {
+        Some(p) => std::fs::write(p, &csv).with_context(|| format!("cannot write --output {}", p.display()))?,
+        None => print!("{csv}"),
+    }
+    let mean = flexrun_simulate::traffic::Recorded::parse(topic, &csv).ok().and_then(|r| r.mean_message_bytes());
+    eprintln!(
+        "{topic}: {} messages in {rows} buckets of {bucket:?}{}{}",
+        stats.messages,
+        mean.map(|m| format!("; mean message {m:.0} B (give it to simulate as --message-size {m:.0})"))
+            .unwrap_or_default(),
+        if stats.without_timestamp > 0 {
+            format!("; {} without a timestamp were left out", stats.without_timestamp)
+        } else {
+            String::new()
+        }
+    );
     Ok(())
 }

@@ -26,6 +26,7 @@ pub mod local;
 pub mod run;
 pub mod simulate;
 pub mod sizing;
+pub mod sweep;
 pub mod templates;
 pub mod ui;
 pub mod web;

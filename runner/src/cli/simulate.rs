@@ -1,6 +1,6 @@
 //! `flexrun simulate`: flags, building a [`SimConfig`], and printing the result.
 
-use super::flags::{Format, ScalingFlags};
+use super::flags::ScalingFlags;
 use crate::usage;
 use anyhow::Result;
 use clap::Args;
@@ -11,8 +11,21 @@ use flexrun_simulate::{MessageSize, Profile, Workload};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Output format of `flexrun simulate`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
+pub enum SimFormat {
+    /// Human-readable.
+    Table,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+    /// CSV: the time series of one run, or one row per configuration of a sweep.
+    Csv,
+}
+
 /// `flexrun simulate --template kafka-to-bq ...`
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     /// The template to simulate (kafka-to-bq).
     #[arg(long, default_value = "kafka-to-bq")]
@@ -42,7 +55,11 @@ pub struct SimulateArgs {
     /// Load profile: constant, steps:0=1,1h=2, ramp:from=..,to=..,start=..,end=.., sine:amplitude=..,period=.., spikes:every=..,length=..,height=..
     #[arg(long, default_value = "constant", conflicts_with = "profile_file", value_parser = |s: &str| Profile::parse(s).map_err(|e| e.to_string()))]
     pub profile: Profile,
-    /// The load profile as a YAML file ({kind: steps, steps: [{at: 0s, multiplier: 1}, ...]}).
+    /// The load profile as a YAML file ({kind: steps, steps: [{at: 0s, multiplier: 1}, ...]}),
+    /// or recorded traffic as a CSV of timestamp,records_per_s rows (as `flexrun local
+    /// topic-rates` writes, or a rate exported from Prometheus): replayed from its first
+    /// row and repeated after its span. Without --qps or --rate the CSV's own rates are
+    /// simulated; with them, its shape is scaled to that mean.
     #[arg(long)]
     pub profile_file: Option<PathBuf>,
     /// Relative noise of the input rate (0 for a perfectly flat input).
@@ -63,16 +80,31 @@ pub struct SimulateArgs {
     /// Random seed (input noise and latency samples): the same inputs and seed give the same output.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output format of the summary.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    /// Output format: table, json, yaml or csv.
+    #[arg(long, value_enum, default_value_t = SimFormat::Table)]
+    pub format: SimFormat,
+    /// Vary a setting: KEY=V1,V2,... (repeat for more keys; every combination runs, in
+    /// parallel). Keys: worker-machine-type, worker-utilization-hint, autoscaling-policy
+    /// (dataflow, ds2, none), num-workers, min-num-workers, max-workers, partitions,
+    /// streams, mode (exactly-once, at-least-once), message-size (separate values with
+    /// ';' when they hold commas), triggering-frequency, autoscaling-interval.
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    pub sweep: Vec<String>,
+    /// With --sweep: pick the cheapest configuration whose p99 latency (including the
+    /// wait in Kafka) is within this (e.g. 2s, 800ms).
+    #[arg(long, requires = "sweep", value_parser = parse_duration)]
+    pub p99_limit: Option<Duration>,
+    /// Template parameters a sweep sets, over those in --parameters.
+    #[arg(skip)]
+    pub overrides: Vec<(String, String)>,
     /// Write the time series as CSV.
     #[arg(long)]
     pub series: Option<PathBuf>,
     /// Seconds per series row.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub series_interval: Duration,
-    /// Draw workers, CPU and latency over time (SVG).
+    /// Draw workers, CPU and latency over time (SVG); with --sweep, cost against p99
+    /// with the Pareto front.
     #[arg(long)]
     pub plot: Option<PathBuf>,
 }
@@ -104,6 +136,10 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
     for p in &a.parameters {
         pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
     }
+    for (k, v) in &a.overrides {
+        pairs.retain(|(n, _)| n != k);
+        pairs.push((k.clone(), v.clone()));
+    }
     // Where to read and write does not change a simulation; fill them in if left out.
     for (k, v) in [
         ("readBootstrapServerAndTopic", "simulated:9092;simulated"),
@@ -132,6 +168,21 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
         streams,
         triggering_s,
     })
+}
+
+/// The load profile: `--profile`, or `--profile-file` as YAML, or as a CSV of
+/// timestamped rates when its name ends in `.csv`.
+fn profile(a: &SimulateArgs) -> Result<Profile> {
+    let Some(p) = &a.profile_file else {
+        return Ok(a.profile.clone());
+    };
+    let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--profile-file {}: {e}", p.display())))?;
+    let name = p.display().to_string();
+    if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+        let r = flexrun_simulate::traffic::Recorded::parse(&name, &text).map_err(|e| usage(e.to_string()))?;
+        return Ok(Profile::Recorded(std::sync::Arc::new(r)));
+    }
+    Profile::from_yaml(&name, &text).map_err(|e| usage(e.to_string()))
 }
 
 /// Build the configuration from the flags (every problem is a usage error).
@@ -165,20 +216,19 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         Some(Rate::MessagesPerSecond(r)) => CpuCost::messages_per_s(r),
         None => CpuCost::from_baseline(b, base_vcpus),
     };
-    let base_records_per_s = match (a.qps, a.rate) {
-        (Some(q), None) => q,
-        (None, Some(r)) => r.bytes_per_second(mean) / mean,
-        (None, None) => {
-            return Err(usage("flexrun simulate needs the input: --qps N (messages/s) or --rate RATE (e.g. 1GiB/s)"))
-        }
-        (Some(_), Some(_)) => unreachable!("clap rejects --qps with --rate"),
+    let profile = profile(a)?;
+    let recorded_mean = match &profile {
+        Profile::Recorded(r) => Some(r.mean_rate()),
+        _ => None,
     };
-    let profile = match &a.profile_file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--profile-file {}: {e}", p.display())))?;
-            Profile::from_yaml(&p.display().to_string(), &text).map_err(|e| usage(e.to_string()))?
+    let base_records_per_s = match (a.qps, a.rate, recorded_mean) {
+        (Some(q), None, _) => q,
+        (None, Some(r), _) => r.bytes_per_second(mean) / mean,
+        (None, None, Some(m)) => m,
+        (None, None, None) => {
+            return Err(usage("flexrun simulate needs the input: --qps N (messages/s), --rate RATE (e.g. 1GiB/s) or a traffic CSV as --profile-file"))
         }
-        None => a.profile.clone(),
+        (Some(_), Some(_), _) => unreachable!("clap rejects --qps with --rate"),
     };
     let duration_s = a.duration.as_secs_f64();
     if duration_s < 60.0 {
@@ -209,7 +259,7 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         triggering_s: t.triggering_s,
         startup_s: a.startup.as_secs_f64(),
         warm_up_s,
-        secu_per_hour_per_mib_s: b.secu_per_hour / b.throughput_mib_s,
+        secu_per_hour_per_mib_s: b.secu_per_hour / b.input_mib_s(),
         latency: flexrun_simulate::LatencyModel::default(),
         seed: a.seed,
         series_interval_s,
@@ -219,6 +269,9 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
 
 /// Run `flexrun simulate`.
 pub fn run(a: &SimulateArgs) -> Result<()> {
+    if !a.sweep.is_empty() {
+        return super::sweep::run(a);
+    }
     let cfg = config(a)?;
     let bar = super::ui::progress_bar(
         cfg.workload.duration_s as u64,
@@ -238,9 +291,10 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
         flexrun_simulate::report::write_plot_svg(p, &title, &report.series).map_err(|e| anyhow::anyhow!(e))?;
     }
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
-        Format::Table => print_table(&cfg, &report, wall, a.baseline.is_none() && a.vcpu_capacity.is_none()),
+        SimFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        SimFormat::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        SimFormat::Csv => flexrun_simulate::report::write_series(&mut std::io::stdout().lock(), &report.series)?,
+        SimFormat::Table => print_table(&cfg, &report, wall, a.baseline.is_none() && a.vcpu_capacity.is_none()),
     }
     Ok(())
 }

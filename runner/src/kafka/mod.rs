@@ -12,6 +12,7 @@
 //! - [`acks`]: [`AckContext`], the one producer context: counts acknowledgements and
 //!   failures, and times them when messages carry their creation time.
 //! - [`admin`]: topic creation for the local stack, tests and the demo.
+//! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
 //!
 //! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
 //! protocol: the job's checkpoint, not the group, is the source of truth for where
@@ -22,6 +23,7 @@
 pub mod acks;
 pub mod admin;
 pub mod connection;
+pub mod history;
 pub mod metadata;
 pub mod source;
 

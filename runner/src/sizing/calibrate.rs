@@ -219,16 +219,14 @@ pub fn baseline(main: &[Measurement], split: &BTreeMap<&'static str, (f64, f64)>
         .map(|m| {
             // SECU is Streaming Engine's, not measurable here: Google's published SECU per
             // MiB/s for the mode, scaled to this throughput.
-            let secu_rate = google
-                .baselines
-                .iter()
-                .find(|b| b.mode == m.mode)
-                .map_or(0.0, |b| b.secu_per_hour / b.throughput_mib_s);
+            let secu_rate =
+                google.baselines.iter().find(|b| b.mode == m.mode).map_or(0.0, |b| b.secu_per_hour / b.input_mib_s());
             let throughput = m.mib_per_core_s * info.target_cpu;
             let s = split.get(m.mode.as_str());
             Baseline {
                 mode: m.mode,
                 throughput_mib_s: throughput,
+                input_mib_s: None,
                 workers: 1.0,
                 mean_cpu: info.target_cpu,
                 secu_per_hour: secu_rate * throughput,
