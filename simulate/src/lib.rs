@@ -126,6 +126,35 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// A simulation with Google's published figures as the capacity and SECU rate
+    /// (`flexrun_estimator::google_kafka_to_bq`) and this module's defaults for the rest
+    /// (5 s triggering, 90 s start-up, a quarter of the run as warm-up, seed 1): what the
+    /// web page's sweep runs. `streams` 0 means one per vCPU of the largest pool.
+    pub fn google(workload: Workload, mode: Mode, pool: ScalingConfig, machine_type: &str, streams: f64) -> SimConfig {
+        let file = flexrun_estimator::google_kafka_to_bq();
+        let b = file.for_mode("google", mode).expect("Google's file has both modes").clone();
+        let base_vcpus =
+            flexrun_estimator::Pricing::us_central1().machine_types.get(&file.machine_type).map_or(2.0, |m| m.vcpus);
+        let streams = if streams > 0.0 { streams } else { pool.max_workers as f64 * pool.vcpus_per_worker };
+        let duration_s = workload.duration_s;
+        SimConfig {
+            workload,
+            mode,
+            pool,
+            machine_type: machine_type.into(),
+            cost: CpuCost::from_baseline(&b, base_vcpus),
+            streams,
+            triggering_s: 5.0,
+            startup_s: DEFAULT_STARTUP_S,
+            warm_up_s: Self::default_warm_up_s(duration_s),
+            secu_per_hour_per_mib_s: b.secu_per_hour / b.input_mib_s(),
+            latency: LatencyModel::default(),
+            seed: 1,
+            series_interval_s: DEFAULT_SERIES_INTERVAL_S,
+            record_snapshots: false,
+        }
+    }
+
     /// Whether the job writes exactly-once.
     pub fn exactly_once(&self) -> bool {
         self.mode == Mode::ExactlyOnce

@@ -149,3 +149,109 @@ pub async fn job_metrics(
         status: StatusCode::NOT_FOUND,
     })
 }
+
+/// The settings the simulate view sweeps: machine types × utilization hints × policies.
+pub const SWEEP_MACHINES: [&str; 3] = ["e2-standard-2", "e2-standard-4", "e2-standard-8"];
+/// Utilization hints the simulate view sweeps.
+pub const SWEEP_HINTS: [f64; 3] = [0.5, 0.65, 0.8];
+/// Autoscaling policies the simulate view sweeps.
+pub const SWEEP_POLICIES: [&str; 2] = ["dataflow", "ds2"];
+
+/// `/api/simulate`'s answer: one row per configuration, the front marked, and the
+/// cheapest within the p99 limit.
+#[derive(Debug, Serialize)]
+pub struct SimulateResponse {
+    /// The rows, in sweep order.
+    pub configurations: Vec<flexrun_simulate::sweep::SweepRow>,
+    /// The p99 limit, ms.
+    pub p99_limit_ms: f64,
+    /// Index of the cheapest row within the limit.
+    pub chosen: Option<usize>,
+    /// Virtual hours per configuration.
+    pub hours: f64,
+}
+
+/// Parse the simulate query (`throughput`, `message_size`, `mode`, `partitions`,
+/// `p99_limit`, `profile`, `hours`, `streams`) into the sweep's candidates.
+pub fn sweep_from_query(
+    q: &HashMap<String, String>,
+) -> Result<(Vec<flexrun_simulate::sweep::Candidate>, f64), ApiError> {
+    use flexrun_simulate::{MessageSize, Profile, SimConfig, Workload};
+    let known = ["throughput", "message_size", "mode", "partitions", "p99_limit", "profile", "hours", "streams"];
+    if let Some(k) = q.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ApiError::bad(k, format!("unknown field {k:?}; expected one of {}", known.join(", "))));
+    }
+    let get = |k: &str| q.get(k).map(String::as_str).map(str::trim).filter(|s| !s.is_empty());
+    let rate = est::Rate::parse(get("throughput").unwrap_or(""))
+        .map_err(|e| ApiError::bad("throughput", format!("{e} (e.g. 100MiB/s or 5000msg/s)")))?;
+    let message = MessageSize::parse(get("message_size").unwrap_or("1KiB"))
+        .map_err(|e| ApiError::bad("message_size", e.to_string()))?;
+    let mode = get("mode").unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
+    let partitions = match get("partitions").unwrap_or("1000").parse::<u32>() {
+        Ok(n) if (1..=100_000).contains(&n) => n,
+        _ => return Err(ApiError::bad("partitions", "expected a whole number from 1 to 100000")),
+    };
+    let limit = est::parse_duration(get("p99_limit").unwrap_or("10s")).map_err(|e| ApiError::bad("p99_limit", e))?;
+    let profile =
+        Profile::parse(get("profile").unwrap_or("constant")).map_err(|e| ApiError::bad("profile", e.to_string()))?;
+    let hours = match get("hours").unwrap_or("6").parse::<f64>() {
+        Ok(h) if (1.0..=48.0).contains(&h) => h,
+        _ => return Err(ApiError::bad("hours", "expected virtual hours from 1 to 48")),
+    };
+    // 400, as in the published benchmark's command; exactly-once batches fill per stream.
+    let streams = match get("streams").unwrap_or("400").parse::<u32>() {
+        Ok(n) if (1..=10_000).contains(&n) => n as f64,
+        _ => return Err(ApiError::bad("streams", "expected numStorageWriteApiStreams from 1 to 10000")),
+    };
+    let mean = message.mean();
+    let workload = Workload {
+        base_records_per_s: rate.bytes_per_second(mean) / mean,
+        message,
+        partitions,
+        duration_s: hours * 3600.0,
+        profile,
+        noise: flexrun_simulate::DEFAULT_NOISE,
+    };
+    let pricing = est::Pricing::us_central1();
+    let mut out = Vec::new();
+    for machine in SWEEP_MACHINES {
+        for hint in SWEEP_HINTS {
+            for policy in SWEEP_POLICIES {
+                let pool = flexrun_autoscaler::ScalingConfig {
+                    max_workers: 1000,
+                    utilization_hint: hint,
+                    policy: policy.parse().expect("a known policy"),
+                    vcpus_per_worker: pricing.machine_types[machine].vcpus,
+                    ..Default::default()
+                };
+                let settings = vec![
+                    ("machine type".to_string(), machine.to_string()),
+                    ("utilization hint".to_string(), hint.to_string()),
+                    ("policy".to_string(), policy.to_string()),
+                ];
+                out.push(flexrun_simulate::sweep::Candidate {
+                    settings,
+                    config: SimConfig::google(workload.clone(), mode, pool, machine, streams),
+                });
+            }
+        }
+    }
+    Ok((out, limit.as_secs_f64() * 1000.0))
+}
+
+/// `GET /api/simulate?throughput=100MiB/s&...`: a small sweep in virtual time, on a
+/// blocking thread (it keeps the cores busy for a second or two).
+pub async fn simulate(Query(q): Query<HashMap<String, String>>) -> Result<Json<SimulateResponse>, ApiError> {
+    let (cands, limit) = sweep_from_query(&q)?;
+    let hours = cands.first().map_or(0.0, |c| c.config.workload.duration_s / 3600.0);
+    let rows =
+        tokio::task::spawn_blocking(move || flexrun_simulate::sweep::run(&cands, &|_| {})).await.map_err(|e| {
+            ApiError {
+                field: "".into(),
+                error: format!("the simulation failed: {e}"),
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        })?;
+    let chosen = flexrun_simulate::sweep::cheapest_within(&rows, limit);
+    Ok(Json(SimulateResponse { configurations: rows, p99_limit_ms: limit, chosen, hours }))
+}

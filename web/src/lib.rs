@@ -4,7 +4,8 @@
 //! Layout:
 //! - [`state`]: the [`JobRegistry`] a running job publishes its time series and
 //!   autoscaling decisions to.
-//! - [`api`]: `/api/estimate` (pure, on `flexrun-estimator`), `/api/jobs`,
+//! - [`api`]: `/api/estimate` (pure, on `flexrun-estimator`), `/api/simulate` (a small
+//!   sweep on `flexrun-simulate`: cost against p99 and its Pareto front), `/api/jobs`,
 //!   `/api/jobs/{id}/metrics`; bad input is a 400 naming the field.
 //! - [`metrics`]: `/metrics` with Dataflow's metric names.
 //! - [`pages`]: the HTML pages; charts use uPlot, shipped inside the binary
@@ -29,7 +30,9 @@ pub fn router(jobs: JobRegistry) -> Router {
         .route("/estimate", get(pages::estimate_page))
         .route("/jobs", get(pages::jobs_page))
         .route("/jobs/{id}", get(pages::job_page))
+        .route("/simulate", get(pages::simulate_page))
         .route("/api/estimate", get(api::estimate))
+        .route("/api/simulate", get(api::simulate))
         .route("/api/jobs", get(api::jobs))
         .route("/api/jobs/{id}/metrics", get(api::job_metrics))
         .route(

@@ -27,7 +27,7 @@ fn layout(title: &str, body: &str, script: &str) -> Html<String> {
     Html(format!(
         r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title} · flexrun</title>
 <link rel="stylesheet" href="/assets/uplot.css"><style>{STYLE}</style><script src="/assets/uplot.js"></script></head>
-<body><nav><a href="/estimate">Cost estimate</a><a href="/jobs">Jobs</a><a href="/metrics">Prometheus metrics</a></nav>
+<body><nav><a href="/estimate">Cost estimate</a><a href="/simulate">Simulate</a><a href="/jobs">Jobs</a><a href="/metrics">Prometheus metrics</a></nav>
 <h1>{title}</h1>{body}<script>{script}</script></body></html>"##
     ))
 }
@@ -49,6 +49,7 @@ pub async fn estimate_page() -> Html<String> {
 </form>
 <div id="error" class="error" role="alert"></div>
 <div id="result"></div>
+<p><a id="simulate-link" href="/simulate">Simulate this pipeline: cost against p99 for machine types, utilization hints and policies →</a></p>
 <h2>Cost and workers against throughput</h2><div id="chart"></div>"##,
         r##"
 const $ = id => document.getElementById(id);
@@ -73,6 +74,9 @@ async function run(ev) {
   for (const n of e.notes) h += `<p class="note">${n}</p>`;
   $("result").innerHTML = h;
   document.body.dataset.result = "ok";
+  const sq = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value, mode: $("mode").value, submit: "1"});
+  if ($("message_size").value.trim()) sq.set("message_size", $("message_size").value.trim());
+  $("simulate-link").href = "/simulate?" + sq;
   const xs = j.curve.map(c => c.throughput_mib_s), cost = j.curve.map(c => c.per_hour), workers = j.curve.map(c => c.workers);
   if (chart) chart.destroy();
   chart = new uPlot({width: 720, height: 300, scales: {x: {time: false}},
@@ -80,6 +84,78 @@ async function run(ev) {
     series: [{label: "MiB/s"}, {label: "$/hour", scale: "$", stroke: "#2a6fdb", width: 2}, {label: "workers", scale: "w", stroke: "#e07b00", width: 2, paths: uPlot.paths.stepped({align: 1})}]},
     [xs, cost, workers], $("chart"));
   document.body.dataset.chartDrawn = $("chart").querySelector("canvas") ? "1" : "0";
+}
+$("f").addEventListener("submit", run);
+if (params.get("submit") === "1") $("f").requestSubmit();
+"##,
+    )
+}
+
+/// `/simulate`: a small what-if sweep for a throughput (machine types × utilization
+/// hints × policies, simulated in virtual time), as a table and a chart of cost against
+/// p99 with the Pareto front and the cheapest configuration within the p99 limit.
+pub async fn simulate_page() -> Html<String> {
+    layout(
+        "Simulate: cost against p99",
+        r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see the README for what is calibrated and what is predicted). p99 includes the wait in Kafka.</p>
+<form id="f">
+<label for="throughput">Throughput</label><input id="throughput" name="throughput" value="100MiB/s" size="12" required>
+<label for="message_size">Message size</label><input id="message_size" name="message_size" value="1KiB">
+<label for="mode">Mode</label><select id="mode" name="mode"><option>exactly-once</option><option>at-least-once</option></select>
+<label for="partitions">Kafka partitions</label><input id="partitions" name="partitions" value="1000">
+<label for="streams">Storage Write streams</label><input id="streams" name="streams" value="400">
+<label for="p99_limit">p99 limit</label><input id="p99_limit" name="p99_limit" value="10s">
+<label for="profile">Load profile</label><input id="profile" name="profile" value="sine:amplitude=0.3,period=6h">
+<label for="hours">Virtual hours</label><input id="hours" name="hours" value="6">
+<span></span><button id="go" type="submit">Simulate</button>
+</form>
+<div id="error" class="error" role="alert"></div>
+<p id="summary"></p>
+<div id="front"></div>
+<table id="rows"></table>"##,
+        r##"
+const $ = id => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const fields = ["throughput","message_size","mode","partitions","streams","p99_limit","profile","hours"];
+for (const k of fields) if (params.has(k)) $(k).value = params.get(k);
+function chart(rows, limit, chosen) {
+  const W = 720, H = 360, L = 70, B = 40, xs = rows.map(r => Math.log10(Math.max(r.p99_ms, 1))), ys = rows.map(r => r.cost_per_month);
+  const x0 = Math.min(...xs, Math.log10(limit)) - 0.1, x1 = Math.max(...xs, Math.log10(limit)) + 0.1, y1 = Math.max(...ys) * 1.1;
+  const px = x => L + (x - x0) / (x1 - x0) * (W - L - 10), py = y => H - B - y / y1 * (H - B - 10);
+  let s = `<svg id="front-chart" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg" font-size="12">`;
+  s += `<line x1="${L}" y1="${H-B}" x2="${W-10}" y2="${H-B}" stroke="#333"/><line x1="${L}" y1="10" x2="${L}" y2="${H-B}" stroke="#333"/>`;
+  s += `<text x="${W/2}" y="${H-8}" text-anchor="middle">p99 latency incl. Kafka wait (ms, log scale)</text>`;
+  s += `<text x="14" y="${H/2}" transform="rotate(-90 14 ${H/2})" text-anchor="middle">USD per month</text>`;
+  for (let e = Math.ceil(x0); e <= x1; e++) s += `<text x="${px(e)}" y="${H-B+14}" text-anchor="middle">${10**e}</text>`;
+  for (let k = 0; k <= 4; k++) s += `<text x="${L-4}" y="${py(y1*k/5)+4}" text-anchor="end">${Math.round(y1*k/5)}</text>`;
+  s += `<line class="limit" x1="${px(Math.log10(limit))}" y1="10" x2="${px(Math.log10(limit))}" y2="${H-B}" stroke="#888" stroke-dasharray="4"/>`;
+  const front = rows.map((r, i) => [xs[i], ys[i], r.pareto]).filter(p => p[2]).sort((a, b) => a[0] - b[0]);
+  s += `<polyline fill="none" stroke="#d33" stroke-width="2" points="${front.map(p => px(p[0]) + "," + py(p[1])).join(" ")}"/>`;
+  rows.forEach((r, i) => {
+    const c = i === chosen ? "#1a9e3a" : r.pareto ? "#d33" : "#2a6fdb";
+    s += `<circle class="${r.pareto ? "pareto" : "point"}" cx="${px(xs[i])}" cy="${py(ys[i])}" r="${i === chosen ? 8 : 5}" fill="${c}"><title>${r.settings.map(x => x.key + "=" + x.value).join(" ")}</title></circle>`;
+  });
+  return s + "</svg>";
+}
+async function run(ev) {
+  if (ev) ev.preventDefault();
+  $("error").textContent = ""; $("summary").textContent = "simulating…";
+  const q = new URLSearchParams();
+  for (const k of fields) if ($(k).value.trim()) q.set(k, $(k).value.trim());
+  const r = await fetch("/api/simulate?" + q);
+  const j = await r.json();
+  if (!r.ok) { $("error").textContent = j.field + ": " + j.error; $("summary").textContent = ""; document.body.dataset.result = "error"; return; }
+  const rows = j.configurations, f = (x, d) => Number(x).toFixed(d);
+  const c = j.chosen === null ? null : rows[j.chosen];
+  $("summary").innerHTML = c
+    ? `Cheapest with p99 ≤ ${f(j.p99_limit_ms,0)} ms: <b id="chosen">${c.settings.map(x => x.value).join(", ")}</b> at <b>$${f(c.cost_per_month,0)}</b> per month (${rows.length} configurations × ${j.hours} h).`
+    : `No configuration has p99 ≤ ${f(j.p99_limit_ms,0)} ms (${rows.length} configurations × ${j.hours} h).`;
+  $("front").innerHTML = chart(rows, j.p99_limit_ms, j.chosen);
+  let h = `<tr><th>front</th>${rows[0].settings.map(x => `<th>${x.key}</th>`).join("")}<th>$/month</th><th>workers</th><th>CPU</th><th>p50 ms</th><th>p99 ms</th><th>backlog peak MiB</th><th>bottleneck</th></tr>`;
+  rows.forEach((r, i) => h += `<tr class="${r.pareto ? "pareto" : ""}"><td>${i === j.chosen ? "→" : r.pareto ? "*" : ""}</td>${r.settings.map(x => `<td>${x.value}</td>`).join("")}<td>${f(r.cost_per_month,0)}</td><td>${f(r.workers_mean,1)}</td><td>${f(r.mean_cpu*100,0)}%</td><td>${f(r.p50_ms,0)}</td><td>${f(r.p99_ms,0)}</td><td>${f(r.backlog_peak_mib,1)}</td><td>${r.bottleneck}</td></tr>`);
+  $("rows").innerHTML = h;
+  document.body.dataset.result = "ok";
+  document.body.dataset.frontDrawn = document.querySelectorAll("#front-chart circle.pareto").length > 0 ? "1" : "0";
 }
 $("f").addEventListener("submit", run);
 if (params.get("submit") === "1") $("f").requestSubmit();

@@ -112,6 +112,25 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     assert!(dom.contains(r#"<b id="per_hour">$1.69</b>"#), "the itemised total");
     assert!(dom.contains("Streaming Engine compute units"));
     assert!(dom.contains(r#"data-chart-drawn="1""#), "the cost chart drew");
+    assert!(
+        dom.contains(r#"href="/simulate?throughput=100MiB%2Fs&amp;mode=exactly-once&amp;submit=1""#),
+        "the simulate link carries the form:\n{dom}"
+    );
+
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || {
+            render(
+                &format!("{base}/simulate?throughput=100MiB/s&mode=exactly-once&hours=2&p99_limit=10s&submit=1"),
+                "simulate.png",
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains(r#"data-result="ok""#), "the sweep ran and answered:\n{dom}");
+    assert!(dom.contains(r#"data-front-drawn="1""#), "the front was drawn");
+    assert!(dom.contains("Cheapest with p99") || dom.contains("No configuration has p99"), "{dom}");
 
     let dom = tokio::task::spawn_blocking({
         let base = base.clone();

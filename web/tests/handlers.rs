@@ -148,3 +148,58 @@ fn regex_lite_names(d: &serde_json::Value) -> Vec<String> {
     }
     out
 }
+
+#[tokio::test]
+async fn simulate_api_sweeps_and_marks_the_front_and_the_choice() {
+    let jobs = JobRegistry::default();
+    let q =
+        "throughput=20MiB/s&mode=at-least-once&partitions=64&hours=2&p99_limit=3s&profile=sine:amplitude=0.3,period=1h";
+    let (s, body) = get(&jobs, &format!("/api/simulate?{q}")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows = j["configurations"].as_array().unwrap();
+    assert_eq!(rows.len(), 3 * 3 * 2, "machine types × hints × policies");
+    let pt = |r: &serde_json::Value| (r["cost_per_month"].as_f64().unwrap(), r["p99_ms"].as_f64().unwrap());
+    for r in rows {
+        let (c, l) = pt(r);
+        let dominated = rows.iter().map(pt).any(|(oc, ol)| oc <= c && ol <= l && (oc < c || ol < l));
+        assert_eq!(r["pareto"].as_bool().unwrap(), !dominated, "{r}");
+    }
+    assert_eq!(j["p99_limit_ms"], 3000.0);
+    if let Some(i) = j["chosen"].as_u64() {
+        let (cost, p99) = pt(&rows[i as usize]);
+        assert!(p99 <= 3000.0);
+        assert!(rows.iter().map(pt).filter(|(_, l)| *l <= 3000.0).all(|(c, _)| c >= cost));
+    } else {
+        assert!(rows.iter().map(pt).all(|(_, l)| l > 3000.0), "{body}");
+    }
+    let (again, _) = get(&jobs, &format!("/api/simulate?{q}")).await;
+    assert_eq!(again, StatusCode::OK);
+    for (q, field) in [
+        ("throughput=lots", "throughput"),
+        ("throughput=1MiB/s&message_size=huge", "message_size"),
+        ("throughput=1MiB/s&mode=twice", "mode"),
+        ("throughput=1MiB/s&partitions=0", "partitions"),
+        ("throughput=1MiB/s&p99_limit=soon", "p99_limit"),
+        ("throughput=1MiB/s&profile=zigzag", "profile"),
+        ("throughput=1MiB/s&hours=1000", "hours"),
+        ("throughput=1MiB/s&streams=0", "streams"),
+        ("throughput=1MiB/s&colour=red", "colour"),
+    ] {
+        let (s, body) = get(&jobs, &format!("/api/simulate?{q}")).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {body}");
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(j["field"], field, "{q}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn the_cost_page_links_to_the_simulate_view() {
+    let jobs = JobRegistry::default();
+    let (s, page) = get(&jobs, "/estimate").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(page.contains(r#"id="simulate-link""#) && page.contains(r#""/simulate?" + sq"#), "{page}");
+    let (s, page) = get(&jobs, "/simulate").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(page.contains("/api/simulate?") && page.contains(r#"id="p99_limit""#), "{page}");
+}
