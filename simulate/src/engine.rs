@@ -5,7 +5,8 @@
 //! Flows, not messages: every step of `STEP_S` virtual seconds moves a number of
 //! records (a real number) from each partition's backlog through its worker. Per step
 //! the cost is one pass over the partitions, so a day at 1,000 partitions is about
-//! 86 million small updates, whatever the message rate.
+//! 86 million small updates, whatever the message rate; a step with no backlog where
+//! every worker keeps up costs one pass over the workers instead (see `serve`).
 //!
 //! Events on top of the steps: an autoscaler decision every `--autoscaling-interval`
 //! (skipped while a resize is in progress, as the live pool blocks on a resize), new

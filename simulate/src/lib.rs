@@ -4,11 +4,12 @@
 //! # What comes from where
 //! From Google's publication (seed 001, `estimator/data/google-kafka-to-bq-e2-standard-2.yaml`):
 //! - **the per-worker capacity**: published throughput ÷ (workers × mean CPU), i.e. what one
-//!   e2-standard-2 worker carries at 100% CPU (22.7 MiB/s exactly-once, 25.2 MiB/s
-//!   at-least-once). This is the only calibration input for workers and CPU; the worker
+//!   e2-standard-2 worker carries at 100% CPU (22.1 MiB/s exactly-once, 24.6 MiB/s
+//!   at-least-once, with the input taken as 1,000,000 msg/s × 1 KiB = 976.6 MiB/s, the
+//!   baseline's `input_mib_s`). This is the only calibration input for workers and CPU; the worker
 //!   count and CPU the simulation reports come out of the autoscaler's decisions. A
 //!   locally measured baseline (`flexrun calibrate`) or `--vcpu-capacity` replaces it.
-//! - **SECU per MiB/s** (58 SECU/h at 1000 MiB/s exactly-once, 0 at-least-once), scaled
+//! - **SECU per MiB/s** (58 SECU/h at 976.6 MiB/s exactly-once, 0 at-least-once), scaled
 //!   linearly with the simulated throughput, as Google's sizing rule does.
 //! - the template's settings: `numStorageWriteApiStreams` (400 in the benchmark, from
 //!   `--parameters`), the 5 s triggering frequency, Beam's 2 MiB append threshold.

@@ -20,7 +20,7 @@
 
 use super::WriterSchema;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
-use crate::bigquery::schema::{Column, ColumnType, Mode, Schema as BqSchema};
+use crate::bigquery::schema::{field_path, Column, ColumnType, Mode, Schema as BqSchema};
 use crate::kafka_to_bq::transform::RecordError;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
@@ -36,14 +36,6 @@ pub fn encode_record(w: &WriterSchema, table: &BqSchema, v: &Value, out: &mut Ve
     encode_fields(w, table, &rs.fields, fields, "", out)
 }
 
-fn path(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
-}
-
 fn encode_fields(
     w: &WriterSchema,
     table: &BqSchema,
@@ -54,14 +46,14 @@ fn encode_fields(
 ) -> Result<(), RecordError> {
     let mut seen = vec![false; table.columns.len()];
     for (f, (name, v)) in schema_fields.iter().zip(values) {
-        let idx = table.lookup(name).ok_or_else(|| RecordError::UnknownField(path(prefix, name)))?;
+        let idx = table.lookup(name).ok_or_else(|| RecordError::UnknownField(field_path(prefix, name)))?;
         let col = &table.columns[idx];
-        let field = path(prefix, name);
+        let field = field_path(prefix, name);
         seen[idx] |= encode_field(w, col, idx as u32 + 1, &f.schema, v, &field, out)?;
     }
     for (c, s) in table.columns.iter().zip(&seen) {
         if c.mode == Mode::Required && !s {
-            return Err(RecordError::MissingRequired(path(prefix, &c.name)));
+            return Err(RecordError::MissingRequired(field_path(prefix, &c.name)));
         }
     }
     Ok(())
@@ -138,7 +130,7 @@ fn encode_map(
     for (key, value) in entries {
         inner.clear();
         put_bytes(k as u32 + 1, key.as_bytes(), &mut inner);
-        let vf = path(field, "value");
+        let vf = field_path(field, "value");
         encode_field(w, &sub.columns[vi], vi as u32 + 1, value_schema, value, &vf, &mut inner)?;
         put_bytes(tag, &inner, out);
     }

@@ -215,6 +215,16 @@ impl Schema {
     }
 }
 
+/// The dotted path of field `name` inside `prefix` (`""` at the top level), as row
+/// errors name nested fields (`payload.items.sku`).
+pub fn field_path(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use crate::avro::table::KAFKA_KEY_FIELD;
 use crate::avro::wire::AvroDecoder;
 use crate::avro::WriterSchema;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
+use crate::bigquery::schema::field_path;
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
 use crate::udf::{Udf, UdfOutcome};
 use base64::Engine;
@@ -300,14 +301,6 @@ impl Mapper {
     }
 }
 
-fn path(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
-}
-
 fn encode_object(
     schema: &Schema,
     obj: &serde_json::Map<String, Value>,
@@ -316,7 +309,7 @@ fn encode_object(
 ) -> Result<(), RecordError> {
     let mut seen = vec![false; schema.columns.len()];
     for (key, value) in obj {
-        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(path(prefix, key)))?;
+        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(field_path(prefix, key)))?;
         seen[idx] |= encode_field(&schema.columns[idx], idx, value, prefix, out)?;
     }
     check_required(schema, &seen, prefix)
@@ -327,7 +320,7 @@ fn encode_object(
 fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut Vec<u8>) -> Result<(), RecordError> {
     let mut seen = vec![false; schema.columns.len()];
     for (key, raw) in obj {
-        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(path("", key)))?;
+        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(field_path("", key)))?;
         let col = &schema.columns[idx];
         let text = raw.get();
         let stringy = matches!(col.typ, ColumnType::String | ColumnType::StringLike);
@@ -356,7 +349,7 @@ fn plain_string(raw: &str) -> Option<&str> {
 fn check_required(schema: &Schema, seen: &[bool], prefix: &str) -> Result<(), RecordError> {
     for (c, s) in schema.columns.iter().zip(seen) {
         if c.mode == Mode::Required && !s {
-            return Err(RecordError::MissingRequired(path(prefix, &c.name)));
+            return Err(RecordError::MissingRequired(field_path(prefix, &c.name)));
         }
     }
     Ok(())
@@ -372,7 +365,7 @@ fn encode_field(col: &Column, idx: usize, value: &Value, prefix: &str, out: &mut
                 for item in items {
                     if item.is_null() {
                         return Err(RecordError::WrongType {
-                            field: path(prefix, &col.name),
+                            field: field_path(prefix, &col.name),
                             expected: "array elements that are not null".into(),
                             found: "null".into(),
                         });
@@ -382,7 +375,7 @@ fn encode_field(col: &Column, idx: usize, value: &Value, prefix: &str, out: &mut
             }
             (Mode::Repeated, other) => {
                 return Err(RecordError::WrongType {
-                    field: path(prefix, &col.name),
+                    field: field_path(prefix, &col.name),
                     expected: format!("an array of {}", col.type_name),
                     found: kind(other).into(),
                 })
@@ -400,7 +393,7 @@ fn wrong(col: &Column, prefix: &str, expected: &str, v: &Value) -> RecordError {
         _ => kind(v).to_string(),
     };
     RecordError::WrongType {
-        field: path(prefix, &col.name),
+        field: field_path(prefix, &col.name),
         expected: format!("{expected} for {} column", col.type_name),
         found,
     }
@@ -483,7 +476,7 @@ fn encode_scalar(col: &Column, v: &Value, tag: u32, prefix: &str, out: &mut Vec<
             };
             let sub = col.fields.as_ref().expect("RECORD columns carry their fields");
             let mut inner = Vec::with_capacity(64);
-            encode_object(sub, obj, &path(prefix, &col.name), &mut inner)?;
+            encode_object(sub, obj, &field_path(prefix, &col.name), &mut inner)?;
             put_bytes(tag, &inner, out)
         }
     }
