@@ -449,3 +449,134 @@ fn a_bad_avro_schema_file_is_a_bad_parameter() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("cannot read the schema file"), "{}", stderr(&o));
 }
+
+/// Split a shell command as a POSIX shell would for the forms `flexrun export` prints:
+/// words, single quotes (with `'\''`), and backslash-newline continuations.
+fn shell_words(cmd: &str) -> Vec<String> {
+    let (mut words, mut cur, mut any, mut quoted) = (Vec::new(), String::new(), false, false);
+    let mut chars = cmd.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => (quoted, any) = (!quoted, true),
+            '\\' if !quoted => {
+                if let Some(n) = chars.next().filter(|n| *n != '\n') {
+                    cur.push(n);
+                    any = true;
+                }
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(cur);
+    }
+    words
+}
+
+#[test]
+fn export_prints_a_gcloud_command_that_flexrun_reads_back_as_the_same_job() {
+    let params = "readBootstrapServerAndTopic=127.0.0.1:19092;orders,messageFormat=JSON,outputTableSpec=flexrun-local:shop.orders,kafkaReadAuthenticationMode=NONE,useBigQueryDLQ=true,outputDeadletterTable=flexrun-local:shop.dlq,useStorageWriteApiAtLeastOnce=true";
+    let o = flexrun(&[
+        "export",
+        "--template",
+        "kafka-to-bq",
+        "--job-name",
+        "orders to bq",
+        "--parameters",
+        params,
+        "--region",
+        "europe-west1",
+        "--worker-machine-type",
+        "e2-standard-4",
+        "--num-workers",
+        "2",
+        "--throughput",
+        "200MiB/s",
+        "--min-num-workers",
+        "2",
+        "--checkpoint-dir",
+        "/tmp/nowhere",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let words = shell_words(j["gcloud"].as_str().unwrap());
+    assert_eq!(&words[..5], ["gcloud", "dataflow", "flex-template", "run", "orders to bq"]);
+    // Read back by flexrun's own gcloud form (the program name changed).
+    let argv: Vec<&str> = std::iter::once("flexrun").chain(words[1..].iter().map(String::as_str)).collect();
+    use clap::Parser;
+    let cli = flexrun::cli::Cli::try_parse_from(argv).expect("flexrun parses the exported command");
+    let Some(flexrun::cli::Command::Dataflow {
+        group: flexrun::cli::DataflowGroup::FlexTemplate { action: flexrun::cli::FlexTemplateAction::Run(a) },
+    }) = cli.command
+    else {
+        panic!("not the gcloud form");
+    };
+    assert_eq!(a.job_name, "orders to bq");
+    let t = flexrun_templates::find_by_gcs_path(&a.template_file_gcs_location).expect("Google's template path");
+    assert_eq!(t.name, "kafka-to-bq");
+    assert!(a.template_file_gcs_location.starts_with("gs://dataflow-templates-europe-west1/"));
+    let back = flexrun_templates::parse_parameter_list(&a.parameters.join(",")).unwrap();
+    let mut want = flexrun_templates::parse_parameter_list(params).unwrap();
+    for (_, v) in want.iter_mut() {
+        *v = v.replace("127.0.0.1:19092", "KAFKA_BOOTSTRAP_ADDRESS:9092").replace("flexrun-local", "PROJECT_ID");
+    }
+    assert_eq!(back, want, "the same parameters, with placeholders for what is local");
+    flexrun_templates::validate(t, &back).expect("the exported parameters are valid for the template");
+    let s = &a.flags.scaling;
+    assert_eq!(
+        (s.region.as_deref(), s.worker_machine_type.as_deref(), s.num_workers),
+        (Some("europe-west1"), Some("e2-standard-4"), Some(2))
+    );
+    assert!(s.enable_streaming_engine);
+    // --max-workers sized from the estimate: twice the workers for 200 MiB/s at-least-once.
+    let est = flexrun(&[
+        "estimate",
+        "--throughput",
+        "200MiB/s",
+        "--mode",
+        "at-least-once",
+        "--machine-type",
+        "e2-standard-4",
+        "--format",
+        "json",
+    ]);
+    let e: serde_json::Value = serde_json::from_slice(&est.stdout).unwrap();
+    assert_eq!(s.max_workers, Some((e["workers_exact"].as_f64().unwrap() * 2.0).ceil() as u32));
+    // The REST body carries the same job.
+    let body = &j["rest"]["body"]["launchParameter"];
+    assert_eq!(body["environment"]["maxWorkers"].as_u64(), s.max_workers.map(u64::from));
+    for (k, v) in &back {
+        assert_eq!(body["parameters"][k], *v, "{k}");
+    }
+    assert_eq!(
+        j["update_options"],
+        "gcloud dataflow jobs update-options JOB_ID --region=europe-west1 --min-num-workers=2"
+    );
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("KAFKA_BOOTSTRAP_ADDRESS") && notes.contains("left out: --checkpoint-dir"), "{notes}");
+}
+
+#[test]
+fn export_refuses_what_dataflow_cannot_run() {
+    for (args, needle) in [
+        (vec!["export", "--template", "rate-to-stats"], "no template to export it to"),
+        (vec!["export", "--template", "nope"], "nope"),
+        (vec!["export", "--template", "kafka-to-bq", "--parameters", "messageFormat=XML"], "messageFormat"),
+        (vec!["export", "--template", "kafka-to-bq", "--parameters", GOOD, "--throughput", "fast"], "invalid rate"),
+    ] {
+        let o = flexrun(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -13,8 +13,12 @@
 //!   resolved parameters with defaults filled in or a [`ParamError`] that names
 //!   the parameter and the expected form.
 //!
+//! - [`export`]: the same job as a Dataflow launch of Google's template (gcloud command
+//!   and REST body), with local endpoints replaced by placeholders.
+//!
 //! Nothing here connects to anything: validation happens before a job starts.
 
+pub mod export;
 pub mod metadata;
 pub mod params;
 

@@ -6,7 +6,8 @@
 //! flexrun dataflow flex-template run JOB --template-file-gcs-location=gs://dataflow-templates-REGION/latest/flex/Kafka_to_BigQuery_Flex --parameters ...
 //! flexrun templates list | describe NAME
 //! flexrun estimate --throughput 100MiB/s [--baseline FILE]
-//! flexrun simulate --qps 1000000 --max-workers 120 [--series F.csv] [--plot F.svg]
+//! flexrun simulate --qps 1000000 --max-workers 120 [--series F.csv] [--plot F.svg] [--sweep K=V1,V2]
+//! flexrun export --template kafka-to-bq --parameters ... [--throughput 200MiB/s]
 //! flexrun calibrate [--output baseline.yaml]
 //! flexrun capacity --bootstrap-server HOST:PORT --sizes 100,1KiB,4KiB
 //! flexrun web --addr 127.0.0.1:8080
@@ -15,12 +16,14 @@
 //! Bad flags and bad parameters exit with status 2 before anything connects.
 //!
 //! # Layout
-//! One file per subcommand ([`run`], [`templates`], [`estimate`], [`simulate`],
+//! One file per subcommand ([`run`], [`templates`], [`estimate`], [`export`], [`simulate`]
+//! and its [`sweep`],
 //! [`sizing`] for calibrate and capacity, [`web`], [`local`]); [`flags`] holds the flags
 //! the run forms share and the value parsers; [`ui`] the progress bars and signals.
 //! [`dispatch`] maps a parsed command line to its subcommand.
 
 pub mod estimate;
+pub mod export;
 pub mod flags;
 pub mod local;
 pub mod run;
@@ -70,6 +73,8 @@ pub enum Command {
     Estimate(estimate::EstimateArgs),
     /// The same job at cloud scale in virtual time, with the real autoscaler in the loop.
     Simulate(Box<crate::cli::simulate::SimulateArgs>),
+    /// Print the gcloud command and REST body that run the same job on Dataflow.
+    Export(Box<export::ExportArgs>),
     /// Measure what one core of this machine carries through kafka-to-bq's processing path; write a baseline.
     Calibrate(crate::cli::sizing::CalibrateArgs),
     /// Find where a Kafka setup saturates: binary search on the offered rate per message size.
@@ -167,6 +172,7 @@ pub async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Templates { action }) => templates::run(action),
         Some(Command::Local { action }) => local::run(action).await,
         Some(Command::Estimate(a)) => estimate::run(a),
+        Some(Command::Export(a)) => export::run(&a),
         Some(Command::Simulate(a)) => simulate::run(&a),
         Some(Command::Calibrate(a)) => sizing::calibrate_cmd(&a),
         Some(Command::Capacity(a)) => sizing::capacity_cmd(&a).await,

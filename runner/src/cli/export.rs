@@ -1,0 +1,163 @@
+//! `flexrun export`: print the command (and the REST body) that runs the same job on
+//! Dataflow with Google's template, for when it outgrows one machine.
+//!
+//! Takes the same arguments as a run. Template parameters are checked as for a run;
+//! values that point at this machine become placeholders (`flexrun_templates::export`);
+//! flexrun-only flags are named as left out. Without `--max-workers`, `--throughput`
+//! sizes the ceiling from the estimator.
+
+use super::flags::{ErrorFormat, JobFlags, SinkArg};
+use crate::usage;
+use anyhow::Result;
+use clap::Args;
+use flexrun_estimator as est;
+use flexrun_templates::export::{localize, Launch};
+
+/// `flexrun export --template kafka-to-bq --parameters ... [run flags]`
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The template (see `flexrun templates list`).
+    #[arg(long)]
+    pub template: String,
+    /// Template parameters, as for a run.
+    #[arg(long)]
+    pub parameters: Vec<String>,
+    /// The Dataflow job name (default: the template name).
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// Size --max-workers for this input (e.g. 200MiB/s, 50000msg/s) when it is not given:
+    /// twice the estimator's workers, so the job can take a doubling.
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| est::Rate::parse(s).map_err(|e| e.to_string()))]
+    pub throughput: Option<est::Rate>,
+    /// Run flags, as for `flexrun run` (gcloud's are carried over; flexrun's are left out
+    /// and named). `--format json` prints one JSON document.
+    #[command(flatten)]
+    pub flags: JobFlags,
+}
+
+/// Headroom over the estimate when sizing `--max-workers` from `--throughput`.
+pub const MAX_WORKERS_HEADROOM: f64 = 2.0;
+
+/// The flexrun-only flags that are set, to name them as left out.
+fn local_only(f: &JobFlags) -> Vec<&'static str> {
+    let s = &f.scaling;
+    [
+        (f.checkpoint_dir.is_some(), "--checkpoint-dir"),
+        (f.bigquery_endpoint.is_some() || f.bigquery_grpc_endpoint.is_some(), "the BigQuery emulator endpoints"),
+        (f.idle_timeout.is_some(), "--idle-timeout"),
+        (f.worker_capacity.is_some(), "--worker-capacity"),
+        (f.sink != SinkArg::Bigquery, "--sink"),
+        (f.web.is_some(), "--web"),
+        (f.async_progress_tracking, "--async-progress-tracking"),
+        (s.autoscaling_policy != "dataflow", "--autoscaling-policy (Dataflow runs its own)"),
+        (s.autoscaling_time_scale != 1.0, "--autoscaling-time-scale"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect()
+}
+
+/// Build the launch `a` describes (every problem is a usage error).
+pub fn launch(a: &ExportArgs) -> Result<Launch> {
+    let t = flexrun_templates::find(&a.template).ok_or_else(|| super::templates::unknown_template(&a.template))?;
+    if t.google_template_id.is_none() {
+        return Err(usage(format!("{} is flexrun's own template: Dataflow has no template to export it to", t.name)));
+    }
+    let mut pairs = Vec::new();
+    for p in &a.parameters {
+        pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
+    }
+    let resolved = flexrun_templates::validate(t, &pairs).map_err(|e| usage(e.to_string()))?;
+    let pool = a.flags.pool().map_err(usage)?;
+    let (pairs, mut notes) = localize(t, &pairs);
+    let s = &a.flags.scaling;
+    let mut l = Launch::new(
+        t,
+        a.job_name.as_deref().unwrap_or(&t.name),
+        pairs,
+        Vec::new(),
+        s.region.as_deref().unwrap_or("us-central1"),
+    );
+    if let Some(p) = &s.project {
+        l.project = p.clone();
+    }
+    l.machine_type = Some(s.worker_machine_type.clone().unwrap_or_else(|| "e2-standard-2".into()));
+    l.num_workers = s.num_workers;
+    l.max_workers = s.max_workers;
+    l.experiments = s.additional_experiments.clone();
+    l.min_workers = s.min_num_workers;
+    l.utilization_hint = s.worker_utilization_hint;
+    if s.autoscaling_algorithm == "NONE" {
+        let n = pool.num_workers;
+        (l.num_workers, l.max_workers) = (Some(n), Some(n));
+        notes.push(format!(
+            "--autoscaling-algorithm NONE: the pool is fixed at {n} workers by --num-workers = --max-workers"
+        ));
+    }
+    if l.max_workers.is_none() {
+        match a.throughput {
+            Some(rate) => {
+                let at_least_once = if resolved.was_given("useStorageWriteApiAtLeastOnce") {
+                    resolved.flag("useStorageWriteApiAtLeastOnce")
+                } else {
+                    s.at_least_once_experiment()
+                };
+                let mode = if at_least_once { est::Mode::AtLeastOnce } else { est::Mode::ExactlyOnce };
+                let req = est::Request {
+                    throughput_bytes_s: rate.bytes_per_second(1024.0),
+                    mode,
+                    machine_type: l.machine_type.clone().unwrap_or_default(),
+                    commitment: est::Commitment::None,
+                };
+                let name = "google-kafka-to-bq-e2-standard-2.yaml";
+                let e = est::estimate(&req, name, &est::google_kafka_to_bq(), &est::Pricing::us_central1())
+                    .map_err(|e| usage(format!("--throughput: {e}")))?;
+                let max = ((e.workers_exact * MAX_WORKERS_HEADROOM).ceil() as u32).clamp(pool.num_workers.max(1), 1000);
+                l.max_workers = Some(max);
+                notes.push(format!(
+                    "--max-workers={max}: {MAX_WORKERS_HEADROOM}x the {:.1} workers `flexrun estimate` gives for {:.1} MiB/s {}",
+                    e.workers_exact,
+                    e.throughput_mib_s,
+                    mode.as_str()
+                ));
+            }
+            None => notes.push("no --max-workers or --throughput: Dataflow's default ceiling (100) applies".into()),
+        }
+    }
+    let left_out = local_only(&a.flags);
+    if !left_out.is_empty() {
+        notes.push(format!("flexrun-only, left out: {}", left_out.join(", ")));
+    }
+    l.notes = notes;
+    Ok(l)
+}
+
+/// Run `flexrun export`.
+pub fn run(a: &ExportArgs) -> Result<()> {
+    let l = launch(a)?;
+    let update = l.update_options_command();
+    match a.flags.format {
+        ErrorFormat::Json => {
+            let out = serde_json::json!({
+                "gcloud": l.gcloud_command(),
+                "update_options": update,
+                "rest": { "method": "POST", "url": l.rest_url(), "body": l.rest_body() },
+                "notes": l.notes,
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        ErrorFormat::Text => {
+            println!("# Run the same job on Dataflow with Google's template:");
+            println!("{}", l.gcloud_command());
+            if let Some(u) = update {
+                println!("\n# Then, with the JOB_ID gcloud printed (Dataflow takes these on a running job):\n{u}");
+            }
+            println!("\n# Or the REST launch: POST {}", l.rest_url());
+            println!("{}", serde_json::to_string_pretty(&l.rest_body())?);
+            for n in &l.notes {
+                println!("# note: {n}");
+            }
+        }
+    }
+    Ok(())
+}
