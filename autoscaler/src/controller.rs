@@ -58,6 +58,19 @@ impl Controller {
         self.limits.max_parallelism = max_parallelism;
     }
 
+    /// New worker bounds and utilization hint, as `gcloud dataflow jobs update-options`
+    /// sets them on a running job; the next decision uses them. The useful parallelism
+    /// stays. Fails, changing nothing, when the new limits are inconsistent.
+    pub fn set_limits(&mut self, min_workers: u32, max_workers: u32, utilization_hint: f64) -> Result<(), String> {
+        let next = Limits { min_workers, max_workers, utilization_hint, ..self.limits };
+        if min_workers > max_workers {
+            return Err(format!("the minimum ({min_workers}) is above the maximum ({max_workers})"));
+        }
+        next.validate().map_err(|e| e.to_string())?;
+        self.limits = next;
+        Ok(())
+    }
+
     /// The recorded decisions, oldest first.
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
@@ -66,5 +79,21 @@ impl Controller {
     /// The recorded decisions, consuming the controller.
     pub fn into_decisions(self) -> Vec<Decision> {
         self.decisions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_change_in_flight_or_are_refused_whole() {
+        let mut c = Controller::new(&ScalingConfig { max_workers: 4, ..Default::default() }, 8);
+        c.set_limits(2, 6, 0.6).unwrap();
+        let l = *c.limits();
+        assert_eq!((l.min_workers, l.max_workers, l.utilization_hint, l.max_parallelism), (2, 6, 0.6, 8));
+        assert!(c.set_limits(7, 6, 0.6).unwrap_err().contains("above the maximum"));
+        assert!(c.set_limits(1, 6, 0.95).is_err());
+        assert_eq!(*c.limits(), l, "a refused change changes nothing");
     }
 }

@@ -12,6 +12,8 @@
 //! - [`bigquery`]: table refs, endpoints, schema, proto, REST, the Storage Write client
 //!   and a retrying append target.
 //! - [`progress`]: offset and commit logs, asynchronous progress.
+//! - [`control`]: the local control plane: job records and each running job's control
+//!   socket (`flexrun dataflow jobs list|describe|drain|cancel|update-options`).
 //! - Templates, one component each: [`kafka_to_bq`] (config, transform, dead letters,
 //!   shards and the exactly-once protocol, the live worker pool), [`microbatch`]
 //!   (rate-to-stats and kafka-to-kafka) and [`data_generator`]
@@ -32,6 +34,7 @@
 pub mod avro;
 pub mod bigquery;
 pub mod cli;
+pub mod control;
 pub mod data_generator;
 pub mod kafka;
 pub mod kafka_to_bq;

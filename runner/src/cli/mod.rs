@@ -4,6 +4,7 @@
 //! flexrun --template kafka-to-bq --parameters k=v,k=v [run flags]
 //! flexrun run --template kafka-to-bq --parameters ...            (same thing)
 //! flexrun dataflow flex-template run JOB --template-file-gcs-location=gs://dataflow-templates-REGION/latest/flex/Kafka_to_BigQuery_Flex --parameters ...
+//! flexrun dataflow jobs list | describe | show | drain | cancel | update-options JOB
 //! flexrun templates list | describe NAME
 //! flexrun estimate --throughput 100MiB/s [--baseline FILE]
 //! flexrun simulate --qps 1000000 --max-workers 120 [--series F.csv] [--plot F.svg] [--sweep K=V1,V2]
@@ -16,7 +17,7 @@
 //! Bad flags and bad parameters exit with status 2 before anything connects.
 //!
 //! # Layout
-//! One file per subcommand ([`run`], [`templates`], [`estimate`], [`export`], [`simulate`]
+//! One file per subcommand ([`run`], [`jobs`], [`templates`], [`estimate`], [`export`], [`simulate`]
 //! and its [`sweep`],
 //! [`sizing`] for calibrate and capacity, [`web`], [`local`]); [`flags`] holds the flags
 //! the run forms share and the value parsers; [`ui`] the progress bars and signals.
@@ -25,6 +26,7 @@
 pub mod estimate;
 pub mod export;
 pub mod flags;
+pub mod jobs;
 pub mod local;
 pub mod run;
 pub mod simulate;
@@ -56,10 +58,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a template (the same as giving --template without a subcommand).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// gcloud-compatible entry point: `flexrun dataflow flex-template run JOB ...`.
     Dataflow {
-        /// Only `flex-template` exists.
+        /// `flex-template run` or `jobs ...`.
         #[command(subcommand)]
         group: DataflowGroup,
     },
@@ -92,6 +94,12 @@ pub enum Command {
 /// `flexrun dataflow ...`
 #[derive(Debug, Subcommand)]
 pub enum DataflowGroup {
+    /// `flexrun dataflow jobs list|describe|show|drain|cancel|update-options` (local jobs).
+    Jobs {
+        /// What to do.
+        #[command(subcommand)]
+        action: jobs::JobsAction,
+    },
     /// `flexrun dataflow flex-template ...`
     #[command(name = "flex-template")]
     FlexTemplate {
@@ -105,7 +113,7 @@ pub enum DataflowGroup {
 #[derive(Debug, Subcommand)]
 pub enum FlexTemplateAction {
     /// Run a flex template, as `gcloud dataflow flex-template run` does.
-    Run(GcloudRunArgs),
+    Run(Box<GcloudRunArgs>),
 }
 
 /// The arguments of `gcloud dataflow flex-template run`.
@@ -169,6 +177,7 @@ pub async fn dispatch(cli: Cli) -> Result<()> {
             })?;
             run::run_template(template, &a.job_name, &a.parameters, &a.flags).await
         }
+        Some(Command::Dataflow { group: DataflowGroup::Jobs { action } }) => jobs::run(action).await,
         Some(Command::Templates { action }) => templates::run(action),
         Some(Command::Local { action }) => local::run(action).await,
         Some(Command::Estimate(a)) => estimate::run(a),

@@ -115,7 +115,14 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     };
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
-    let report = kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await?;
+    let given: Vec<(String, String)> =
+        resolved.given.iter().map(|k| (k.clone(), resolved.values.get(k).cloned().unwrap_or_default())).collect();
+    let region = flags.scaling.region.as_deref().unwrap_or("us-central1");
+    let control = crate::control::Control::new(cancel_tx.clone(), job_name, "kafka-to-bq", given, region);
+    let result =
+        kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone())).await;
+    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
+    let report = result?;
     println!(
         "kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished",
         job_name,

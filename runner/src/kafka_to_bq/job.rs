@@ -112,6 +112,8 @@ pub struct JobCtx {
     /// Shards processing a batch right now; the job is only idle when this is 0.
     pub busy: AtomicUsize,
     /// The job directory's lock, held for the job's life.
+    /// The control plane's handle, when the job is registered.
+    pub control: Option<Arc<crate::control::Control>>,
     _lock: lock::JobLock,
 }
 
@@ -312,12 +314,16 @@ pub async fn run(
     endpoints: Option<Endpoints>,
     cancel_tx: watch::Sender<bool>,
     web: Option<flexrun_web::JobRegistry>,
+    control: Option<Arc<crate::control::Control>>,
 ) -> Result<RunReport> {
     let started = Instant::now();
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let job_lock = lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    if let Some(c) = &control {
+        c.start(&job_dir)?;
+    }
     let existed = job_dir.join("job.json").exists();
     let dest = super::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
     cfg.table = dest.table.clone();
@@ -373,6 +379,7 @@ pub async fn run(
         positions: std::sync::Mutex::new(BTreeMap::new()),
         last_read_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
         busy: AtomicUsize::new(0),
+        control,
         _lock: job_lock,
     });
 
