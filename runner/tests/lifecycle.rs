@@ -114,6 +114,14 @@ async fn two_jobs_are_listed_scaled_in_flight_drained_cancelled_and_resumed() {
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Started draining"), "{}", text(&o));
     assert_eq!(exit_within(&mut ja, Duration::from_secs(60)), Some(0));
     assert_eq!(state(ck.path(), "life-a").as_deref(), Some("JOB_STATE_DRAINED"));
+    // A registered job exports by id: its template, parameters and name, for Dataflow.
+    let o = flexrun(&["export", &id, "--checkpoint-dir", ck.path().to_str().unwrap(), "--format", "json"]).bounded();
+    let e = json(&o);
+    let body = &e["rest"]["body"]["launchParameter"];
+    assert_eq!(body["jobName"], "life-a");
+    assert!(body["containerSpecGcsPath"].as_str().unwrap().ends_with("/flex/Kafka_to_BigQuery_Flex"));
+    let topic_param = format!("KAFKA_BOOTSTRAP_ADDRESS:9092;{}", a.topic);
+    assert_eq!(body["parameters"]["readBootstrapServerAndTopic"], topic_param.as_str(), "{e:#}");
     let o = jobs(ck.path(), &["drain", "life-a"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("no longer running"), "{}", text(&o));

@@ -13,12 +13,16 @@ use clap::Args;
 use flexrun_estimator as est;
 use flexrun_templates::export::{localize, Launch};
 
-/// `flexrun export --template kafka-to-bq --parameters ... [run flags]`
+/// `flexrun export JOB | --template kafka-to-bq --parameters ... [run flags]`
 #[derive(Debug, Args)]
 pub struct ExportArgs {
+    /// A registered job (id or name, as `flexrun dataflow jobs list` shows): its template,
+    /// parameters and region are exported.
+    #[arg(conflicts_with_all = ["template", "parameters"], required_unless_present = "template")]
+    pub job: Option<String>,
     /// The template (see `flexrun templates list`).
     #[arg(long)]
-    pub template: String,
+    pub template: Option<String>,
     /// Template parameters, as for a run.
     #[arg(long)]
     pub parameters: Vec<String>,
@@ -59,25 +63,33 @@ fn local_only(f: &JobFlags) -> Vec<&'static str> {
 
 /// Build the launch `a` describes (every problem is a usage error).
 pub fn launch(a: &ExportArgs) -> Result<Launch> {
-    let t = flexrun_templates::find(&a.template).ok_or_else(|| super::templates::unknown_template(&a.template))?;
+    let (template, mut pairs, job_name, region) = match &a.job {
+        Some(job) => {
+            let root = a.flags.checkpoint_root();
+            let r = crate::control::record::find(&root, job).ok_or_else(|| {
+                usage(format!(
+                    "no job {job:?} under {}: expected a job id or name that `flexrun dataflow jobs list` shows",
+                    root.display()
+                ))
+            })?;
+            (r.template, r.parameters, Some(r.name), Some(r.region))
+        }
+        None => (a.template.clone().unwrap_or_default(), Vec::new(), None, None),
+    };
+    let t = flexrun_templates::find(&template).ok_or_else(|| super::templates::unknown_template(&template))?;
     if t.google_template_id.is_none() {
         return Err(usage(format!("{} is flexrun's own template: Dataflow has no template to export it to", t.name)));
     }
-    let mut pairs = Vec::new();
     for p in &a.parameters {
         pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
     }
+    let region = a.flags.scaling.region.clone().or(region).unwrap_or_else(|| "us-central1".into());
+    let job_name = a.job_name.clone().or(job_name).unwrap_or_else(|| t.name.clone());
     let resolved = flexrun_templates::validate(t, &pairs).map_err(|e| usage(e.to_string()))?;
     let pool = a.flags.pool().map_err(usage)?;
     let (pairs, mut notes) = localize(t, &pairs);
     let s = &a.flags.scaling;
-    let mut l = Launch::new(
-        t,
-        a.job_name.as_deref().unwrap_or(&t.name),
-        pairs,
-        Vec::new(),
-        s.region.as_deref().unwrap_or("us-central1"),
-    );
+    let mut l = Launch::new(t, &job_name, pairs, Vec::new(), &region);
     if let Some(p) = &s.project {
         l.project = p.clone();
     }
