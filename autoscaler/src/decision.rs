@@ -59,4 +59,30 @@ impl Decision {
     pub fn is_change(&self) -> bool {
         self.to != self.from
     }
+
+    /// Dataflow's AutoscalingEvent type for this decision: `TARGET_NUM_WORKERS_CHANGED`
+    /// or `NO_CHANGE`.
+    pub fn event_type(&self) -> &'static str {
+        if self.is_change() {
+            "TARGET_NUM_WORKERS_CHANGED"
+        } else {
+            "NO_CHANGE"
+        }
+    }
+
+    /// The decision as Dataflow's job log words it. The high-backlog sentence is Google's
+    /// ("Autoscaling: Raised the number of workers to N so that the pipeline can catch up
+    /// with its backlog and keep up with its input rate."); the others take the same form
+    /// with the rationale Dataflow's autoscaling chart shows.
+    pub fn job_log_text(&self) -> String {
+        match (self.rationale, self.to.cmp(&self.from)) {
+            (Rationale::HighBacklog, std::cmp::Ordering::Greater) => format!(
+                "Autoscaling: Raised the number of workers to {} so that the pipeline can catch up with its backlog and keep up with its input rate.",
+                self.to
+            ),
+            (r, std::cmp::Ordering::Greater) => format!("Autoscaling: Raised the number of workers to {} ({}).", self.to, r.as_str()),
+            (r, std::cmp::Ordering::Less) => format!("Autoscaling: Reduced the number of workers to {} ({}).", self.to, r.as_str()),
+            (r, std::cmp::Ordering::Equal) => format!("Autoscaling: no change at {} workers ({}).", self.to, r.as_str()),
+        }
+    }
 }

@@ -255,3 +255,45 @@ pub async fn simulate(Query(q): Query<HashMap<String, String>>) -> Result<Json<S
     let chosen = flexrun_simulate::sweep::cheapest_within(&rows, limit);
     Ok(Json(SimulateResponse { configurations: rows, p99_limit_ms: limit, chosen, hours }))
 }
+
+/// One autoscaling event, shaped like Dataflow's AutoscalingEvent.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct AutoscalingEvent {
+    /// Seconds since the job started.
+    pub t_s: f64,
+    /// `TARGET_NUM_WORKERS_CHANGED` or `NO_CHANGE`.
+    pub event_type: String,
+    /// Workers before.
+    pub current_num_workers: u32,
+    /// Workers wanted.
+    pub target_num_workers: u32,
+    /// In Dataflow's job-log words.
+    pub description: String,
+    /// The rationale Dataflow's chart shows.
+    pub rationale: String,
+}
+
+/// `GET /api/jobs/{id}/autoscaling`: the job's autoscaling history, oldest first.
+pub async fn job_autoscaling(
+    State(reg): State<JobRegistry>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<AutoscalingEvent>>, ApiError> {
+    let j = reg.get(&id).ok_or(ApiError {
+        field: "id".into(),
+        error: format!("no job {id:?}"),
+        status: StatusCode::NOT_FOUND,
+    })?;
+    Ok(Json(
+        j.decisions
+            .iter()
+            .map(|d| AutoscalingEvent {
+                t_s: d.t_s,
+                event_type: if d.to != d.from { "TARGET_NUM_WORKERS_CHANGED" } else { "NO_CHANGE" }.into(),
+                current_num_workers: d.from,
+                target_num_workers: d.to,
+                description: d.description.clone(),
+                rationale: d.rationale.clone(),
+            })
+            .collect(),
+    ))
+}

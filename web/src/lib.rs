@@ -35,6 +35,7 @@ pub fn router(jobs: JobRegistry) -> Router {
         .route("/api/simulate", get(api::simulate))
         .route("/api/jobs", get(api::jobs))
         .route("/api/jobs/{id}/metrics", get(api::job_metrics))
+        .route("/api/jobs/{id}/autoscaling", get(api::job_autoscaling))
         .route(
             "/metrics",
             get(|axum::extract::State(j): axum::extract::State<JobRegistry>| async move {

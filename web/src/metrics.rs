@@ -27,6 +27,14 @@ pub const JOB_STAGE_END_TO_END_LATENCIES: &str = "job_stage_end_to_end_latencies
 /// Reliability counters so far, by event (`retry_<code>`, `streams_replaced`,
 /// `batches_possibly_duplicated`, `offsets_lost_to_retention`, `partitions_discovered`).
 pub const JOB_RELIABILITY_EVENTS: &str = "job_reliability_events";
+/// The autoscaling floor in force.
+pub const JOB_MIN_WORKER_INSTANCES_LIMIT: &str = "job_min_worker_instances_limit";
+/// The autoscaling ceiling in force.
+pub const JOB_MAX_WORKER_INSTANCES_LIMIT: &str = "job_max_worker_instances_limit";
+/// Messages waiting in Kafka, by partition.
+pub const JOB_PARTITION_BACKLOG_ELEMENTS: &str = "job_partition_backlog_elements";
+/// Seconds to drain the backlog at the current throughput.
+pub const JOB_ESTIMATED_BACKLOG_PROCESSING_TIME: &str = "job_estimated_backlog_processing_time";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
@@ -49,6 +57,16 @@ pub fn render(jobs: &JobRegistry) -> String {
     let written = gauge(&reg, JOB_BIGQUERY_WRITE_COUNT, "Rows written to BigQuery so far", &["job"]);
     let dlq = gauge(&reg, JOB_DEAD_LETTER_COUNT, "Rows written to the dead-letter table so far", &["job"]);
     let tput = gauge(&reg, JOB_THROUGHPUT_ELEMENTS, "Messages read per second over the last interval", &["job"]);
+    let min_l = gauge(&reg, JOB_MIN_WORKER_INSTANCES_LIMIT, "The autoscaling floor in force", &["job"]);
+    let max_l = gauge(&reg, JOB_MAX_WORKER_INSTANCES_LIMIT, "The autoscaling ceiling in force", &["job"]);
+    let part =
+        gauge(&reg, JOB_PARTITION_BACKLOG_ELEMENTS, "Messages waiting in Kafka, by partition", &["job", "partition"]);
+    let ebpt = gauge(
+        &reg,
+        JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
+        "Seconds to drain the backlog at the current throughput",
+        &["job"],
+    );
     let events = gauge(
         &reg,
         JOB_RELIABILITY_EVENTS,
@@ -74,6 +92,12 @@ pub fn render(jobs: &JobRegistry) -> String {
         written.with_label_values(&l).set(p.rows_written as f64);
         dlq.with_label_values(&l).set(p.dead_lettered as f64);
         tput.with_label_values(&l).set(p.throughput_msgs);
+        min_l.with_label_values(&l).set(p.min_workers as f64);
+        max_l.with_label_values(&l).set(p.max_workers as f64);
+        ebpt.with_label_values(&l).set(p.estimated_backlog_processing_s);
+        for (partition, n) in &p.partition_backlog {
+            part.with_label_values(&[j.id.as_str(), partition.as_str()]).set(*n as f64);
+        }
         for (event, n) in &p.events {
             events.with_label_values(&[j.id.as_str(), event.as_str()]).set(*n as f64);
         }

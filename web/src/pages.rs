@@ -77,6 +77,10 @@ async function run(ev) {
   const sq = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value, mode: $("mode").value, submit: "1"});
   if ($("message_size").value.trim()) sq.set("message_size", $("message_size").value.trim());
   $("simulate-link").href = "/simulate?" + sq;
+  // Keep the form in the URL, so an estimate can be shared by link.
+  const state = new URLSearchParams();
+  for (const k of ["throughput","unit","message_size","mode","machine_type","commitment","baseline"]) if ($(k).value.trim()) state.set(k, $(k).value.trim());
+  history.replaceState(null, "", "?" + state);
   const xs = j.curve.map(c => c.throughput_mib_s), cost = j.curve.map(c => c.per_hour), workers = j.curve.map(c => c.workers);
   if (chart) chart.destroy();
   chart = new uPlot({width: 720, height: 300, scales: {x: {time: false}},
@@ -86,7 +90,8 @@ async function run(ev) {
   document.body.dataset.chartDrawn = $("chart").querySelector("canvas") ? "1" : "0";
 }
 $("f").addEventListener("submit", run);
-if (params.get("submit") === "1") $("f").requestSubmit();
+// The default estimate and its chart show on first load.
+run();
 "##,
     )
 }
@@ -195,8 +200,11 @@ const JOB = {id_json};
 const stages = ["read", "transform", "write", "end_to_end"];
 const charts = {{}};
 function plot(key, title, labels, data, el) {{
-  const opts = {{title, width: 460, height: 220, scales: {{x: {{time: false}}}}, axes: [{{label: "s since start"}}, {{}}],
-    series: [{{label: "t"}}].concat(labels.map((l, i) => ({{label: l, stroke: ["#2a6fdb", "#e07b00", "#b00020", "#2e7d32"][i % 4], width: 2}})))}};
+  // Wide y axes so 10,000 does not clip to "0,000"; gaps in a series are spanned; the
+  // legend shows each series' value under the cursor.
+  const opts = {{title, width: 460, height: 220, scales: {{x: {{time: false}}}}, axes: [{{label: "s since start"}}, {{size: 72}}],
+    legend: {{live: true}},
+    series: [{{label: "t"}}].concat(labels.map((l, i) => ({{label: l, spanGaps: true, stroke: ["#2a6fdb", "#e07b00", "#b00020", "#2e7d32"][i % 4], width: 2, dash: i >= 2 && key === "workers" ? [6, 4] : undefined}})))}};
   if (charts[key]) charts[key].setData(data); else charts[key] = new uPlot(opts, data, el);
 }}
 async function load() {{
@@ -209,13 +217,22 @@ async function load() {{
     const q = k => j.points.map(p => (p.stages[s] || {{}})[k] ?? null);
     plot(s, s + " latency (ms)", ["p50", "p95", "p99"], [t, q("p50_ms"), q("p95_ms"), q("p99_ms")], document.getElementById("lat"));
   }}
-  plot("workers", "workers", ["running", "target"], [t, j.points.map(p => p.workers), j.points.map(p => p.target_workers)], document.getElementById("ops"));
+  plot("workers", "workers", ["current", "target", "min", "max"], [t, j.points.map(p => p.workers), j.points.map(p => p.target_workers), j.points.map(p => p.min_workers || null), j.points.map(p => p.max_workers || null)], document.getElementById("ops"));
   plot("throughput", "throughput (msg/s)", ["msg/s"], [t, j.points.map(p => p.throughput_msgs)], document.getElementById("ops"));
   plot("backlog", "backlog (messages)", ["backlog"], [t, j.points.map(p => p.backlog_elements)], document.getElementById("ops"));
   plot("utilization", "worker utilization", ["busy fraction"], [t, j.points.map(p => p.utilization)], document.getElementById("ops"));
   const d = document.getElementById("decisions");
   d.querySelectorAll("tr.d").forEach(r => r.remove());
-  for (const x of j.decisions) {{ const r = d.insertRow(); r.className = "d"; r.innerHTML = `<td>${{x.t_s.toFixed(1)}}</td><td>${{x.from}} → ${{x.to}}</td><td>${{x.rationale}}</td><td>${{x.detail}}</td>`; }}
+  for (const x of j.decisions) {{
+    const r = d.insertRow(); r.className = "d";
+    const type = x.from !== x.to ? "TARGET_NUM_WORKERS_CHANGED" : "NO_CHANGE";
+    r.innerHTML = `<td>${{x.t_s.toFixed(1)}}</td><td>${{type}}</td><td>${{x.from}} → ${{x.to}}</td><td>${{x.rationale}}</td><td>${{x.description || ""}}</td><td>${{x.detail}}</td>`;
+  }}
+  const last = j.points[j.points.length - 1] || {{}};
+  const pb = document.getElementById("partitions");
+  pb.querySelectorAll("tr.p").forEach(r => r.remove());
+  for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td>`; }}
+  document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s` : "";
   document.body.dataset.chartsDrawn = document.querySelectorAll(".uplot canvas").length;
   document.body.dataset.points = j.points.length;
 }}
@@ -227,7 +244,8 @@ load(); setInterval(load, 2000);
         &title,
         r##"<p id="status"></p><h2>Per-stage latency</h2><div id="lat" class="charts"></div>
 <h2>Workers, throughput, backlog, utilization</h2><div id="ops" class="charts"></div>
-<h2>Autoscaling decisions</h2><table id="decisions"><tr><th>time s</th><th>workers</th><th>rationale</th><th>detail</th></tr></table>"##,
+<h2>Backlog by partition (latest)</h2><p id="drain" class="note"></p><table id="partitions"><tr><th>partition</th><th>messages waiting</th></tr></table>
+<h2>Autoscaling history</h2><table id="decisions"><tr><th>time s</th><th>event</th><th>workers</th><th>rationale</th><th>description</th><th>detail</th></tr></table>"##,
         &script,
     )
 }

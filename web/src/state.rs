@@ -51,6 +51,19 @@ pub struct MetricsPoint {
     /// possibly duplicated, offsets lost to retention, partitions discovered).
     #[serde(default)]
     pub events: BTreeMap<String, u64>,
+    /// The autoscaling floor in force.
+    #[serde(default)]
+    pub min_workers: u32,
+    /// The autoscaling ceiling in force.
+    #[serde(default)]
+    pub max_workers: u32,
+    /// Messages waiting in Kafka, by partition.
+    #[serde(default)]
+    pub partition_backlog: BTreeMap<String, u64>,
+    /// Seconds to drain the backlog at the interval's throughput (Dataflow's
+    /// `job/estimated_backlog_processing_time`); 0 without throughput.
+    #[serde(default)]
+    pub estimated_backlog_processing_s: f64,
 }
 
 /// An autoscaling decision, as shown on the job page.
@@ -66,6 +79,10 @@ pub struct DecisionView {
     pub rationale: String,
     /// The numbers behind it.
     pub detail: String,
+    /// The decision in Dataflow's job-log words ("Autoscaling: Raised the number of
+    /// workers to N ...").
+    #[serde(default)]
+    pub description: String,
 }
 
 /// One job.

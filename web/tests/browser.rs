@@ -69,6 +69,10 @@ fn job() -> JobRegistry {
             throughput_msgs: 2000.0 + 80.0 * t,
             backlog_elements: (600.0 - 10.0 * t).max(0.0) as u64,
             utilization: 0.6 + 0.003 * t,
+            min_workers: 1,
+            max_workers: 10,
+            partition_backlog: [("0".to_string(), 12_345u64), ("1".to_string(), 0)].into_iter().collect(),
+            estimated_backlog_processing_s: 4.5,
             ..Default::default()
         };
         for (k, st) in ["read", "transform", "write", "end_to_end"].iter().enumerate() {
@@ -85,6 +89,7 @@ fn job() -> JobRegistry {
             to: 7,
             rationale: "High backlog".into(),
             detail: "true rate 1960 rec/s per worker".into(),
+            description: "Autoscaling: Raised the number of workers to 7 so that the pipeline can catch up with its backlog and keep up with its input rate.".into(),
         },
     );
     jobs
@@ -134,6 +139,18 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
 
     let dom = tokio::task::spawn_blocking({
         let base = base.clone();
+        move || render(&format!("{base}/estimate"), "estimate-first-load.png")
+    })
+    .await
+    .unwrap();
+    assert!(
+        dom.contains(r#"data-result="ok""#) && dom.contains(r#"data-chart-drawn="1""#),
+        "the default estimate shows on first load:\n{dom}"
+    );
+    assert!(dom.contains(r#"<b id="workers">7</b>"#), "100 MiB/s exactly-once by default");
+
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
         move || render(&format!("{base}/estimate?throughput=lots&unit=MiB/s&submit=1"), "estimate-error.png")
     })
     .await
@@ -145,4 +162,11 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     assert!(dom.contains(r#"data-points="60""#), "{dom}");
     assert!(dom.contains(r#"data-charts-drawn="8""#), "4 latency charts + workers, throughput, backlog, utilization");
     assert!(dom.contains("High backlog") && dom.contains("2 → 7"), "the decision is listed");
+    assert!(
+        dom.contains("TARGET_NUM_WORKERS_CHANGED")
+            && dom.contains("so that the pipeline can catch up with its backlog"),
+        "in Dataflow's words"
+    );
+    assert!(dom.contains("<td>0</td><td>12,345</td>"), "the backlog by partition:\n{dom}");
+    assert!(dom.contains("estimated backlog processing time: 4.5 s"));
 }

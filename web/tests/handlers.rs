@@ -58,6 +58,8 @@ fn point(t: f64) -> MetricsPoint {
     p.stages.insert("end_to_end".into(), StageLatency { p50_ms: 12.0, p95_ms: 30.0, p99_ms: 55.0 });
     p.events.insert("offsets_lost_to_retention".into(), 7);
     p.events.insert("retry_Unavailable".into(), 3);
+    (p.min_workers, p.max_workers, p.estimated_backlog_processing_s) = (1, 9, 2.5);
+    p.partition_backlog.insert("3".into(), 40);
     p
 }
 
@@ -73,6 +75,24 @@ async fn jobs_api_and_prometheus_metrics() {
     assert_eq!(s, StatusCode::OK);
     let j: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(j["points"].as_array().unwrap().len(), 2);
+    jobs.push_decision(
+        "j1",
+        flexrun_web::DecisionView {
+            t_s: 5.0,
+            from: 2,
+            to: 6,
+            rationale: "High backlog".into(),
+            detail: "d".into(),
+            description: "Autoscaling: Raised the number of workers to 6 so that the pipeline can catch up with its backlog and keep up with its input rate.".into(),
+        },
+    );
+    let (s, body) = get(&jobs, "/api/jobs/j1/autoscaling").await;
+    assert_eq!(s, StatusCode::OK);
+    let ev: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ev[0]["event_type"], "TARGET_NUM_WORKERS_CHANGED");
+    assert_eq!((ev[0]["current_num_workers"].as_u64(), ev[0]["target_num_workers"].as_u64()), (Some(2), Some(6)));
+    assert!(ev[0]["description"].as_str().unwrap().starts_with("Autoscaling: Raised the number of workers to 6"));
+    assert_eq!(get(&jobs, "/api/jobs/nope/autoscaling").await.0, StatusCode::NOT_FOUND);
     let (s, body) = get(&jobs, "/api/jobs/nope/metrics").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert!(body.contains("no job"));
@@ -86,6 +106,10 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_stage_end_to_end_latencies{job=\"j1\",quantile=\"0.99\",stage=\"end_to_end\"} 55",
         "job_reliability_events{event=\"offsets_lost_to_retention\",job=\"j1\"} 7",
         "job_reliability_events{event=\"retry_Unavailable\",job=\"j1\"} 3",
+        "job_min_worker_instances_limit{job=\"j1\"} 1",
+        "job_max_worker_instances_limit{job=\"j1\"} 9",
+        "job_partition_backlog_elements{job=\"j1\",partition=\"3\"} 40",
+        "job_estimated_backlog_processing_time{job=\"j1\"} 2.5",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
@@ -123,6 +147,10 @@ fn the_grafana_dashboard_queries_only_metrics_we_export() {
         flexrun_web::metrics::JOB_DEAD_LETTER_COUNT,
         flexrun_web::metrics::JOB_STAGE_END_TO_END_LATENCIES,
         flexrun_web::metrics::JOB_THROUGHPUT_ELEMENTS,
+        flexrun_web::metrics::JOB_MIN_WORKER_INSTANCES_LIMIT,
+        flexrun_web::metrics::JOB_MAX_WORKER_INSTANCES_LIMIT,
+        flexrun_web::metrics::JOB_PARTITION_BACKLOG_ELEMENTS,
+        flexrun_web::metrics::JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
     ];
     let re = regex_lite_names(&d);
     assert!(!re.is_empty());

@@ -69,21 +69,6 @@ pub struct LiveStatus {
     pub autoscaling_events: Vec<AutoscalingEvent>,
 }
 
-/// A decision as Dataflow's job log words it. The high-backlog sentence is Google's
-/// (`dataflow-facts.md` §7.5); for the other rationales, the same form with the
-/// rationale Dataflow's autoscaling chart shows.
-pub fn describe_decision(d: &flexrun_autoscaler::Decision) -> String {
-    use flexrun_autoscaler::Rationale;
-    match (d.rationale, d.to > d.from) {
-        (Rationale::HighBacklog, true) => format!(
-            "Autoscaling: Raised the number of workers to {} so that the pipeline can catch up with its backlog and keep up with its input rate.",
-            d.to
-        ),
-        (r, true) => format!("Autoscaling: Raised the number of workers to {} ({}).", d.to, r.as_str()),
-        (r, false) => format!("Autoscaling: Reduced the number of workers to {} ({}).", d.to, r.as_str()),
-    }
-}
-
 /// A request on the control socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

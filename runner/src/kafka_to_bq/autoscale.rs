@@ -70,9 +70,12 @@ pub async fn run_pool(
                 ctx,
                 &partitions,
                 started,
-                pool.workers(),
-                controller.decisions().last().map_or(pool.workers(), |d| d.to),
-                last_utilization,
+                super::publish::PoolView {
+                    workers: pool.workers(),
+                    target: controller.decisions().last().map_or(pool.workers(), |d| d.to),
+                    utilization: last_utilization,
+                    limits: controller.limits(),
+                },
             )
             .await;
         }
@@ -131,13 +134,14 @@ pub async fn run_pool(
                         to: d.to,
                         rationale: d.rationale.as_str().into(),
                         detail: d.detail.clone(),
+                        description: d.job_log_text(),
                     },
                 );
             }
         }
         if d.is_change() {
             if let Some(c) = &ctx.control {
-                c.event("TARGET_NUM_WORKERS_CHANGED", d.from, d.to, crate::control::describe_decision(&d));
+                c.event(d.event_type(), d.from, d.to, d.job_log_text());
             }
             if let Err(e) = pool.resize(d.to).await {
                 cancel_tx.send_replace(true);

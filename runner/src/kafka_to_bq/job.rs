@@ -121,11 +121,16 @@ impl JobCtx {
     /// Messages waiting in Kafka: each partition's high watermark minus its committed
     /// position (before the first commit of this run, its checkpoint position).
     pub fn backlog(&self, high_watermarks: &BTreeMap<i32, i64>) -> i64 {
+        self.backlog_by_partition(high_watermarks).values().sum()
+    }
+
+    /// Messages waiting in each partition: its high watermark less the job's position.
+    pub fn backlog_by_partition(&self, high_watermarks: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
         let pos = self.positions.lock().expect("positions lock");
         high_watermarks
             .iter()
-            .map(|(p, h)| (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0))
-            .sum()
+            .map(|(p, h)| (*p, (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0)))
+            .collect()
     }
 
     /// Where partition `p` starts when its shard has no position for it.

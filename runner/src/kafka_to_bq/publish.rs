@@ -5,6 +5,18 @@
 use super::job::JobCtx;
 use std::time::Instant;
 
+/// The pool as the autoscaler sees it, for one published point.
+pub struct PoolView<'a> {
+    /// Workers running.
+    pub workers: u32,
+    /// The latest target.
+    pub target: u32,
+    /// Mean busy fraction of the last window.
+    pub utilization: f64,
+    /// The limits in force.
+    pub limits: &'a flexrun_autoscaler::Limits,
+}
+
 /// Publishes a job's state to the web registry about once a second.
 pub struct Publisher {
     /// The registry the web pages read.
@@ -23,25 +35,19 @@ impl Publisher {
     }
 
     /// Publish a point when a second has passed since the last one.
-    pub async fn maybe_publish(
-        &mut self,
-        ctx: &JobCtx,
-        partitions: &[i32],
-        started: Instant,
-        workers: u32,
-        target: u32,
-        utilization: f64,
-    ) {
+    pub async fn maybe_publish(&mut self, ctx: &JobCtx, partitions: &[i32], started: Instant, pool: PoolView<'_>) {
+        let PoolView { workers, target, utilization, limits } = pool;
         let dt = self.last.elapsed().as_secs_f64();
         if dt < 1.0 {
             return;
         }
         self.last = Instant::now();
         let s = ctx.stats.summary();
-        let backlog: i64 = match ctx.metadata.high_watermarks(partitions).await {
-            Ok(hw) => ctx.backlog(&hw),
-            Err(_) => 0,
+        let by_partition = match ctx.metadata.high_watermarks(partitions).await {
+            Ok(hw) => ctx.backlog_by_partition(&hw),
+            Err(_) => Default::default(),
         };
+        let backlog: i64 = by_partition.values().sum();
         let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 0.0 };
         let stages = ctx
             .stats
@@ -50,12 +56,13 @@ impl Publisher {
             .filter(|st| st.count > 0)
             .map(|st| (st.stage, flexrun_web::StageLatency { p50_ms: st.p50_ms, p95_ms: st.p95_ms, p99_ms: st.p99_ms }))
             .collect();
+        let throughput_msgs = (s.messages_read - self.last_read) as f64 / dt;
         let p = flexrun_web::MetricsPoint {
             t_s: started.elapsed().as_secs_f64(),
             workers,
             target_workers: target,
             vcpus: workers as f64 * self.vcpus_per_worker,
-            throughput_msgs: (s.messages_read - self.last_read) as f64 / dt,
+            throughput_msgs,
             throughput_bytes: (s.bytes_read - self.last_bytes) as f64 / dt,
             backlog_elements: backlog as u64,
             backlog_bytes: (backlog as f64 * avg) as u64,
@@ -65,6 +72,10 @@ impl Publisher {
             dead_lettered: s.dead_lettered,
             stages,
             events: s.reliability.events(),
+            min_workers: limits.min_workers,
+            max_workers: limits.max_workers,
+            partition_backlog: by_partition.iter().map(|(p, n)| (p.to_string(), *n as u64)).collect(),
+            estimated_backlog_processing_s: if throughput_msgs > 0.0 { backlog as f64 / throughput_msgs } else { 0.0 },
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;
