@@ -50,11 +50,17 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     }
     assert!(job.is_object(), "the job's series never showed progress");
     assert_eq!(job["template"], "kafka-to-bq");
+    let first = &job["points"][0];
+    assert_eq!(first["partition_backlog"].as_object().map(|m| m.len()), Some(4), "a backlog per partition: {first}");
+    assert!(first["max_workers"].as_u64().unwrap_or(0) >= 1, "the limits are published: {first}");
     let metrics = http_get(&addr, "/metrics").unwrap();
     for want in [
         "job_current_num_vcpus{job=\"webjob\"} 2",
         "job_backlog_elements{job=\"webjob\"}",
         "job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}",
+        "job_partition_backlog_elements{job=\"webjob\",partition=\"3\"}",
+        "job_max_worker_instances_limit{job=\"webjob\"}",
+        "job_data_watermark_age{job=\"webjob\"}",
     ] {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }

@@ -35,6 +35,8 @@ pub const JOB_MAX_WORKER_INSTANCES_LIMIT: &str = "job_max_worker_instances_limit
 pub const JOB_PARTITION_BACKLOG_ELEMENTS: &str = "job_partition_backlog_elements";
 /// Seconds to drain the backlog at the current throughput.
 pub const JOB_ESTIMATED_BACKLOG_PROCESSING_TIME: &str = "job_estimated_backlog_processing_time";
+/// How far behind real time the committed data is, seconds.
+pub const JOB_DATA_WATERMARK_AGE: &str = "job_data_watermark_age";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
@@ -67,6 +69,7 @@ pub fn render(jobs: &JobRegistry) -> String {
         "Seconds to drain the backlog at the current throughput",
         &["job"],
     );
+    let wm = gauge(&reg, JOB_DATA_WATERMARK_AGE, "How far behind real time the committed data is, s", &["job"]);
     let events = gauge(
         &reg,
         JOB_RELIABILITY_EVENTS,
@@ -95,6 +98,7 @@ pub fn render(jobs: &JobRegistry) -> String {
         min_l.with_label_values(&l).set(p.min_workers as f64);
         max_l.with_label_values(&l).set(p.max_workers as f64);
         ebpt.with_label_values(&l).set(p.estimated_backlog_processing_s);
+        wm.with_label_values(&l).set(p.data_watermark_age_s);
         for (partition, n) in &p.partition_backlog {
             part.with_label_values(&[j.id.as_str(), partition.as_str()]).set(*n as f64);
         }

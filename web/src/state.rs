@@ -64,6 +64,10 @@ pub struct MetricsPoint {
     /// `job/estimated_backlog_processing_time`); 0 without throughput.
     #[serde(default)]
     pub estimated_backlog_processing_s: f64,
+    /// Dataflow's data watermark age, seconds: how far behind real time the job's
+    /// committed data is, over the partitions with a backlog (0 when nothing waits).
+    #[serde(default)]
+    pub data_watermark_age_s: f64,
 }
 
 /// An autoscaling decision, as shown on the job page.

@@ -58,7 +58,7 @@ fn point(t: f64) -> MetricsPoint {
     p.stages.insert("end_to_end".into(), StageLatency { p50_ms: 12.0, p95_ms: 30.0, p99_ms: 55.0 });
     p.events.insert("offsets_lost_to_retention".into(), 7);
     p.events.insert("retry_Unavailable".into(), 3);
-    (p.min_workers, p.max_workers, p.estimated_backlog_processing_s) = (1, 9, 2.5);
+    (p.min_workers, p.max_workers, p.estimated_backlog_processing_s, p.data_watermark_age_s) = (1, 9, 2.5, 7.5);
     p.partition_backlog.insert("3".into(), 40);
     p
 }
@@ -110,6 +110,7 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_max_worker_instances_limit{job=\"j1\"} 9",
         "job_partition_backlog_elements{job=\"j1\",partition=\"3\"} 40",
         "job_estimated_backlog_processing_time{job=\"j1\"} 2.5",
+        "job_data_watermark_age{job=\"j1\"} 7.5",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
@@ -151,6 +152,7 @@ fn the_grafana_dashboard_queries_only_metrics_we_export() {
         flexrun_web::metrics::JOB_MAX_WORKER_INSTANCES_LIMIT,
         flexrun_web::metrics::JOB_PARTITION_BACKLOG_ELEMENTS,
         flexrun_web::metrics::JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
+        flexrun_web::metrics::JOB_DATA_WATERMARK_AGE,
     ];
     let re = regex_lite_names(&d);
     assert!(!re.is_empty());

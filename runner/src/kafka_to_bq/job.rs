@@ -107,6 +107,9 @@ pub struct JobCtx {
     pub stats: Arc<JobStats>,
     /// Committed position of every partition (for the backlog signal).
     pub positions: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// Event time (Kafka timestamp, ms) of the last committed message of every partition
+    /// (for the data watermark age).
+    pub event_times: std::sync::Mutex<BTreeMap<i32, i64>>,
     /// Wall-clock ms of the last message read or batch finished (idle detection).
     pub last_read_ms: AtomicI64,
     /// Shards processing a batch right now; the job is only idle when this is 0.
@@ -131,6 +134,15 @@ impl JobCtx {
             .iter()
             .map(|(p, h)| (*p, (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0)))
             .collect()
+    }
+
+    /// Dataflow's data watermark age, approximated for a Kafka source: over the
+    /// partitions that still have a backlog, the longest time since the event time of
+    /// the last message committed from it (the oldest waiting message is at most that
+    /// old). 0 when nothing waits; `None` while a backlogged partition has no committed
+    /// message yet.
+    pub fn data_watermark_age_s(&self, backlog: &BTreeMap<i32, i64>, now_ms: i64) -> Option<f64> {
+        watermark_age_s(&self.event_times.lock().expect("event times lock"), backlog, now_ms)
     }
 
     /// Where partition `p` starts when its shard has no position for it.
@@ -216,6 +228,35 @@ impl JobCtx {
     pub fn add_partitions(&self, lows: &BTreeMap<i32, i64>) {
         self.start_positions.lock().expect("start positions lock").extend(lows);
         self.retention_floors.lock().expect("floors lock").extend(lows);
+    }
+}
+
+/// See [`JobCtx::data_watermark_age_s`]: `times` holds each partition's last committed
+/// event time (ms), `backlog` its waiting messages.
+pub fn watermark_age_s(times: &BTreeMap<i32, i64>, backlog: &BTreeMap<i32, i64>, now_ms: i64) -> Option<f64> {
+    let mut age = 0.0f64;
+    for (p, n) in backlog {
+        if *n > 0 {
+            age = age.max((now_ms - *times.get(p)?).max(0) as f64 / 1000.0);
+        }
+    }
+    Some(age)
+}
+
+#[cfg(test)]
+mod watermark_tests {
+    use super::*;
+
+    #[test]
+    fn the_age_is_the_oldest_backlogged_partitions_and_zero_when_nothing_waits() {
+        let times: BTreeMap<i32, i64> = [(0, 10_000), (1, 4_000), (2, 1_000)].into_iter().collect();
+        let backlog: BTreeMap<i32, i64> = [(0, 5), (1, 3), (2, 0)].into_iter().collect();
+        // Partition 2 is the oldest but has nothing waiting: it does not hold the watermark.
+        assert_eq!(watermark_age_s(&times, &backlog, 12_000), Some(8.0));
+        let idle: BTreeMap<i32, i64> = [(0, 0), (1, 0)].into_iter().collect();
+        assert_eq!(watermark_age_s(&times, &idle, 12_000), Some(0.0));
+        let unknown: BTreeMap<i32, i64> = [(7, 1)].into_iter().collect();
+        assert_eq!(watermark_age_s(&times, &unknown, 12_000), None, "nothing committed from it yet");
     }
 }
 
@@ -382,6 +423,7 @@ pub async fn run(
         metadata,
         stats: stats.clone(),
         positions: std::sync::Mutex::new(BTreeMap::new()),
+        event_times: std::sync::Mutex::new(BTreeMap::new()),
         last_read_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
         busy: AtomicUsize::new(0),
         control,

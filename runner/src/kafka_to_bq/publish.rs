@@ -76,6 +76,9 @@ impl Publisher {
             max_workers: limits.max_workers,
             partition_backlog: by_partition.iter().map(|(p, n)| (p.to_string(), *n as u64)).collect(),
             estimated_backlog_processing_s: if throughput_msgs > 0.0 { backlog as f64 / throughput_msgs } else { 0.0 },
+            data_watermark_age_s: ctx
+                .data_watermark_age_s(&by_partition, chrono::Utc::now().timestamp_millis())
+                .unwrap_or(started.elapsed().as_secs_f64()),
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;

@@ -454,6 +454,14 @@ impl Shard {
         counts.udf_dropped = mapped.dropped;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
+        let mut times = ctx.event_times.lock().expect("event times lock");
+        for m in &cut.msgs {
+            if let Some(ts) = m.timestamp().to_millis() {
+                let t = times.entry(m.partition()).or_insert(ts);
+                *t = (*t).max(ts);
+            }
+        }
+        drop(times);
         self.positions = cut.positions;
         self.next_batch = batch + 1;
         Ok(())
