@@ -33,6 +33,8 @@ pub const JOB_MIN_WORKER_INSTANCES_LIMIT: &str = "job_min_worker_instances_limit
 pub const JOB_MAX_WORKER_INSTANCES_LIMIT: &str = "job_max_worker_instances_limit";
 /// Messages waiting in Kafka, by partition.
 pub const JOB_PARTITION_BACKLOG_ELEMENTS: &str = "job_partition_backlog_elements";
+/// Bytes waiting in Kafka, by partition (messages × the mean message size read).
+pub const JOB_PARTITION_BACKLOG_BYTES: &str = "job_partition_backlog_bytes";
 /// Seconds to drain the backlog at the current throughput.
 pub const JOB_ESTIMATED_BACKLOG_PROCESSING_TIME: &str = "job_estimated_backlog_processing_time";
 /// How far behind real time the committed data is, seconds.
@@ -63,6 +65,8 @@ pub fn render(jobs: &JobRegistry) -> String {
     let max_l = gauge(&reg, JOB_MAX_WORKER_INSTANCES_LIMIT, "The autoscaling ceiling in force", &["job"]);
     let part =
         gauge(&reg, JOB_PARTITION_BACKLOG_ELEMENTS, "Messages waiting in Kafka, by partition", &["job", "partition"]);
+    let part_b =
+        gauge(&reg, JOB_PARTITION_BACKLOG_BYTES, "Bytes waiting in Kafka, by partition", &["job", "partition"]);
     let ebpt = gauge(
         &reg,
         JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
@@ -99,8 +103,10 @@ pub fn render(jobs: &JobRegistry) -> String {
         max_l.with_label_values(&l).set(p.max_workers as f64);
         ebpt.with_label_values(&l).set(p.estimated_backlog_processing_s);
         wm.with_label_values(&l).set(p.data_watermark_age_s);
+        let mean_bytes = if p.backlog_elements > 0 { p.backlog_bytes as f64 / p.backlog_elements as f64 } else { 0.0 };
         for (partition, n) in &p.partition_backlog {
             part.with_label_values(&[j.id.as_str(), partition.as_str()]).set(*n as f64);
+            part_b.with_label_values(&[j.id.as_str(), partition.as_str()]).set(*n as f64 * mean_bytes);
         }
         for (event, n) in &p.events {
             events.with_label_values(&[j.id.as_str(), event.as_str()]).set(*n as f64);

@@ -231,7 +231,8 @@ async function load() {{
   const last = j.points[j.points.length - 1] || {{}};
   const pb = document.getElementById("partitions");
   pb.querySelectorAll("tr.p").forEach(r => r.remove());
-  for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td>`; }}
+  const meanBytes = last.backlog_elements > 0 ? last.backlog_bytes / last.backlog_elements : 0;
+  for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td><td>${{Math.round(n * meanBytes).toLocaleString()}}</td>`; }}
   document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s` : "";
   document.body.dataset.chartsDrawn = document.querySelectorAll(".uplot canvas").length;
   document.body.dataset.points = j.points.length;
@@ -244,7 +245,7 @@ load(); setInterval(load, 2000);
         &title,
         r##"<p id="status"></p><h2>Per-stage latency</h2><div id="lat" class="charts"></div>
 <h2>Workers, throughput, backlog, utilization</h2><div id="ops" class="charts"></div>
-<h2>Backlog by partition (latest)</h2><p id="drain" class="note"></p><table id="partitions"><tr><th>partition</th><th>messages waiting</th></tr></table>
+<h2>Backlog by partition (latest)</h2><p id="drain" class="note"></p><table id="partitions"><tr><th>partition</th><th>messages waiting</th><th>bytes waiting</th></tr></table>
 <h2>Autoscaling history</h2><table id="decisions"><tr><th>time s</th><th>event</th><th>workers</th><th>rationale</th><th>description</th><th>detail</th></tr></table>"##,
         &script,
     )

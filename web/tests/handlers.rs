@@ -109,6 +109,7 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_min_worker_instances_limit{job=\"j1\"} 1",
         "job_max_worker_instances_limit{job=\"j1\"} 9",
         "job_partition_backlog_elements{job=\"j1\",partition=\"3\"} 40",
+        "job_partition_backlog_bytes{job=\"j1\",partition=\"3\"} 40000",
         "job_estimated_backlog_processing_time{job=\"j1\"} 2.5",
         "job_data_watermark_age{job=\"j1\"} 7.5",
     ] {
@@ -151,6 +152,7 @@ fn the_grafana_dashboard_queries_only_metrics_we_export() {
         flexrun_web::metrics::JOB_MIN_WORKER_INSTANCES_LIMIT,
         flexrun_web::metrics::JOB_MAX_WORKER_INSTANCES_LIMIT,
         flexrun_web::metrics::JOB_PARTITION_BACKLOG_ELEMENTS,
+        flexrun_web::metrics::JOB_PARTITION_BACKLOG_BYTES,
         flexrun_web::metrics::JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
         flexrun_web::metrics::JOB_DATA_WATERMARK_AGE,
     ];
