@@ -14,6 +14,16 @@
    at the same offset gets ALREADY_EXISTS for rows that were never stored. Real
    BigQuery appends atomically; the patch restores the offset if the insert fails.
 
+4a. No deadlock between the REST and gRPC sides. bqemulator 1.4.0 uses one DuckDB
+   connection from the asyncio thread (REST) and from the gRPC threads. Appends
+   register an Arrow table on it; dropping that table runs a Python destructor that
+   takes the GIL while DuckDB holds the connection's lock. If the REST thread holds
+   the GIL and waits for that lock at the same moment, neither moves again (seen with
+   gdb in CI: `ClientContext::LockContext` on the main thread, `take_gil` under
+   `~PythonDependencyItem` on a gRPC thread). The patched flush registers and inserts
+   on a per-thread cursor (a connection of its own to the same database), so the
+   REST thread never waits on the lock the destructor holds.
+
 4. Enough gRPC threads. `grpc.aio` runs bqemulator's synchronous handlers on a
    default pool of min(32, cores + 4) threads (6 on a 2-core machine), and every open
    AppendRows stream holds one for its lifetime: a job with 8 shards starved. The
@@ -192,6 +202,33 @@ def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_
     return ws._ok_response(bound_stream.name, outcome)
 
 
+_CURSORS = threading.local()
+
+
+def _flush_to_target(self, stream, rows):
+    """bqemulator 1.4.0's `_flush_to_target`, with the Arrow table registered and
+    inserted on this thread's own cursor instead of the shared connection (item 4a)."""
+    from bqemulator.grpc_api.write_servicer import quoted_table_ref, register_name
+    from uuid import uuid4
+
+    cursor = getattr(_CURSORS, "cursor", None)
+    if cursor is None:
+        cursor = self._ctx.engine.connection.cursor()
+        _CURSORS.cursor = cursor
+    target_ref = quoted_table_ref(stream.project_id, stream.dataset_id, stream.table_id)
+    reg_name = register_name(f"__bqemu_write_{uuid4().hex[:12]}")
+    with self._write_lock:
+        cursor.register(reg_name, rows)
+        try:
+            cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_name}")
+        finally:
+            cursor.unregister(reg_name)
+        table_meta = self._ctx.catalog.get_table(stream.project_id, stream.dataset_id, stream.table_id)
+        if table_meta is not None:
+            self._ctx.catalog.update_table(table_meta.model_copy(update={"num_rows": table_meta.num_rows + rows.num_rows}))
+        self._ctx.snapshots.record_change(stream.project_id, stream.dataset_id, stream.table_id)
+
+
 def _oversize_invalid_argument(*, request_bytes_len, max_bytes, bound_ctx):
     stream_name = bound_ctx[0].name if bound_ctx else ""
     return write_servicer._error_response(
@@ -355,6 +392,8 @@ for owner, name in [
     (write_servicer, "_ok_response"),
     (write_servicer, "_proto_to_grpc_status"),
     (write_servicer, "_oversize_error_response"),
+    (write_servicer, "quoted_table_ref"),
+    (write_servicer, "register_name"),
     (write_servicer.BigQueryWriteHandler, "_handle_create_write_stream"),
     (write_servicer.BigQueryWriteHandler, "_handle_get_write_stream"),
     (write_servicer.BigQueryWriteHandler, "_handle_append_rows"),
@@ -376,6 +415,7 @@ grpc.aio.server = _aio_server_with_threads
 snapshots.SnapshotManager.record_change = _record_change_without_snapshot
 write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
 write_servicer.BigQueryWriteHandler._perform_append = _atomic_perform_append
+write_servicer.BigQueryWriteHandler._flush_to_target = _flush_to_target
 write_servicer._oversize_error_response = _oversize_invalid_argument
 write_servicer.BigQueryWriteHandler.__init__ = _init
 write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
