@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The local stack: a real Kafka-compatible broker (tansu) and a real BigQuery
-# emulator (bqemulator), installed from the package registries into a cache
-# outside the clone, and the project's own Confluent-compatible Schema Registry
-# (scripts/schema_registry.py: none can be installed from the registries), all
-# started on loopback ports.
+# The local stack: a real Kafka-compatible broker (tansu), a real BigQuery
+# emulator (bqemulator) and a real Cloud Storage emulator (gcp-storage-emulator),
+# installed from the package registries into a cache outside the clone, and the
+# project's own Confluent-compatible Schema Registry (scripts/schema_registry.py:
+# none can be installed from the registries), all started on loopback ports.
 #
 #   scripts/stack.sh install            install both (idempotent, pinned, cached)
 #   scripts/stack.sh start [NAME]       install if needed, start both, wait until ready
@@ -19,6 +19,8 @@ set -euo pipefail
 TANSU_VERSION=0.6.0
 BQEMULATOR_VERSION=1.4.0
 DUCKDB_VERSION=1.5.5
+GCS_EMULATOR_VERSION=2026.7.19
+GCS_BUCKET=flexrun
 BQ_PROJECT=${FLEXRUN_BQ_PROJECT:-flexrun-local}
 
 CACHE=${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}
@@ -26,22 +28,23 @@ STACK=$CACHE/stack
 TANSU_ROOT=$STACK/tansu-$TANSU_VERSION
 TANSU_BIN=$TANSU_ROOT/bin/tansu
 VENV=$STACK/bqemulator-$BQEMULATOR_VERSION
+GCS_VENV=$STACK/gcs-emulator-$GCS_EMULATOR_VERSION
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 
 ports_for() {
   case "$1" in
-    demo) echo "19092 19050 19060 19070 19081" ;;
-    test) echo "29092 29050 29060 29070 29081" ;;
-    bench) echo "39092 39050 39060 39070 39081" ;;
-    *) echo "49092 49050 49060 49070 49081" ;;
+    demo) echo "19092 19050 19060 19070 19081 19023" ;;
+    test) echo "29092 29050 29060 29070 29081 29023" ;;
+    bench) echo "39092 39050 39060 39070 39081 39023" ;;
+    *) echo "49092 49050 49060 49070 49081 49023" ;;
   esac
 }
 
 set_names() {
   NAME=${1:-demo}
-  read -r dk dr dg df ds <<<"$(ports_for "$NAME")"
+  read -r dk dr dg df ds dc <<<"$(ports_for "$NAME")"
   KAFKA_PORT=${FLEXRUN_KAFKA_PORT:-$dk}
   BQ_REST_PORT=${FLEXRUN_BQ_REST_PORT:-$dr}
   BQ_GRPC_PORT=${FLEXRUN_BQ_GRPC_PORT:-$dg}
@@ -49,6 +52,8 @@ set_names() {
   BQ_FAULT_PORT=${FLEXRUN_BQ_FAULT_PORT:-$df}
   # The Confluent-compatible Schema Registry (scripts/schema_registry.py, stdlib Python).
   REGISTRY_PORT=${FLEXRUN_SCHEMA_REGISTRY_PORT:-$ds}
+  # The Cloud Storage emulator (gcp-storage-emulator from PyPI, scripts/gcs_emulator_launcher.py).
+  GCS_PORT=${FLEXRUN_GCS_PORT:-$dc}
   RUN=$CACHE/run/$NAME
 }
 
@@ -89,9 +94,25 @@ install_bqemulator() {
   touch "$VENV/.flexrun-ready"
 }
 
+# gcp-storage-emulator: a Cloud Storage JSON API server in Python, from PyPI.
+install_gcs_emulator() {
+  if [ -f "$GCS_VENV/.flexrun-ready" ]; then
+    return
+  fi
+  log "installing gcp-storage-emulator $GCS_EMULATOR_VERSION into $GCS_VENV"
+  python3 -m venv "$GCS_VENV"
+  "$GCS_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "gcp-storage-emulator==$GCS_EMULATOR_VERSION" >"$STACK/gcs-install.log" 2>&1 || {
+    tail -30 "$STACK/gcs-install.log" >&2
+    exit 1
+  }
+  touch "$GCS_VENV/.flexrun-ready"
+}
+
 install() {
   mkdir -p "$STACK"
   install_bqemulator
+  install_gcs_emulator
   install_tansu
 }
 
@@ -111,7 +132,7 @@ start() {
   set_names "${1:-demo}"
   install
   mkdir -p "$RUN"
-  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid"; then
+  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid" && is_running "$RUN/gcs.pid"; then
     log "stack '$NAME' already running"
     return
   fi
@@ -129,12 +150,16 @@ start() {
   (cd "$RUN/data" && exec nohup python3 "$HERE/schema_registry.py" --port "$REGISTRY_PORT" \
     --state "$RUN/data/registry.json" >"$RUN/registry.log" 2>&1) &
   echo $! >"$RUN/registry.pid"
+  (cd "$RUN/data" && exec nohup "$GCS_VENV/bin/python" "$HERE/gcs_emulator_launcher.py" --port "$GCS_PORT" \
+    --bucket "$GCS_BUCKET" >"$RUN/gcs.log" 2>&1) &
+  echo $! >"$RUN/gcs.pid"
   wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu" || { tail -20 "$RUN/tansu.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_REST_PORT" 90 "bqemulator REST" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_GRPC_PORT" 30 "bqemulator gRPC" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$REGISTRY_PORT" 30 "schema registry" || { tail -20 "$RUN/registry.log" >&2; exit 1; }
+  wait_port 127.0.0.1 "$GCS_PORT" 30 "gcs emulator" || { tail -20 "$RUN/gcs.log" >&2; exit 1; }
   env_vars "$NAME" >"$RUN/env"
-  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT (logs in $RUN)"
+  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT, cloud storage :$GCS_PORT (bucket $GCS_BUCKET) (logs in $RUN)"
 }
 
 stop_pid() {
@@ -155,12 +180,13 @@ stop() {
   stop_pid "$RUN/tansu.pid"
   stop_pid "$RUN/bq.pid"
   stop_pid "$RUN/registry.pid"
+  stop_pid "$RUN/gcs.pid"
   log "stack '$NAME' stopped"
 }
 
 status() {
   set_names "${1:-demo}"
-  for s in tansu bq registry; do
+  for s in tansu bq registry gcs; do
     if is_running "$RUN/$s.pid"; then echo "$s running (pid $(cat "$RUN/$s.pid"))"; else echo "$s stopped"; fi
   done
   env_vars "$NAME"
@@ -174,6 +200,8 @@ env_vars() {
   echo "export FLEXRUN_BQ_PROJECT=$BQ_PROJECT"
   echo "export FLEXRUN_BQ_FAULTS=127.0.0.1:$BQ_FAULT_PORT"
   echo "export FLEXRUN_SCHEMA_REGISTRY=http://127.0.0.1:$REGISTRY_PORT"
+  echo "export STORAGE_EMULATOR_HOST=127.0.0.1:$GCS_PORT"
+  echo "export FLEXRUN_GCS_BUCKET=$GCS_BUCKET"
 }
 
 # SIGKILL the broker and start it again on the same data (the chaos suite's broker fault).
@@ -202,5 +230,7 @@ case "$cmd" in
   # The tansu binary (built if missing), for benchmarks that start a broker of their own
   # (bench-progress.sh runs one with the memory engine: no durability, far faster).
   tansu-bin) install_tansu; echo "$TANSU_BIN" ;;
+  # The Cloud Storage emulator's Python (installed if missing), for bench-commit.sh.
+  gcs-python) mkdir -p "$STACK"; install_gcs_emulator; echo "$GCS_VENV/bin/python" ;;
   *) echo "usage: $0 install|start|stop|status|env [NAME] | tansu-bin" >&2; exit 2 ;;
 esac

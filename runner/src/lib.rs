@@ -12,10 +12,13 @@
 //! - [`bigquery`]: table refs, endpoints, schema, proto, REST, the Storage Write client
 //!   and a retrying append target.
 //! - [`progress`]: offset and commit logs, asynchronous progress.
+//! - [`store`]: object storage: a Cloud Storage bucket over its JSON API (the emulator
+//!   or Google) or a local directory, with put, get, list, rename and delete.
 //! - [`control`]: the local control plane: job records and each running job's control
 //!   socket (`flexrun dataflow jobs list|describe|drain|cancel|update-options`).
 //! - Templates, one component each: [`kafka_to_bq`] (config, transform, dead letters,
-//!   shards and the exactly-once protocol, the live worker pool), [`microbatch`]
+//!   shards and the exactly-once protocol, the live worker pool), [`kafka_to_gcs`]
+//!   (windowed files, exactly once, with a parallel committer), [`microbatch`]
 //!   (rate-to-stats and kafka-to-kafka) and [`data_generator`]
 //!   (streaming-data-generator, on the pure `flexrun-generator` language).
 //! - [`udf`]: JavaScript UDFs (Google's contract) in an embedded QuickJS engine.
@@ -38,11 +41,13 @@ pub mod control;
 pub mod data_generator;
 pub mod kafka;
 pub mod kafka_to_bq;
+pub mod kafka_to_gcs;
 pub mod local;
 pub mod microbatch;
 pub mod progress;
 pub mod sizing;
 pub mod stats;
+pub mod store;
 pub mod udf;
 
 /// A named crash point of the exactly-once protocol. Built with the `failpoints`

@@ -142,3 +142,34 @@ async fn two_jobs_are_listed_scaled_in_flight_drained_cancelled_and_resumed() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("no job \"no-such-job\""), "{}", text(&o));
 }
+
+/// The templates without the worker pool register too: a rate-to-stats job is listed,
+/// described with its one worker, refuses update-options (it has nothing to scale),
+/// drains on request with exit 0, and a second process under its name is refused.
+#[test]
+fn a_rate_to_stats_job_is_listed_refuses_scaling_and_drains() {
+    let ck = tempfile::tempdir().unwrap();
+    let ckp = ck.path().to_str().unwrap();
+    let args = ["--template", "rate-to-stats", "--job-name", "rts", "--checkpoint-dir", ckp];
+    let mut job = flexrun(&args)
+        .args(["--parameters", "rowsPerSecond=2000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("rate-to-stats listed as running", Duration::from_secs(30), || {
+        state(ck.path(), "rts").as_deref() == Some("JOB_STATE_RUNNING")
+    });
+    let d = json(&jobs(ck.path(), &["describe", "rts", "--format", "json"]));
+    assert_eq!(d["job"]["template"], "rate-to-stats", "{d:#}");
+    assert_eq!(d["status"]["current_num_workers"], 1, "{d:#}");
+    let o = jobs(ck.path(), &["update-options", "rts", "--max-num-workers", "4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("fixed number of workers"), "{}", text(&o));
+    let second = flexrun(&args).args(["--parameters", "rowsPerSecond=10,messagesLimit=10"]).bounded();
+    assert_eq!(second.status.code(), Some(2), "one process per job: {}", text(&second));
+    let o = jobs(ck.path(), &["drain", "rts"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(exit_within(&mut job, Duration::from_secs(30)), Some(0));
+    assert_eq!(state(ck.path(), "rts").as_deref(), Some("JOB_STATE_DRAINED"));
+}

@@ -61,6 +61,7 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
         "job_partition_backlog_elements{job=\"webjob\",partition=\"3\"}",
         "job_max_worker_instances_limit{job=\"webjob\"}",
         "job_data_watermark_age{job=\"webjob\"}",
+        "job_system_lag{job=\"webjob\"}",
     ] {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }

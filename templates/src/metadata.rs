@@ -88,6 +88,7 @@ const BUILTIN_SOURCES: &[(&str, &str)] = &[
     ("streaming-data-generator.yaml", include_str!("../streaming-data-generator.yaml")),
     ("kafka-to-kafka.yaml", include_str!("../kafka-to-kafka.yaml")),
     ("rate-to-stats.yaml", include_str!("../rate-to-stats.yaml")),
+    ("kafka-to-gcs.yaml", include_str!("../kafka-to-gcs.yaml")),
 ];
 
 /// Parse one template from YAML text and check that its regexes compile.

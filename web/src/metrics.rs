@@ -39,6 +39,8 @@ pub const JOB_PARTITION_BACKLOG_BYTES: &str = "job_partition_backlog_bytes";
 pub const JOB_ESTIMATED_BACKLOG_PROCESSING_TIME: &str = "job_estimated_backlog_processing_time";
 /// How far behind real time the committed data is, seconds.
 pub const JOB_DATA_WATERMARK_AGE: &str = "job_data_watermark_age";
+/// Dataflow's `job/system_lag`, seconds.
+pub const JOB_SYSTEM_LAG: &str = "job_system_lag";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
@@ -74,6 +76,7 @@ pub fn render(jobs: &JobRegistry) -> String {
         &["job"],
     );
     let wm = gauge(&reg, JOB_DATA_WATERMARK_AGE, "How far behind real time the committed data is, s", &["job"]);
+    let lag = gauge(&reg, JOB_SYSTEM_LAG, "Longest time an item has been processing or waiting, s", &["job"]);
     let events = gauge(
         &reg,
         JOB_RELIABILITY_EVENTS,
@@ -103,6 +106,7 @@ pub fn render(jobs: &JobRegistry) -> String {
         max_l.with_label_values(&l).set(p.max_workers as f64);
         ebpt.with_label_values(&l).set(p.estimated_backlog_processing_s);
         wm.with_label_values(&l).set(p.data_watermark_age_s);
+        lag.with_label_values(&l).set(p.system_lag_s);
         let mean_bytes = if p.backlog_elements > 0 { p.backlog_bytes as f64 / p.backlog_elements as f64 } else { 0.0 };
         for (partition, n) in &p.partition_backlog {
             part.with_label_values(&[j.id.as_str(), partition.as_str()]).set(*n as f64);

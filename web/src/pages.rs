@@ -233,7 +233,7 @@ async function load() {{
   pb.querySelectorAll("tr.p").forEach(r => r.remove());
   const meanBytes = last.backlog_elements > 0 ? last.backlog_bytes / last.backlog_elements : 0;
   for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td><td>${{Math.round(n * meanBytes).toLocaleString()}}</td>`; }}
-  document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s` : "";
+  document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s · system latency: ${{(last.system_lag_s || 0).toFixed(1)}} s` : "";
   document.body.dataset.chartsDrawn = document.querySelectorAll(".uplot canvas").length;
   document.body.dataset.points = j.points.length;
 }}

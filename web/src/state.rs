@@ -68,6 +68,11 @@ pub struct MetricsPoint {
     /// committed data is, over the partitions with a backlog (0 when nothing waits).
     #[serde(default)]
     pub data_watermark_age_s: f64,
+    /// Dataflow's system latency (`job/system_lag`), seconds: the longest time an item
+    /// has been processing or waiting (the watermark age, or the interval's end-to-end
+    /// p99 when that is longer).
+    #[serde(default)]
+    pub system_lag_s: f64,
 }
 
 /// An autoscaling decision, as shown on the job page.

@@ -74,6 +74,7 @@ fn job() -> JobRegistry {
             partition_backlog: [("0".to_string(), 12_345u64), ("1".to_string(), 0)].into_iter().collect(),
             estimated_backlog_processing_s: 4.5,
             data_watermark_age_s: 3.5,
+            system_lag_s: 4.25,
             ..Default::default()
         };
         for (k, st) in ["read", "transform", "write", "end_to_end"].iter().enumerate() {
@@ -169,5 +170,5 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
         "in Dataflow's words"
     );
     assert!(dom.contains("<td>0</td><td>12,345</td><td>"), "the backlog by partition:\n{dom}");
-    assert!(dom.contains("estimated backlog processing time: 4.5 s · data watermark age: 3.5 s"), "{dom}");
+    assert!(dom.contains("estimated backlog processing time: 4.5 s · data watermark age: 3.5 s · system latency: 4.3 s"), "{dom}");
 }

@@ -59,6 +59,7 @@ fn point(t: f64) -> MetricsPoint {
     p.events.insert("offsets_lost_to_retention".into(), 7);
     p.events.insert("retry_Unavailable".into(), 3);
     (p.min_workers, p.max_workers, p.estimated_backlog_processing_s, p.data_watermark_age_s) = (1, 9, 2.5, 7.5);
+    p.system_lag_s = 9.25;
     p.partition_backlog.insert("3".into(), 40);
     p
 }
@@ -112,6 +113,7 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_partition_backlog_bytes{job=\"j1\",partition=\"3\"} 40000",
         "job_estimated_backlog_processing_time{job=\"j1\"} 2.5",
         "job_data_watermark_age{job=\"j1\"} 7.5",
+        "job_system_lag{job=\"j1\"} 9.25",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
@@ -155,6 +157,7 @@ fn the_grafana_dashboard_queries_only_metrics_we_export() {
         flexrun_web::metrics::JOB_PARTITION_BACKLOG_BYTES,
         flexrun_web::metrics::JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
         flexrun_web::metrics::JOB_DATA_WATERMARK_AGE,
+        flexrun_web::metrics::JOB_SYSTEM_LAG,
     ];
     let re = regex_lite_names(&d);
     assert!(!re.is_empty());

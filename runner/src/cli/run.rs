@@ -22,6 +22,8 @@ pub enum Engine {
     RateToStats,
     /// kafka-to-kafka (micro-batches between two topics).
     KafkaToKafka,
+    /// kafka-to-gcs: windowed files, the parallel committer.
+    KafkaToGcs,
 }
 
 impl Engine {
@@ -32,6 +34,7 @@ impl Engine {
             "streaming-data-generator" => Some(Engine::DataGenerator),
             "rate-to-stats" => Some(Engine::RateToStats),
             "kafka-to-kafka" => Some(Engine::KafkaToKafka),
+            "kafka-to-gcs" => Some(Engine::KafkaToGcs),
             _ => None,
         }
     }
@@ -77,9 +80,42 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
         .ok_or_else(|| anyhow!("template {} has no engine in this build of flexrun", template.name))?;
     match engine {
         Engine::KafkaToBq => run_kafka_to_bq(&resolved, job_name, flags).await,
-        Engine::DataGenerator => run_generator(&resolved, flags).await,
+        Engine::DataGenerator => run_generator(&resolved, job_name, flags).await,
         Engine::RateToStats | Engine::KafkaToKafka => run_microbatch(engine, &resolved, job_name, flags).await,
+        Engine::KafkaToGcs => run_kafka_to_gcs(&resolved, job_name, flags).await,
     }
+}
+
+/// kafka-to-gcs: windows of files, committed exactly once, until drained.
+async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
+    use crate::kafka_to_gcs::config::{GcsFlags, KafkaToGcsConfig};
+    let f = GcsFlags {
+        job_name: job_name.to_string(),
+        max_workers: flags.scaling.max_workers,
+        parallelism: flags.commit_parallelism,
+        endpoint: flags.storage_endpoint.clone(),
+        idle_timeout: flags.idle_timeout,
+    };
+    let cfg = KafkaToGcsConfig::from_params(resolved, f).map_err(|errs| launch_rules("kafka-to-gcs", &errs, flags))?;
+    let (cancel_tx, _) = watch::channel(false);
+    spawn_signal_handler(cancel_tx.clone());
+    let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-gcs", flags);
+    let result = crate::kafka_to_gcs::job::run(cfg.clone(), &flags.checkpoint_root(), cancel_tx, control.clone()).await;
+    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
+    let r = result?;
+    println!(
+        "kafka-to-gcs job {job_name} finished: {} records in {} windows, {} files to {} ({} shards per window, commit parallelism {})",
+        r.records, r.windows, r.files, cfg.output.url(), cfg.shards, cfg.parallelism
+    );
+    println!(
+        "  skipped as already published: {} · late records (moved to the next open window): {} · values without a body: {} · rolled forward: {} · staging objects swept: {}",
+        r.skipped_published, r.late_records, r.null_values, r.rolled_forward, r.swept
+    );
+    println!("  staging {:.2} s · publishing {:.2} s · elapsed {:.1} s", r.stage_s, r.publish_s, r.elapsed_s);
+    if let Some(path) = &flags.summary_json {
+        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
@@ -115,10 +151,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     };
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
-    let given: Vec<(String, String)> =
-        resolved.given.iter().map(|k| (k.clone(), resolved.values.get(k).cloned().unwrap_or_default())).collect();
-    let region = flags.scaling.region.as_deref().unwrap_or("us-central1");
-    let control = crate::control::Control::new(cancel_tx.clone(), job_name, "kafka-to-bq", given, region);
+    let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-bq", flags);
     let result =
         kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone())).await;
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
@@ -153,16 +186,34 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     Ok(())
 }
 
+/// The job's handle on the local control plane (registered once the job holds its lock).
+fn new_control(
+    cancel_tx: &watch::Sender<bool>,
+    resolved: &ResolvedParams,
+    job_name: &str,
+    template: &str,
+    flags: &JobFlags,
+) -> std::sync::Arc<crate::control::Control> {
+    let given: Vec<(String, String)> =
+        resolved.given.iter().map(|k| (k.clone(), resolved.values.get(k).cloned().unwrap_or_default())).collect();
+    let region = flags.scaling.region.as_deref().unwrap_or("us-central1");
+    crate::control::Control::new(cancel_tx.clone(), job_name, template, given, region)
+}
+
 /// streaming-data-generator: compile the schema, send at the rate, print the report.
-async fn run_generator(resolved: &ResolvedParams, flags: &JobFlags) -> Result<()> {
+async fn run_generator(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
     let cfg = data_generator::GeneratorConfig::from_params(resolved, flags.seed)
         .map_err(|errs| launch_rules("streaming-data-generator", &errs, flags))?;
     // Compile the schema before anything connects, so schema errors exit with status 2.
     data_generator::Generator::new(&cfg.schema, 0).map_err(|e| usage(format!("{}: {e}", cfg.schema_path)))?;
     let (cancel_tx, cancel_rx) = watch::channel(false);
-    spawn_signal_handler(cancel_tx);
+    spawn_signal_handler(cancel_tx.clone());
+    let control = new_control(&cancel_tx, resolved, job_name, "streaming-data-generator", flags);
+    let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
     let to_stdout = cfg.sink == data_generator::SinkSpec::Stdout;
-    let r = data_generator::run(cfg, cancel_rx, !to_stdout).await?;
+    let result = data_generator::run(cfg, cancel_rx, !to_stdout).await;
+    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
+    let r = result?;
     let line = format!(
         "streaming-data-generator: {} messages in {:.2} s: {:.0} msg/s achieved, {:.0} msg/s target{}{} (seed {})",
         r.sent,
@@ -227,7 +278,10 @@ async fn run_microbatch(
         }
     };
     let (cancel_tx, mut cancel_rx) = watch::channel(false);
-    spawn_signal_handler(cancel_tx);
+    spawn_signal_handler(cancel_tx.clone());
+    let name = if engine == Engine::RateToStats { "rate-to-stats" } else { "kafka-to-kafka" };
+    let control = new_control(&cancel_tx, p, job_name, name, flags);
+    let _lock = control.register_fixed(&cfg.checkpoint_dir, 1)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     tokio::spawn(async move {
@@ -235,9 +289,10 @@ async fn run_microbatch(
             s2.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    let report =
-        tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await??;
-    let name = if engine == Engine::RateToStats { "rate-to-stats" } else { "kafka-to-kafka" };
+    let result =
+        tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await?;
+    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
+    let report = result?;
     println!("{name} job {job_name} finished");
     print!("{}", report.render());
     if let Some(path) = &flags.summary_json {

@@ -8,8 +8,10 @@
 //!   state; a record whose process is gone reads as failed, with the reason.
 //! - [`Control`] (here): what the job shares with its socket: the drain signal, pending
 //!   option updates, the live worker counts and the autoscaling history.
+//! - [`lock`]: one process per job, by `flock(2)` on the job's directory.
 //! - [`serve`] and [`request`]: one JSON line each way per connection.
 
+pub mod lock;
 pub mod record;
 
 use anyhow::{Context, Result};
@@ -101,6 +103,7 @@ pub struct Control {
     status: Mutex<LiveStatus>,
     record: Mutex<JobRecord>,
     job_dir: Mutex<PathBuf>,
+    fixed_workers: std::sync::atomic::AtomicBool,
 }
 
 fn now() -> String {
@@ -136,7 +139,20 @@ impl Control {
             status: Mutex::new(LiveStatus::default()),
             record: Mutex::new(record),
             job_dir: Mutex::new(PathBuf::new()),
+            fixed_workers: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Take `job_dir`'s lock (one process per job) and register there: for the
+    /// templates that run without the worker pool, which report `workers` fixed
+    /// workers and refuse `update-options`.
+    pub fn register_fixed(self: &Arc<Self>, job_dir: &Path, workers: u32) -> Result<lock::JobLock> {
+        let name = self.record.lock().expect("record").name.clone();
+        let held = lock::JobLock::acquire(job_dir, &name)?;
+        self.fixed_workers.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.publish(workers, workers, workers, workers, 0.0);
+        self.start(job_dir)?;
+        Ok(held)
     }
 
     /// Register the job in `job_dir` (its lock is held) and listen on its socket.
@@ -245,6 +261,10 @@ impl Control {
         let (min, max) = (u.min_workers.unwrap_or(s.min_num_workers), u.max_workers.unwrap_or(s.max_num_workers));
         if min > max {
             return Err(format!("--min-num-workers={min} would be above --max-num-workers={max}"));
+        }
+        if self.fixed_workers.load(std::sync::atomic::Ordering::Relaxed) {
+            let t = self.record.lock().expect("record").template.clone();
+            return Err(format!("a {t} job runs a fixed number of workers: it has no autoscaling options to update"));
         }
         if !self.record.lock().expect("record").state.is_active() || *self.cancel_tx.borrow() {
             return Err("the job is draining: its options can no longer change".into());

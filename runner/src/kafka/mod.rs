@@ -12,6 +12,7 @@
 //! - [`acks`]: [`AckContext`], the one producer context: counts acknowledgements and
 //!   failures, and times them when messages carry their creation time.
 //! - [`admin`]: topic creation for the local stack, tests and the demo.
+//! - [`params`]: the read parameters Google's templates share, into [`SourceSettings`].
 //! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
 //!
 //! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
@@ -25,6 +26,7 @@ pub mod admin;
 pub mod connection;
 pub mod history;
 pub mod metadata;
+pub mod params;
 pub mod source;
 
 pub use acks::{AckContext, Acks, Timing};

@@ -7,7 +7,7 @@
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
 use super::worker::Capacity;
 use crate::bigquery::TableRef;
-use crate::kafka::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
+use crate::kafka::SourceSettings;
 use crate::progress::ProgressConfig;
 use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
@@ -85,11 +85,6 @@ pub const ASYNC_PROGRESS_WITH_EXACTLY_ONCE: &str = "--async-progress-tracking pe
 
 /// Shards used when numStorageWriteApiStreams is 0: one per partition, at most this many.
 pub const AUTO_MAX_SHARDS: usize = 8;
-
-fn secret(p: &ResolvedParams, name: &str, mode: &str) -> Result<String, String> {
-    let v = p.get(name).ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
-    resolve_secret(name, v).map_err(|e| e.to_string())
-}
 
 /// Load the UDF the parameters name (JSON path only, as in Google's template).
 fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Arc<Udf>> {
@@ -180,37 +175,7 @@ impl KafkaToBqConfig {
         if p.flag("useBigQueryDLQ") && p.get("outputDeadletterTable").is_none() {
             errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)".into());
         }
-        if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
-            errs.push("enableCommitOffsets=true requires consumerGroupId".into());
-        }
-        let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default())
-        {
-            Ok(v) => v,
-            Err(e) => {
-                errs.push(e.to_string());
-                Default::default()
-            }
-        };
-        let mode = p.get("kafkaReadAuthenticationMode").unwrap_or("SASL_PLAIN");
-        let path = |n: &str| p.get(n).map(str::to_string);
-        let auth = match mode {
-            "NONE" => Ok(Auth::None),
-            "SASL_PLAIN" => secret(p, "kafkaReadUsernameSecretId", mode).and_then(|u| {
-                secret(p, "kafkaReadPasswordSecretId", mode).map(|pw| Auth::SaslPlain { username: u, password: pw, ca: path("kafkaReadTruststoreLocation") })
-            }),
-            "SASL_SCRAM_512" => secret(p, "kafkaReadSaslScramUsernameSecretId", mode).and_then(|u| {
-                secret(p, "kafkaReadSaslScramPasswordSecretId", mode).map(|pw| Auth::SaslScram512 { username: u, password: pw, ca: path("kafkaReadSaslScramTruststoreLocation") })
-            }),
-            "TLS" => {
-                let key_password = match p.get("kafkaReadKeyPasswordSecretId") {
-                    Some(v) => resolve_secret("kafkaReadKeyPasswordSecretId", v).map(Some).map_err(|e| e.to_string()),
-                    None => Ok(None),
-                };
-                key_password.map(|kp| Auth::Tls { ca: path("kafkaReadTruststoreLocation"), keystore: path("kafkaReadKeystoreLocation"), key_password: kp })
-            }
-            other => Err(format!("kafkaReadAuthenticationMode={other} is for Google Managed Kafka (OAuth with Google credentials), which is not reachable from here; use NONE, SASL_PLAIN, SASL_SCRAM_512 or TLS")),
-        };
-        let auth = auth.map_err(|e| errs.push(e)).ok();
+        let source = crate::kafka::params::read_source(p, &flags.job_name, &mut errs);
         let streams: u32 = match p.get("numStorageWriteApiStreams").unwrap_or("0").parse() {
             Ok(n) => n,
             Err(_) => {
@@ -236,16 +201,9 @@ impl KafkaToBqConfig {
         if !errs.is_empty() {
             return Err(errs);
         }
-        let group_id =
-            p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{}", flags.job_name));
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),
-            source: SourceSettings {
-                conn: Connection { bootstrap, auth: auth.expect("checked") },
-                topic,
-                group_id,
-                start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
-            },
+            source: source.expect("checked"),
             table: table.expect("checked"),
             format: fp.format,
             dynamic: fp.dynamic,

@@ -3,7 +3,8 @@
 //! the job lock, then the pool until a drain, and the summary.
 
 use super::config::{Delivery, KafkaToBqConfig, SinkKind};
-use super::{autoscale, lock, positions};
+use super::{autoscale, positions};
+use crate::control::lock;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::{proto, rest, write::WriteClient, Endpoints, TableRef};
 use crate::kafka::Metadata;
@@ -243,6 +244,14 @@ pub fn watermark_age_s(times: &BTreeMap<i32, i64>, backlog: &BTreeMap<i32, i64>,
     Some(age)
 }
 
+/// Dataflow's system latency (`job/system_lag`: "the longest time an item has been
+/// processing or waiting"), seconds: the larger of the data watermark age (the oldest
+/// waiting message is at most that old) and the interval's end-to-end p99 (messages
+/// that were in processing, from their Kafka timestamp to their commit).
+pub fn system_lag_s(watermark_age_s: f64, end_to_end_p99_ms: Option<f64>) -> f64 {
+    watermark_age_s.max(end_to_end_p99_ms.unwrap_or(0.0) / 1000.0)
+}
+
 #[cfg(test)]
 mod watermark_tests {
     use super::*;
@@ -257,6 +266,13 @@ mod watermark_tests {
         assert_eq!(watermark_age_s(&times, &idle, 12_000), Some(0.0));
         let unknown: BTreeMap<i32, i64> = [(7, 1)].into_iter().collect();
         assert_eq!(watermark_age_s(&times, &unknown, 12_000), None, "nothing committed from it yet");
+    }
+
+    #[test]
+    fn system_lag_counts_items_in_processing_when_nothing_waits() {
+        assert_eq!(system_lag_s(0.0, Some(2_500.0)), 2.5, "no backlog, but items took 2.5 s to commit");
+        assert_eq!(system_lag_s(8.0, Some(2_500.0)), 8.0, "a waiting item is older");
+        assert_eq!(system_lag_s(0.0, None), 0.0);
     }
 }
 

@@ -8,7 +8,7 @@
 //!   or the reason it cannot be; [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
-//!   start positions ([`positions`]), the job lock ([`lock`]), drain and the summary.
+//!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
 //! - [`shard`]: one shard's loop (recover, collect a batch, process it); [`batch`]:
 //!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends.
 //! - [`pool`] and [`worker`]: the live worker pool (shards on workers, moves on a
@@ -78,7 +78,7 @@
 //!
 //! A batch goes out as one or more requests under the 10 MB request limit; rows too
 //! large for any request go to the dead-letter table. Transient errors are retried
-//! without an overall limit ([`crate::bigquery::target`]). One process per job: [`lock`].
+//! without an overall limit ([`crate::bigquery::target`]). One process per job: [`crate::control::lock`].
 //!
 //! # At-least-once (`useStorageWriteApiAtLeastOnce=true` or the experiment)
 //! Rows go to the tables' `_default` streams without offsets, then the commit log
@@ -96,7 +96,6 @@ pub mod config;
 pub mod dlq;
 pub mod format;
 pub mod job;
-pub mod lock;
 pub mod pool;
 pub mod positions;
 pub mod publish;

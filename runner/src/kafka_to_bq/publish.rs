@@ -49,13 +49,17 @@ impl Publisher {
         };
         let backlog: i64 = by_partition.values().sum();
         let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 0.0 };
-        let stages = ctx
+        let stages: std::collections::BTreeMap<_, _> = ctx
             .stats
             .take_window()
             .into_iter()
             .filter(|st| st.count > 0)
             .map(|st| (st.stage, flexrun_web::StageLatency { p50_ms: st.p50_ms, p95_ms: st.p95_ms, p99_ms: st.p99_ms }))
             .collect();
+        let watermark_age = ctx
+            .data_watermark_age_s(&by_partition, chrono::Utc::now().timestamp_millis())
+            .unwrap_or(started.elapsed().as_secs_f64());
+        let system_lag = super::job::system_lag_s(watermark_age, stages.get("end_to_end").map(|s| s.p99_ms));
         let throughput_msgs = (s.messages_read - self.last_read) as f64 / dt;
         let p = flexrun_web::MetricsPoint {
             t_s: started.elapsed().as_secs_f64(),
@@ -76,9 +80,8 @@ impl Publisher {
             max_workers: limits.max_workers,
             partition_backlog: by_partition.iter().map(|(p, n)| (p.to_string(), *n as u64)).collect(),
             estimated_backlog_processing_s: if throughput_msgs > 0.0 { backlog as f64 / throughput_msgs } else { 0.0 },
-            data_watermark_age_s: ctx
-                .data_watermark_age_s(&by_partition, chrono::Utc::now().timestamp_millis())
-                .unwrap_or(started.elapsed().as_secs_f64()),
+            data_watermark_age_s: watermark_age,
+            system_lag_s: system_lag,
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;

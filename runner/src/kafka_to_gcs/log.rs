@@ -1,0 +1,168 @@
+//! The window commit log (`<job>/windows.log`): one JSON line per step, fsynced.
+//!
+//! - `prepared`: a window's files are staged and complete; the entry names each staged
+//!   file and its final name, the window's `close_pos` and where a restart resumes.
+//!   From here the window is decided: recovery publishes it (rolls forward).
+//! - `committed`: its files are published and the staging objects removed.
+//!
+//! A torn last line (a crash mid-write) is ignored on read: the step it began did not
+//! happen, and recovery redoes it.
+
+use super::window::{Published, Window};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A staged file and where it is published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilePlan {
+    /// Under `_temporary/`.
+    pub staged: String,
+    /// The final name.
+    pub final_name: String,
+    /// Records in it.
+    pub records: u64,
+}
+
+/// One window, staged and decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    /// The window.
+    pub window: Window,
+    /// Its files.
+    pub files: Vec<FilePlan>,
+    /// Per partition, the next offset not read when the window closed.
+    pub close_pos: BTreeMap<i32, i64>,
+    /// Per partition, where a restart reads from (the oldest record still in an open
+    /// window, else `close_pos`).
+    pub resume: BTreeMap<i32, i64>,
+}
+
+/// One line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Entry {
+    /// Staged and decided.
+    Prepared(Prepared),
+    /// Published.
+    Committed {
+        /// The window.
+        window: Window,
+    },
+}
+
+/// What recovery finds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recovered {
+    /// The latest prepared window, if any.
+    pub last: Option<Prepared>,
+    /// Whether it was also committed.
+    pub last_committed: bool,
+    /// Windows committed so far.
+    pub committed: u64,
+}
+
+impl Recovered {
+    /// What is published (or will be, by the roll-forward).
+    pub fn published(&self) -> Published {
+        match &self.last {
+            Some(p) => Published { last: Some(p.window), close_pos: p.close_pos.clone() },
+            None => Published::default(),
+        }
+    }
+}
+
+/// The log file, open for appending.
+pub struct WindowLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl WindowLog {
+    /// Open (creating) `<dir>/windows.log` and read what it holds.
+    pub fn open(dir: &Path) -> std::io::Result<(WindowLog, Recovered)> {
+        let path = dir.join("windows.log");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut rec = Recovered::default();
+        let mut good = 0usize;
+        for line in text.split_inclusive('\n') {
+            let Ok(e) = serde_json::from_str::<Entry>(line.trim_end()) else { break };
+            if !line.ends_with('\n') {
+                break;
+            }
+            good += line.len();
+            match e {
+                Entry::Prepared(p) => {
+                    rec.last = Some(p);
+                    rec.last_committed = false;
+                }
+                Entry::Committed { window } => {
+                    rec.committed += 1;
+                    rec.last_committed = rec.last.as_ref().map(|p| p.window) == Some(window);
+                }
+            }
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(&path)?;
+        if good < text.len() {
+            tracing::warn!(path = %path.display(), "the window log ends in a torn line: cut off");
+            file.set_len(good as u64)?;
+        }
+        Ok((WindowLog { path, file }, rec))
+    }
+
+    /// Append `e` and fsync.
+    pub fn append(&mut self, e: &Entry) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(e).expect("entries serialize");
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.sync_data()
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(start: i64) -> Prepared {
+        Prepared {
+            window: Window { start_ms: start, end_ms: start + 10 },
+            files: vec![],
+            close_pos: [(0, start)].into_iter().collect(),
+            resume: Default::default(),
+        }
+    }
+
+    #[test]
+    fn recovery_sees_the_last_decision_and_ignores_a_torn_line() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut log, rec) = WindowLog::open(d.path()).unwrap();
+        assert_eq!(rec, Recovered::default());
+        log.append(&Entry::Prepared(prepared(0))).unwrap();
+        log.append(&Entry::Committed { window: prepared(0).window }).unwrap();
+        log.append(&Entry::Prepared(prepared(10))).unwrap();
+        drop(log);
+        let (_, rec) = WindowLog::open(d.path()).unwrap();
+        assert_eq!(rec.last.as_ref().unwrap().window.start_ms, 10);
+        assert!(!rec.last_committed, "window 10 was prepared, not committed: roll it forward");
+        assert_eq!(rec.committed, 1);
+        assert_eq!(rec.published().close_pos[&0], 10);
+        // A torn line is cut off, and the next append starts clean.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.path().join("windows.log"))
+            .unwrap()
+            .write_all(b"{\"committed\":{\"win")
+            .unwrap();
+        let (mut log, rec) = WindowLog::open(d.path()).unwrap();
+        assert!(!rec.last_committed);
+        log.append(&Entry::Committed { window: prepared(10).window }).unwrap();
+        let (_, rec) = WindowLog::open(d.path()).unwrap();
+        assert!(rec.last_committed && rec.committed == 2);
+    }
+}

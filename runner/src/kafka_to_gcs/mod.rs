@@ -1,0 +1,37 @@
+//! kafka-to-gcs (Google's `Kafka_to_Gcs_Flex`): a topic into fixed windows of files in
+//! Cloud Storage or on disk, exactly once across crashes, committed in parallel.
+//!
+//! # Layout
+//! - [`config`]: the job's settings from Google's parameters.
+//! - [`window`]: fixed windows, Google's file names, record-to-window assignment and
+//!   the replay rule (pure).
+//! - [`log`]: the window commit log (`prepared`, `committed`).
+//! - [`committer`]: stage, publish (trash + rename) and sweep, N requests at a time.
+//! - [`job`]: recovery, the read loop, and closing windows.
+//!
+//! # The commit protocol, and every crash point
+//! For each window, in window order:
+//! 1. Stage each shard file under `_temporary/<window>/<attempt>/<final name>`.
+//!    Crash point `gcs::before_prepare`: nothing is decided; recovery removes the
+//!    staging objects and the records are read again (they are after the resume
+//!    positions of the last decided window).
+//! 2. Append `prepared` (files, `close_pos`, resume positions) to the log, fsynced:
+//!    the window is decided. Crash point `gcs::after_prepare`: recovery publishes it
+//!    from the staged files (roll forward), then resumes after it.
+//! 3. Publish: delete other files of the same window an earlier run left (the seed's
+//!    trash step), then rename every staged file to its final name, copy + delete on
+//!    a bucket. Crash points `gcs::mid_publish_before` (after the trash, before any
+//!    rename) and `gcs::mid_publish` (half the files renamed): recovery publishes
+//!    again; a rename whose source is gone and whose target exists is done.
+//! 4. Append `committed`. Crash point `gcs::before_committed`: recovery publishes
+//!    again, which finds every file in place.
+//!
+//! Recovery itself has crash point `gcs::recovery_publish`. A file's content is fixed
+//! when it is staged, so a final name only ever holds that content: each record is in
+//! exactly one final file, once.
+
+pub mod committer;
+pub mod config;
+pub mod job;
+pub mod log;
+pub mod window;

@@ -1,0 +1,78 @@
+"""Start gcp-storage-emulator (PyPI) for flexrun, with two changes made here rather
+than in the package:
+
+1. Requests are served on threads (http.server.ThreadingHTTPServer), and the
+   emulator's storage is entered under one lock. The package serves one request at a
+   time on a plain HTTPServer; its storage rewrites one metadata document per change,
+   so handling stays serialized, but connections and the modelled latency below
+   overlap, as they do against a real service.
+2. `--latency-ms N` (default 0) waits N ms before each request is handled, outside the
+   lock. Cloud Storage is a remote service: each request costs a network round trip
+   and the service's own time, which a client can overlap by issuing requests in
+   parallel; an in-process emulator costs neither. The seed-002 benchmark
+   (scripts/bench-commit.sh) states the latency it models; tests run with 0.
+
+Usage: python gcs_emulator_launcher.py --port P --bucket B [--latency-ms N]
+"""
+
+import argparse
+import logging
+import threading
+import time
+from functools import partial
+from http import server as http_server
+
+import gcp_storage_emulator.server as emu
+
+LOCK = threading.Lock()
+LATENCY_S = 0.0
+
+_handle = emu.Router.handle
+
+
+def handle(self, method):
+    if LATENCY_S > 0:
+        time.sleep(LATENCY_S)
+    with LOCK:
+        return _handle(self, method)
+
+
+emu.Router.handle = handle
+
+
+class ThreadedAPI(emu.APIThread):
+    def run(self):
+        httpd = http_server.ThreadingHTTPServer(
+            (self._host, self._port), partial(emu.RequestHandler, self._storage)
+        )
+        httpd.daemon_threads = True
+        httpd.request_queue_size = 256
+        self._httpd = httpd
+        self.is_running.set()
+        httpd.serve_forever()
+
+
+emu.APIThread = ThreadedAPI
+
+
+def main():
+    global LATENCY_S
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--bucket", action="append", default=[])
+    ap.add_argument("--latency-ms", type=float, default=0.0)
+    ap.add_argument("--data-dir", default=None, help="persist here (default: in memory)")
+    a = ap.parse_args()
+    LATENCY_S = a.latency_ms / 1000.0
+    logging.basicConfig(level=logging.WARNING)
+    srv = emu.Server(a.host, a.port, in_memory=a.data_dir is None, data_dir=a.data_dir)
+    from gcp_storage_emulator.handlers import buckets
+
+    for b in a.bucket:
+        buckets.create_bucket(b, srv._storage)
+    srv.run()
+
+
+if __name__ == "__main__":
+    main()
