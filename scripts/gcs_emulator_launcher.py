@@ -6,7 +6,13 @@ than in the package:
    time on a plain HTTPServer; its storage rewrites one metadata document per change,
    so handling stays serialized, but connections and the modelled latency below
    overlap, as they do against a real service.
-2. `--latency-ms N` (default 0) waits N ms before each request is handled, outside the
+2. In memory (the default here), the emulator's metadata document is not rewritten
+   on every change: the package serializes every bucket's and object's metadata to
+   one JSON document after each upload, copy or delete, which makes each call O(all
+   objects) and a 5,000-file commit quadratic. The metadata stays in the emulator's
+   own dictionaries, which is where it reads it from; the document only matters for
+   reloading a data directory, which an in-memory store never does.
+3. `--latency-ms N` (default 0) waits N ms before each request is handled, outside the
    lock. Cloud Storage is a remote service: each request costs a network round trip
    and the service's own time, which a client can overlap by issuing requests in
    parallel; an in-process emulator costs neither. The seed-002 benchmark
@@ -40,13 +46,16 @@ def handle(self, method):
 emu.Router.handle = handle
 
 
+class ThreadingServer(http_server.ThreadingHTTPServer):
+    # listen(2)'s backlog: the default of 5 drops connection attempts when a client
+    # opens many at once, and each dropped SYN costs a 1 s retransmission.
+    request_queue_size = 512
+    daemon_threads = True
+
+
 class ThreadedAPI(emu.APIThread):
     def run(self):
-        httpd = http_server.ThreadingHTTPServer(
-            (self._host, self._port), partial(emu.RequestHandler, self._storage)
-        )
-        httpd.daemon_threads = True
-        httpd.request_queue_size = 256
+        httpd = ThreadingServer((self._host, self._port), partial(emu.RequestHandler, self._storage))
         self._httpd = httpd
         self.is_running.set()
         httpd.serve_forever()
@@ -66,6 +75,10 @@ def main():
     a = ap.parse_args()
     LATENCY_S = a.latency_ms / 1000.0
     logging.basicConfig(level=logging.WARNING)
+    if a.data_dir is None:
+        import gcp_storage_emulator.storage as st
+
+        st.Storage._write_config_to_file = lambda self: None
     srv = emu.Server(a.host, a.port, in_memory=a.data_dir is None, data_dir=a.data_dir)
     from gcp_storage_emulator.handlers import buckets
 

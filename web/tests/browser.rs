@@ -170,5 +170,8 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
         "in Dataflow's words"
     );
     assert!(dom.contains("<td>0</td><td>12,345</td><td>"), "the backlog by partition:\n{dom}");
-    assert!(dom.contains("estimated backlog processing time: 4.5 s · data watermark age: 3.5 s · system latency: 4.3 s"), "{dom}");
+    assert!(
+        dom.contains("estimated backlog processing time: 4.5 s · data watermark age: 3.5 s · system latency: 4.3 s"),
+        "{dom}"
+    );
 }

@@ -10,8 +10,7 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Vec<String>) -
     if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
         errs.push("enableCommitOffsets=true requires consumerGroupId".into());
     }
-    let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default())
-    {
+    let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default()) {
         Ok(v) => v,
         Err(e) => {
             errs.push(e.to_string());
@@ -51,4 +50,3 @@ fn secret(p: &ResolvedParams, name: &str, mode: &str) -> Result<String, String> 
     let v = p.get(name).ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
     resolve_secret(name, v).map_err(|e| e.to_string())
 }
-

@@ -4,9 +4,9 @@
 
 use super::config::{Delivery, KafkaToBqConfig, SinkKind};
 use super::{autoscale, positions};
-use crate::control::lock;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::{proto, rest, write::WriteClient, Endpoints, TableRef};
+use crate::control::lock;
 use crate::kafka::Metadata;
 use crate::kafka_to_bq::transform::{Input, Mapper};
 use crate::stats::{JobStats, Summary};

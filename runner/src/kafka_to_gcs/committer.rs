@@ -74,8 +74,7 @@ impl Committer {
 
     /// Remove every staging object not in `keep`.
     pub async fn sweep(&self, keep: &BTreeSet<String>) -> Result<usize, StoreError> {
-        let orphans: Vec<String> =
-            self.store.list(STAGING).await?.into_iter().filter(|n| !keep.contains(n)).collect();
+        let orphans: Vec<String> = self.store.list(STAGING).await?.into_iter().filter(|n| !keep.contains(n)).collect();
         let n = orphans.len();
         self.each(orphans, |store, name| async move { store.delete(&name).await }).await?;
         Ok(n)

@@ -78,7 +78,9 @@ impl KafkaToGcsConfig {
             )),
         }
         if p.flag("useBigQueryDLQ") {
-            errs.push("useBigQueryDLQ=true: Google's kafka-to-gcs has no dead-letter path for JSON; leave it false".into());
+            errs.push(
+                "useBigQueryDLQ=true: Google's kafka-to-gcs has no dead-letter path for JSON; leave it false".into(),
+            );
         }
         if !errs.is_empty() {
             return Err(errs);

@@ -190,7 +190,8 @@ pub async fn run(
     let store = Store::open(&cfg.output, cfg.endpoint.as_deref()).await.map_err(|e| crate::usage(e.to_string()))?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let _lock = control.register_fixed(&job_dir, 1)?;
-    let (mut log, rec) = WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
+    let (mut log, rec) =
+        WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
     let committer = Committer { store, parallelism: cfg.parallelism };
     let mut report = GcsReport::default();
     recover(&cfg, &rec, &committer, &mut log, &mut report).await?;
@@ -231,11 +232,19 @@ pub async fn run(
         if last_check.elapsed() >= Duration::from_millis(500) {
             last_check = Instant::now();
             let hw = metadata.high_watermarks(&partitions).await.unwrap_or_default();
-            caught_up = partitions.iter().copied().filter(|p| ws.read_pos.get(p).copied().unwrap_or(0) >= hw.get(p).copied().unwrap_or(i64::MAX)).collect();
+            caught_up = partitions
+                .iter()
+                .copied()
+                .filter(|p| ws.read_pos.get(p).copied().unwrap_or(0) >= hw.get(p).copied().unwrap_or(i64::MAX))
+                .collect();
         }
         let draining = *cancel.borrow()
             || cfg.idle_timeout.is_some_and(|t| last_read.elapsed() >= t && caught_up.len() == partitions.len());
-        while let Some(w) = if draining { ws.open.keys().next().copied() } else { ws.due(&caught_up, chrono::Utc::now().timestamp_millis()) } {
+        while let Some(w) = if draining {
+            ws.open.keys().next().copied()
+        } else {
+            ws.due(&caught_up, chrono::Utc::now().timestamp_millis())
+        } {
             let t = commit_window(&cfg, &mut ws, w, &committer, &mut log, &attempt).await?;
             (report.windows, report.files) = (report.windows + 1, report.files + t.files as u64);
             report.stage_s += t.stage.as_secs_f64();

@@ -87,7 +87,8 @@ pub fn shard_of(partition: i32, offset: i64, shards: u32) -> u32 {
 /// assert!(parse_window("5").is_err());
 /// ```
 pub fn parse_window(s: &str) -> Result<Duration, String> {
-    let bad = || format!("windowDuration={s:?}: expected a whole number with s, m or h (e.g. 30s, 5m, 1h), at least 1s");
+    let bad =
+        || format!("windowDuration={s:?}: expected a whole number with s, m or h (e.g. 30s, 5m, 1h), at least 1s");
     let (n, unit) = s.split_at(s.len().saturating_sub(1));
     let n: u64 = n.parse().map_err(|_| bad())?;
     let secs = match unit {

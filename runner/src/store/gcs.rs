@@ -55,11 +55,7 @@ impl token_source::TokenSourceProvider for Adc {
     }
 }
 
-struct AdcSource(
-    tokio::sync::OnceCell<
-        gcp_bigquery_client::yup_oauth2::authenticator::DefaultAuthenticator,
-    >,
-);
+struct AdcSource(tokio::sync::OnceCell<gcp_bigquery_client::yup_oauth2::authenticator::DefaultAuthenticator>);
 
 impl std::fmt::Debug for AdcSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,7 +107,9 @@ impl GcsStore {
             StoreError::Gcs { status: Some(404), .. } => {
                 StoreError::Location(format!("gs://{bucket}/: no such bucket (create it, or check the name)"))
             }
-            StoreError::Gcs { message, .. } => StoreError::Location(format!("gs://{bucket}/ is unreachable: {message}")),
+            StoreError::Gcs { message, .. } => {
+                StoreError::Location(format!("gs://{bucket}/ is unreachable: {message}"))
+            }
             e => e,
         })?;
         Ok(s)

@@ -107,7 +107,9 @@ impl Location {
     /// The same location with `sub` (ending in `/`) appended.
     pub fn join(&self, sub: &str) -> Location {
         match self {
-            Location::Gcs { bucket, prefix } => Location::Gcs { bucket: bucket.clone(), prefix: format!("{prefix}{sub}") },
+            Location::Gcs { bucket, prefix } => {
+                Location::Gcs { bucket: bucket.clone(), prefix: format!("{prefix}{sub}") }
+            }
             Location::Local(p) => Location::Local(p.join(sub)),
         }
     }

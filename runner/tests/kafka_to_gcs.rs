@@ -1,0 +1,264 @@
+//! kafka-to-gcs end to end, on the local stack: tansu in, the Cloud Storage emulator
+//! (and the local disk) out. Windowed files with Google's names, every record exactly
+//! once, one test per crash point of the window commit protocol (each shows the
+//! recovery path it targets ran), and every bad parameter named with exit status 2.
+
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
+mod common;
+
+use common::*;
+use flexrun::store::{Location, Store};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+
+/// A time well in the past, on a window boundary: every window is due at once.
+const BASE_MS: i64 = 1_700_000_000_000;
+const WINDOW_MS: i64 = 1000;
+
+/// Produce `n` messages `{"id":i}` over `partitions`, message i stamped
+/// `BASE_MS + i * step_ms`: with `step_ms` = 10, 100 messages per 1 s window.
+async fn produce(s: &Stack, topic: &str, partitions: i32, n: u64, step_ms: i64) {
+    produce_ts(s, topic, partitions, n, |i| BASE_MS + i as i64 * step_ms).await
+}
+
+/// Out of order: every 7th message is stamped 1.5 s ahead, so it waits in a later
+/// window while earlier ones commit, and a restart re-reads records already published.
+fn ahead(i: u64) -> i64 {
+    BASE_MS + i as i64 * 10 + if i.is_multiple_of(7) { 1500 } else { 0 }
+}
+
+async fn produce_ts(s: &Stack, topic: &str, partitions: i32, n: u64, ts: impl Fn(u64) -> i64) {
+    let p: FutureProducer = flexrun::kafka::Connection::plaintext(&s.kafka).client("a producer", &[]).unwrap();
+    let mut acks = Vec::new();
+    for i in 0..n {
+        let v = format!("{{\"id\":{i}}}");
+        let r = FutureRecord::<(), _>::to(topic).payload(&v).partition((i % partitions as u64) as i32).timestamp(ts(i));
+        acks.push(p.send_result(r).map_err(|(e, _)| e).unwrap());
+    }
+    for a in acks {
+        answer("produce", a).await.unwrap().map_err(|(e, _)| e).unwrap();
+    }
+}
+
+async fn topic(s: &Stack, name: &str, partitions: i32) -> String {
+    let t = unique(name);
+    answer("create topic", flexrun::kafka::admin::create_topic(&s.kafka, &t, partitions)).await.unwrap();
+    t
+}
+
+fn params(s: &Stack, topic: &str, out: &str, extra: &str) -> String {
+    let p = format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputDirectory={out},windowDuration=1s,numShards=3",
+        s.kafka
+    );
+    if extra.is_empty() {
+        p
+    } else {
+        format!("{p},{extra}")
+    }
+}
+
+fn job(name: &str, ck: &std::path::Path, params: &str) -> std::process::Command {
+    let ckp = ck.to_str().unwrap();
+    let mut c = flexrun(&["--template", "kafka-to-gcs", "--job-name", name, "--checkpoint-dir", ckp]);
+    c.args(["--idle-timeout", "2s", "--commit-parallelism", "8", "--summary-json"])
+        .arg(ck.join(format!("{name}.json")))
+        .args(["--parameters", params]);
+    c
+}
+
+/// Every final file under `out`: name → ids, and the count of staging objects left.
+async fn files(out: &str) -> (BTreeMap<String, Vec<u64>>, usize) {
+    let store = Store::open(&Location::parse(out).unwrap(), None).await.unwrap();
+    let mut m = BTreeMap::new();
+    let mut staged = 0;
+    for name in store.list("").await.unwrap() {
+        if name.starts_with("_temporary/") {
+            staged += 1;
+            continue;
+        }
+        let body = String::from_utf8(store.get(&name).await.unwrap()).unwrap();
+        let ids = body
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_u64().unwrap())
+            .collect();
+        m.insert(name, ids);
+    }
+    (m, staged)
+}
+
+/// Each id in `0..n` exactly once over all files.
+fn assert_exactly_once(m: &BTreeMap<String, Vec<u64>>, n: u64) {
+    let mut seen = BTreeMap::new();
+    for ids in m.values() {
+        for id in ids {
+            *seen.entry(*id).or_insert(0) += 1;
+        }
+    }
+    let dup: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(dup.is_empty(), "duplicated: {dup:?}");
+    let missing: Vec<u64> = (0..n).filter(|i| !seen.contains_key(i)).collect();
+    assert!(missing.is_empty(), "missing {} ids, e.g. {:?}", missing.len(), &missing[..missing.len().min(10)]);
+}
+
+fn summary_of(ck: &std::path::Path, name: &str) -> serde_json::Value {
+    summary(&ck.join(format!("{name}.json")))
+}
+
+#[tokio::test]
+async fn windowed_files_exactly_once_to_the_emulator_and_to_disk() {
+    let s = stack();
+    let t = topic(&s, "gcs_e2e", 3).await;
+    produce(&s, &t, 3, 600, 10).await;
+    let disk = tempfile::tempdir().unwrap();
+    let bucket = std::env::var("FLEXRUN_GCS_BUCKET").unwrap();
+    for out in [format!("gs://{bucket}/{t}/"), format!("{}/", disk.path().display())] {
+        let ck = tempfile::tempdir().unwrap();
+        let o = job("g", ck.path(), &params(&s, &t, &out, "outputFilenamePrefix=out-")).bounded();
+        assert!(o.status.success(), "{}", text(&o));
+        let (m, staged) = files(&out).await;
+        assert_exactly_once(&m, 600);
+        assert_eq!(staged, 0, "no staging object is left");
+        // 6 windows of 1 s, 3 shards each, named as Google's WindowedFilenamePolicy names them.
+        assert_eq!(m.len(), 18, "{:?}", m.keys());
+        let first = "out-2023-11-14T22:13:20.000Z-2023-11-14T22:13:21.000Z-pane-0-last-00-of-03.json";
+        assert!(m.contains_key(first), "{:?}", m.keys().next());
+        for (name, ids) in &m {
+            let w = (BASE_MS + *ids.iter().min().unwrap() as i64 * 10) / WINDOW_MS * WINDOW_MS;
+            assert!(ids.iter().all(|i| (BASE_MS + *i as i64 * 10) / WINDOW_MS * WINDOW_MS == w), "{name}: {ids:?}");
+        }
+        let j = summary_of(ck.path(), "g");
+        assert_eq!((j["records"].as_u64(), j["windows"].as_u64()), (Some(600), Some(6)), "{j}");
+        // A second run of the same job finds nothing new and changes nothing.
+        let o = job("g", ck.path(), &params(&s, &t, &out, "outputFilenamePrefix=out-")).bounded();
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(files(&out).await.0, m);
+        assert_eq!(summary_of(ck.path(), "g")["windows"], 0);
+    }
+}
+
+#[tokio::test]
+async fn the_gcloud_form_runs_googles_template_id() {
+    let s = stack();
+    let t = topic(&s, "gcs_gcloud", 1).await;
+    produce(&s, &t, 1, 50, 10).await;
+    let disk = tempfile::tempdir().unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let out = format!("file://{}/", disk.path().display());
+    let o = flexrun(&[
+        "dataflow",
+        "flex-template",
+        "run",
+        "gcloud-gcs",
+        "--template-file-gcs-location=gs://dataflow-templates-us-central1/latest/flex/Kafka_to_Gcs_Flex",
+        "--region=us-central1",
+        "--checkpoint-dir",
+        ck.path().to_str().unwrap(),
+        "--idle-timeout",
+        "2s",
+        &format!("--parameters={}", params(&s, &t, &out, "")),
+    ])
+    .bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let (m, _) = files(&out).await;
+    assert_exactly_once(&m, 50);
+    assert!(m.keys().all(|k| k.starts_with("output2023-11-14T22:13:20.000Z-")), "the default prefix: {m:?}");
+}
+
+/// Crash at `point` the second time it is reached (window 2), restart, and check
+/// every record once; returns the restart's summary.
+async fn crash_then_recover(name: &str, point: &str, then: Option<&str>) -> serde_json::Value {
+    let s = stack();
+    let t = topic(&s, name, 2).await;
+    produce_ts(&s, &t, 2, 400, ahead).await;
+    let bucket = std::env::var("FLEXRUN_GCS_BUCKET").unwrap();
+    let out = format!("gs://{bucket}/{t}/");
+    let ck = tempfile::tempdir().unwrap();
+    let p = params(&s, &t, &out, "");
+    let crash = job(name, ck.path(), &p).env("FAILPOINTS", format!("{point}=1*off->return")).bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "the job did not die at {point}: {}", text(&crash));
+    if let Some(second) = then {
+        let again = job(name, ck.path(), &p).env("FAILPOINTS", format!("{second}=return")).bounded();
+        assert_eq!(again.status.signal(), Some(libc::SIGKILL), "recovery did not die at {second}: {}", text(&again));
+    }
+    let o = job(name, ck.path(), &p).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let (m, staged) = files(&out).await;
+    assert_exactly_once(&m, 400);
+    assert_eq!(staged, 0, "no staging object is left after recovery");
+    summary_of(ck.path(), name)
+}
+
+#[tokio::test]
+async fn crash_before_prepare_sweeps_the_staged_files_and_rereads() {
+    let j = crash_then_recover("gcs_cp1", "gcs::before_prepare", None).await;
+    assert!(j["swept"].as_u64().unwrap() > 0, "recovery removed the undecided window's staging objects: {j}");
+    assert_eq!(j["rolled_forward"], false, "{j}");
+}
+
+#[tokio::test]
+async fn crash_after_prepare_rolls_the_window_forward() {
+    let j = crash_then_recover("gcs_cp2", "gcs::after_prepare", None).await;
+    assert_eq!(j["rolled_forward"], true, "{j}");
+    assert!(
+        j["skipped_published"].as_u64().unwrap() > 0,
+        "the restart re-read published records and skipped them: {j}"
+    );
+}
+
+#[tokio::test]
+async fn crash_after_the_trash_step_rolls_forward() {
+    let j = crash_then_recover("gcs_cp3", "gcs::mid_publish_before", None).await;
+    assert_eq!(j["rolled_forward"], true, "{j}");
+}
+
+#[tokio::test]
+async fn crash_with_half_the_files_renamed_rolls_forward() {
+    let j = crash_then_recover("gcs_cp4", "gcs::mid_publish", None).await;
+    assert_eq!(j["rolled_forward"], true, "{j}");
+}
+
+#[tokio::test]
+async fn crash_before_the_commit_record_rolls_forward() {
+    let j = crash_then_recover("gcs_cp5", "gcs::before_committed", None).await;
+    assert_eq!(j["rolled_forward"], true, "{j}");
+}
+
+#[tokio::test]
+async fn crash_during_recovery_rolls_forward_on_the_next_start() {
+    let j = crash_then_recover("gcs_cp6", "gcs::mid_publish", Some("gcs::recovery_publish")).await;
+    assert_eq!(j["rolled_forward"], true, "{j}");
+}
+
+#[tokio::test]
+async fn bad_parameters_are_named_and_exit_2() {
+    let s = stack();
+    let bucket = std::env::var("FLEXRUN_GCS_BUCKET").unwrap();
+    let cases = [
+        (format!("gs://{bucket}/no-slash"), "", "outputDirectory"),
+        ("s3://b/x/".to_string(), "", "unknown scheme s3://"),
+        ("gs://no-such-bucket-flexrun/x/".to_string(), "", "no such bucket"),
+        ("/tmp/x/".to_string(), "windowDuration=500ms", "windowDuration"),
+        ("/tmp/x/".to_string(), "windowDuration=0s", "windowDuration"),
+        ("/tmp/x/".to_string(), "numShards=-1", "numShards"),
+        ("/tmp/x/".to_string(), "messageFormat=AVRO_CONFLUENT_WIRE_FORMAT", "messageFormat"),
+    ];
+    for (out, extra, want) in cases {
+        let p = params(&s, "t", &out, extra);
+        let ck = tempfile::tempdir().unwrap();
+        let o = job("bad", ck.path(), &p).bounded();
+        assert_eq!(o.status.code(), Some(2), "{out} {extra}: {}", text(&o));
+        assert!(text(&o).contains(want), "{out} {extra}: expected {want:?} in {}", text(&o));
+    }
+}
+
+#[test]
+fn the_template_has_googles_parameter_names() {
+    let t = flexrun_templates::find("Kafka_to_Gcs_Flex").expect("the template by Google's id");
+    for p in ["readBootstrapServerAndTopic", "outputDirectory", "windowDuration", "outputFilenamePrefix", "numShards"] {
+        assert!(t.parameters.iter().any(|q| q.name == p), "{p}");
+    }
+}
