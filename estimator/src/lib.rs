@@ -12,12 +12,14 @@
 //! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
 //! - [`estimate`](mod@estimate): the extrapolation and the bill.
+//! - [`files`]: windowed file output (kafka-to-gcs): the publish time of a window.
 //! - [`boundary`]: the capacity-boundary search (binary search on the offered rate
 //!   against a caller-supplied probe), as `flexrun capacity` runs it.
 
 pub mod baseline;
 pub mod boundary;
 pub mod estimate;
+pub mod files;
 pub mod pricing;
 pub mod units;
 

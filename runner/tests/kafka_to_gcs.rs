@@ -262,3 +262,51 @@ fn the_template_has_googles_parameter_names() {
         assert!(t.parameters.iter().any(|q| q.name == p), "{p}");
     }
 }
+
+/// The long run (scripts/chaos.sh): 200,000 out-of-order messages, 20 SIGKILLs at
+/// random moments, then a clean finish; every record is in exactly one final file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: scripts/chaos.sh"]
+async fn chaos_gcs_20_sigkills_200k() {
+    use rand::{Rng, SeedableRng};
+    let s = stack();
+    let n = 200_000;
+    let t = topic(&s, "chaos_gcs", 4).await;
+    produce_ts(&s, &t, 4, n, |i| BASE_MS + i as i64 + if i.is_multiple_of(7) { 1500 } else { 0 }).await;
+    let bucket = std::env::var("FLEXRUN_GCS_BUCKET").unwrap();
+    let out = format!("gs://{bucket}/{t}/");
+    let ck = tempfile::tempdir().unwrap();
+    let p = params(&s, &t, &out, "");
+    let seed: u64 =
+        std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut landed = 0;
+    for _ in 0..20 {
+        let mut child = job("chaos", ck.path(), &p)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(300..2500)));
+        if child.try_wait().unwrap().is_none() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            landed += 1;
+        }
+        let _ = child.wait();
+    }
+    let started = std::time::Instant::now();
+    let o = job("chaos", ck.path(), &p).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let recover_s = started.elapsed().as_secs_f64() - 2.0;
+    let (m, staged) = files(&out).await;
+    let rows: usize = m.values().map(Vec::len).sum();
+    let distinct = m.values().flatten().collect::<std::collections::BTreeSet<_>>().len();
+    eprintln!(
+        "CHAOS|kafka-to-gcs, 20 random SIGKILLs|{n}|{landed} SIGKILLs (seed {seed}), {} files|{rows}|{distinct}|{}|{}|{recover_s:.1}",
+        m.len(),
+        n as i64 - distinct as i64,
+        rows as i64 - distinct as i64
+    );
+    assert_eq!(staged, 0);
+    assert_exactly_once(&m, n);
+}

@@ -430,3 +430,41 @@ fn a_sweep_writes_csv_a_table_and_a_chart_of_the_front() {
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.contains("<svg") && chart.contains("Pareto front") && chart.contains("cheapest within the limit"));
 }
+
+/// kafka-to-gcs at cloud scale: 5,000 files per 1-minute window. Published serially
+/// (seed 002's driver loop) each worker stops reading for most of every window and the
+/// backlog grows; with 64 requests in flight the stall is a small fraction.
+#[test]
+fn window_commits_stall_a_serial_committer_and_not_a_parallel_one() {
+    let run = |par: &str| {
+        let cfg = config(&[
+            "--template",
+            "kafka-to-gcs",
+            "--qps",
+            "100000",
+            "--partitions",
+            "100",
+            "--max-workers",
+            "4",
+            "--num-workers",
+            "4",
+            "--duration",
+            "2h",
+            "--parameters",
+            "windowDuration=1m,numShards=5000",
+            "--commit-parallelism",
+            par,
+        ]);
+        simulate::run(&cfg, &mut |_| {}).summary
+    };
+    let (serial, parallel) = (run("1"), run("64"));
+    let (s, p) = (serial.window_commit.clone().unwrap(), parallel.window_commit.clone().unwrap());
+    // 5000 files / 4 workers = 1250 each at 43 ms: 53.75 s of every 60 s window.
+    assert!((s.mean_stall_s - 1250.0 * 0.043).abs() < 1e-6, "{s:?}");
+    assert!(s.stalled_fraction > 0.85, "{s:?}");
+    assert!(p.mean_stall_s < 1.0 && p.stalled_fraction < 0.02, "{p:?}");
+    assert!(serial.backlog_peak_mib > 10.0 * parallel.backlog_peak_mib.max(1.0), "{serial:?} vs {parallel:?}");
+    let out = flexrun(&["simulate", "--template", "kafka-to-gcs", "--qps", "10", "--parameters", "windowDuration=0s"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("windowDuration"));
+}

@@ -73,6 +73,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
     let mut series_acc = SeriesAcc::default();
     let mut post = PostWarmUp::default();
     let mut worker_records = vec![0.0f64; running as usize];
+    let mut stalls = StallAcc::default();
     let steps = (w.duration_s / STEP_S).ceil() as u64;
     let mut last_progress = 0.0;
 
@@ -86,8 +87,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         let per_partition = input / parts as f64;
         // Partitions are dealt round-robin: worker k owns partitions k, k+W, k+2W, ...
         let n = running as usize;
-        let worker_cap = worker_rate * STEP_S;
-        let partition_cap = vcpu_rate * STEP_S;
+        // A window commit in progress leaves this step's remainder for reading.
+        let reading = stalls.step(cfg.file_commit.as_ref(), t, running, t > cfg.warm_up_s);
+        let worker_cap = worker_rate * STEP_S * reading;
+        let partition_cap = vcpu_rate * STEP_S * reading;
         let caps = Caps { worker: worker_cap, partition: partition_cap };
         serve(&mut backlog, per_partition, caps, &mut worker_records[..n], &mut backlog_empty);
         let processed: f64 = worker_records.iter().sum();
@@ -253,8 +256,47 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         decisions: report.decisions.iter().filter(|d| d.is_change()).count(),
         vcpu_capacity_mib_s: vcpu_rate * mean_bytes / MIB,
         max_parallelism,
+        window_commit: cfg.file_commit.map(|_| stalls.summary(post.totals.steps * STEP_S)),
     };
     report
+}
+
+/// Window-commit stalls: when a window ends, every worker stops reading for its
+/// share of the publish ([`flexrun_estimator::files::WindowCommit::stall_s`]).
+#[derive(Default)]
+struct StallAcc {
+    left_s: f64,
+    windows: u64,
+    stall_s: f64,
+    max_stall_s: f64,
+}
+
+impl StallAcc {
+    /// The fraction of step `t` left for reading.
+    fn step(&mut self, fc: Option<&crate::FileCommit>, t: f64, running: u32, counted: bool) -> f64 {
+        let Some(fc) = fc else { return 1.0 };
+        if ((t - STEP_S) / fc.window_s).floor() < (t / fc.window_s).floor() {
+            let s = fc.commit.stall_s(running as f64);
+            self.left_s += s;
+            if counted {
+                self.windows += 1;
+                self.stall_s += s;
+                self.max_stall_s = self.max_stall_s.max(s);
+            }
+        }
+        let used = self.left_s.min(STEP_S);
+        self.left_s -= used;
+        1.0 - used / STEP_S
+    }
+
+    fn summary(&self, counted_s: f64) -> crate::report::WindowCommitSummary {
+        crate::report::WindowCommitSummary {
+            windows: self.windows,
+            mean_stall_s: if self.windows > 0 { self.stall_s / self.windows as f64 } else { 0.0 },
+            max_stall_s: self.max_stall_s,
+            stalled_fraction: if counted_s > 0.0 { self.stall_s / counted_s } else { 0.0 },
+        }
+    }
 }
 
 /// What a worker and a partition can process in one step, in records.

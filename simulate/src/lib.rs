@@ -124,6 +124,18 @@ pub struct SimConfig {
     pub series_interval_s: f64,
     /// Keep every snapshot the autoscaler saw (tests and replays).
     pub record_snapshots: bool,
+    /// Windowed file output (kafka-to-gcs): at each window's end every worker stops
+    /// reading while it publishes its share of the window's files.
+    pub file_commit: Option<FileCommit>,
+}
+
+/// kafka-to-gcs's window commit, as the simulation models it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FileCommit {
+    /// The fixed window, seconds.
+    pub window_s: f64,
+    /// Files, per-file cost and parallelism.
+    pub commit: flexrun_estimator::files::WindowCommit,
 }
 
 impl SimConfig {
@@ -153,6 +165,7 @@ impl SimConfig {
             seed: 1,
             series_interval_s: DEFAULT_SERIES_INTERVAL_S,
             record_snapshots: false,
+            file_commit: None,
         }
     }
 

@@ -95,6 +95,9 @@ pub struct SimSummary {
     pub backlog_final_mib: f64,
     /// The largest backlog after warm-up, MiB.
     pub backlog_peak_mib: f64,
+    /// Window commits (kafka-to-gcs), when the job writes windowed files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_commit: Option<WindowCommitSummary>,
     /// What limited the job.
     pub bottleneck: Bottleneck,
     /// Worker-count changes over the whole run.
@@ -103,6 +106,19 @@ pub struct SimSummary {
     pub vcpu_capacity_mib_s: f64,
     /// The most workers that can do useful work (partitions ÷ vCPUs per worker).
     pub max_parallelism: u32,
+}
+
+/// What publishing each window's files cost the job (kafka-to-gcs).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct WindowCommitSummary {
+    /// Windows that ended after warm-up.
+    pub windows: u64,
+    /// Mean seconds each worker stopped reading per window.
+    pub mean_stall_s: f64,
+    /// The longest stall.
+    pub max_stall_s: f64,
+    /// The fraction of the time workers spent publishing rather than reading.
+    pub stalled_fraction: f64,
 }
 
 /// One row of the time series.

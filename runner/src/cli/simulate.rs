@@ -107,7 +107,18 @@ pub struct SimulateArgs {
     /// with the Pareto front.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// kafka-to-gcs: seconds to publish one file serially (copy + delete on a bucket).
+    /// The default is calibrated to scripts/bench-commit.sh against the emulator with
+    /// 20 ms of modelled request latency (BENCHMARKS.md).
+    #[arg(long, default_value = DEFAULT_COMMIT_FILE_COST, value_parser = parse_duration)]
+    pub commit_file_cost: Duration,
+    /// kafka-to-gcs: requests each worker's committer keeps in flight.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub commit_parallelism: u32,
 }
+
+/// Serial publish time per file: see [`SimulateArgs::commit_file_cost`].
+pub const DEFAULT_COMMIT_FILE_COST: &str = "43ms";
 
 fn fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -121,14 +132,52 @@ struct TemplateSettings {
     mode: Mode,
     streams: f64,
     triggering_s: f64,
+    file_commit: Option<flexrun_simulate::FileCommit>,
+}
+
+/// kafka-to-gcs: the window and the files per window from its parameters; the CPU cost
+/// per record is kafka-to-bq's at-least-once figure (no kafka-to-gcs baseline exists).
+fn gcs_settings(
+    a: &SimulateArgs,
+    template: &flexrun_templates::Template,
+    mut pairs: Vec<(String, String)>,
+) -> Result<TemplateSettings> {
+    for (k, v) in [
+        ("readBootstrapServerAndTopic", "simulated:9092;simulated"),
+        ("outputDirectory", "gs://simulated/out/"),
+        ("messageFormat", "JSON"),
+    ] {
+        if !pairs.iter().any(|(n, _)| n == k) {
+            pairs.push((k.into(), v.into()));
+        }
+    }
+    let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
+    let window = crate::kafka_to_gcs::window::parse_window(p.get("windowDuration").unwrap_or("5m")).map_err(usage)?;
+    let shards = match p.get("numShards").unwrap_or("0").parse::<i64>() {
+        Ok(0) => a.scaling.max_workers.map_or(crate::kafka_to_gcs::config::DEFAULT_SHARDS as f64, |m| 2.0 * m as f64),
+        Ok(n) if n > 0 => n as f64,
+        _ => return Err(usage("numShards: expected 0 (the runner chooses) or a positive whole number")),
+    };
+    let commit = flexrun_estimator::files::WindowCommit {
+        files_per_window: shards,
+        per_file_s: a.commit_file_cost.as_secs_f64(),
+        parallelism: a.commit_parallelism as f64,
+    };
+    Ok(TemplateSettings {
+        mode: Mode::AtLeastOnce,
+        streams: 1.0,
+        triggering_s: 5.0,
+        file_commit: Some(flexrun_simulate::FileCommit { window_s: window.as_secs_f64(), commit }),
+    })
 }
 
 fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
-    let template = flexrun_templates::find(&a.template)
-        .ok_or_else(|| usage(format!("unknown template {:?}: flexrun simulate supports kafka-to-bq", a.template)))?;
-    if template.name != "kafka-to-bq" {
+    let template = flexrun_templates::find(&a.template).ok_or_else(|| {
+        usage(format!("unknown template {:?}: flexrun simulate supports kafka-to-bq and kafka-to-gcs", a.template))
+    })?;
+    if template.name != "kafka-to-bq" && template.name != "kafka-to-gcs" {
         return Err(usage(format!(
-            "flexrun simulate supports kafka-to-bq, not {} (its cost is the producer's, not a pipeline's)",
+            "flexrun simulate supports kafka-to-bq and kafka-to-gcs, not {} (its cost is the producer's, not a pipeline's)",
             template.name
         )));
     }
@@ -139,6 +188,9 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
     for (k, v) in &a.overrides {
         pairs.retain(|(n, _)| n != k);
         pairs.push((k.clone(), v.clone()));
+    }
+    if template.name == "kafka-to-gcs" {
+        return gcs_settings(a, template, pairs);
     }
     // Where to read and write does not change a simulation; fill them in if left out.
     for (k, v) in [
@@ -167,6 +219,7 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
         mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce },
         streams,
         triggering_s,
+        file_commit: None,
     })
 }
 
@@ -264,6 +317,7 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         seed: a.seed,
         series_interval_s,
         record_snapshots: false,
+        file_commit: t.file_commit,
     })
 }
 
@@ -303,9 +357,11 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
 fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
     let s = &r.summary;
     let w = &cfg.workload;
+    let compare = compare && cfg.file_commit.is_none();
     println!(
-        "kafka-to-bq {} on {} · {:.0} msg/s of {} ({:.1} MiB/s), {} partitions · {} policy, hint {:.2}, workers {}..{} · {:.1} h simulated in {:.2} s",
-        cfg.mode.as_str(),
+        "{} {} on {} · {:.0} msg/s of {} ({:.1} MiB/s), {} partitions · {} policy, hint {:.2}, workers {}..{} · {:.1} h simulated in {:.2} s",
+        if cfg.file_commit.is_some() { "kafka-to-gcs" } else { "kafka-to-bq" },
+        if cfg.file_commit.is_some() { "windowed files" } else { cfg.mode.as_str() },
         cfg.machine_type,
         w.base_records_per_s,
         w.message.describe(),
@@ -353,6 +409,19 @@ fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
     row("latency incl. Kafka wait P99 (ms)", format!("{:.0}", s.end_to_end_ms[2]), None);
     row("throughput (MiB/s)", format!("{:.1}", s.throughput_mib_s), p.map(|b| format!("{:.0}", b.throughput_mib_s)));
     row("cost per hour (USD, us-central1)", format!("{:.2}", s.cost_per_hour), None);
+    if let (Some(fc), Some(wc)) = (&cfg.file_commit, &s.window_commit) {
+        println!(
+            "window commits: {} windows of {:.0} s, {:.0} files each at {:.0} ms per file and {:.0} in flight: each worker stops reading {:.1} s per window (max {:.1} s), {:.1}% of the time",
+            wc.windows,
+            fc.window_s,
+            fc.commit.files_per_window,
+            fc.commit.per_file_s * 1000.0,
+            fc.commit.parallelism,
+            wc.mean_stall_s,
+            wc.max_stall_s,
+            wc.stalled_fraction * 100.0
+        );
+    }
     println!("bottleneck: {}", s.bottleneck.describe());
     println!(
         "capacity: {:.2} MiB/s per vCPU at 100% CPU; useful parallelism {} workers; {} worker-count changes",
