@@ -172,4 +172,8 @@ fn a_rate_to_stats_job_is_listed_refuses_scaling_and_drains() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(exit_within(&mut job, Duration::from_secs(30)), Some(0));
     assert_eq!(state(ck.path(), "rts").as_deref(), Some("JOB_STATE_DRAINED"));
+    // A finished job keeps its record and its summary.
+    let d = json(&jobs(ck.path(), &["describe", "rts", "--format", "json"]));
+    assert!(d["job"]["summary"]["records"].as_u64().unwrap() > 0, "{d:#}");
+    assert!(d["job"]["end_time"].is_string(), "{d:#}");
 }

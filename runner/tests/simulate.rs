@@ -454,6 +454,8 @@ fn window_commits_stall_a_serial_committer_and_not_a_parallel_one() {
             "windowDuration=1m,numShards=5000",
             "--commit-parallelism",
             par,
+            "--commit-file-cost",
+            "43ms",
         ]);
         simulate::run(&cfg, &mut |_| {}).summary
     };

@@ -106,6 +106,12 @@ fn placeholder(template: &Template, k: &str, v: &str) -> Option<(String, String)
             )
         });
     }
+    if k == "outputDirectory" && !v.starts_with("gs://") {
+        return Some((
+            "gs://BUCKET/output/".into(),
+            format!("{v} is a local directory: replace gs://BUCKET/output/ with a bucket the job may write"),
+        ));
+    }
     let is_path = template.parameter(k).is_some_and(|p| {
         let n = p.name.to_lowercase();
         n.ends_with("path") || n.ends_with("location") || n.contains("gcspath")
@@ -280,6 +286,17 @@ mod tests {
         );
         assert_eq!(notes.len(), 4, "{notes:?}");
         assert!(notes[3].contains("upload it to gs://BUCKET/order.avsc"));
+    }
+
+    #[test]
+    fn a_local_output_directory_becomes_a_bucket_placeholder() {
+        let t = crate::find("kafka-to-gcs").unwrap();
+        let pairs = vec![("outputDirectory".to_string(), "file:///tmp/out/".to_string())];
+        let (out, notes) = localize(t, &pairs);
+        assert_eq!(out[0].1, "gs://BUCKET/output/");
+        assert!(notes[0].contains("local directory"), "{notes:?}");
+        let kept = vec![("outputDirectory".to_string(), "gs://real/out/".to_string())];
+        assert_eq!(localize(t, &kept).0[0].1, "gs://real/out/", "a bucket is kept");
     }
 
     #[test]

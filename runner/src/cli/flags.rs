@@ -209,8 +209,9 @@ pub struct JobFlags {
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
     /// kafka-to-gcs: requests the window committer keeps in flight (stage, trash,
-    /// rename); 1 is the serial baseline of seed 002.
-    #[arg(long, default_value_t = 32, value_parser = usize_in::<1, 1024>)]
+    /// rename); 1 is the serial baseline of seed 002. 64 was the fastest measured
+    /// (scripts/bench-commit.sh, BENCHMARKS.md).
+    #[arg(long, default_value_t = 64, value_parser = usize_in::<1, 1024>)]
     pub commit_parallelism: usize,
     /// kafka-to-gcs: the Cloud Storage endpoint (e.g. http://127.0.0.1:9023 for the
     /// emulator); defaults to STORAGE_EMULATOR_HOST, then Google.

@@ -101,6 +101,9 @@ async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &Job
     spawn_signal_handler(cancel_tx.clone());
     let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-gcs", flags);
     let result = crate::kafka_to_gcs::job::run(cfg.clone(), &flags.checkpoint_root(), cancel_tx, control.clone()).await;
+    if let Ok(r) = &result {
+        control.set_summary(serde_json::to_value(r)?);
+    }
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
     let r = result?;
     println!(
@@ -154,6 +157,17 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-bq", flags);
     let result =
         kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone())).await;
+    if let Ok(report) = &result {
+        control.set_summary(serde_json::json!({
+            "job_name": job_name,
+            "delivery": cfg.delivery.as_str(),
+            "shards": report.shards,
+            "elapsed_s": report.elapsed.as_secs_f64(),
+            "workers": report.workers,
+            "decisions": report.decisions,
+            "summary": report.summary,
+        }));
+    }
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
     let report = result?;
     println!(
@@ -171,16 +185,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
             println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
         }
     }
-    if let Some(path) = &flags.summary_json {
-        let j = serde_json::json!({
-            "job_name": job_name,
-            "delivery": cfg.delivery.as_str(),
-            "shards": report.shards,
-            "elapsed_s": report.elapsed.as_secs_f64(),
-            "workers": report.workers,
-            "decisions": report.decisions,
-            "summary": report.summary,
-        });
+    if let (Some(path), Some(j)) = (&flags.summary_json, control.summary()) {
         std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -212,6 +217,9 @@ async fn run_generator(resolved: &ResolvedParams, job_name: &str, flags: &JobFla
     let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
     let to_stdout = cfg.sink == data_generator::SinkSpec::Stdout;
     let result = data_generator::run(cfg, cancel_rx, !to_stdout).await;
+    if let Ok(r) = &result {
+        control.set_summary(serde_json::to_value(r)?);
+    }
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
     let r = result?;
     let line = format!(
@@ -291,6 +299,9 @@ async fn run_microbatch(
     });
     let result =
         tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await?;
+    if let Ok(r) = &result {
+        control.set_summary(serde_json::to_value(r)?);
+    }
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
     let report = result?;
     println!("{name} job {job_name} finished");

@@ -113,12 +113,12 @@ pub struct SimulateArgs {
     #[arg(long, default_value = DEFAULT_COMMIT_FILE_COST, value_parser = parse_duration)]
     pub commit_file_cost: Duration,
     /// kafka-to-gcs: requests each worker's committer keeps in flight.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub commit_parallelism: u32,
 }
 
 /// Serial publish time per file: see [`SimulateArgs::commit_file_cost`].
-pub const DEFAULT_COMMIT_FILE_COST: &str = "43ms";
+pub const DEFAULT_COMMIT_FILE_COST: &str = "45ms";
 
 fn fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

@@ -132,6 +132,7 @@ impl Control {
             create_time: now(),
             end_time: None,
             socket: PathBuf::new(),
+            summary: None,
         };
         Arc::new(Control {
             cancel_tx,
@@ -189,6 +190,16 @@ impl Control {
             }
         }
         self.save();
+    }
+
+    /// Keep the end-of-job summary in the record (`describe` shows it afterwards).
+    pub fn set_summary(&self, summary: serde_json::Value) {
+        self.record.lock().expect("record").summary = Some(summary);
+    }
+
+    /// The summary kept by [`Control::set_summary`].
+    pub fn summary(&self) -> Option<serde_json::Value> {
+        self.record.lock().expect("record").summary.clone()
     }
 
     /// The job ended: record how, and stop answering.

@@ -85,6 +85,9 @@ pub struct JobRecord {
     pub end_time: Option<String>,
     /// The control socket.
     pub socket: PathBuf,
+    /// The end-of-job summary (what `--summary-json` writes), once the job finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<serde_json::Value>,
 }
 
 /// A new job id in Dataflow's shape, from the time and the pid.
@@ -137,6 +140,7 @@ mod tests {
 
     fn record(pid: u32, state: JobState) -> JobRecord {
         JobRecord {
+            summary: None,
             id: new_job_id(chrono::Utc::now(), pid),
             name: "j".into(),
             template: "kafka-to-bq".into(),
