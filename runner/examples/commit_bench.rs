@@ -92,12 +92,12 @@ async fn main() {
         let c = Committer { store, parallelism: par };
         let first = stage(&c, a.files, a.size, "a1", a.files).await;
         let t = Instant::now();
-        c.publish("w/output-W-pane-", &first).await.expect("publish");
+        c.publish(&["w/output-W-pane-".to_string()], &first).await.expect("publish");
         let fresh = t.elapsed().as_secs_f64();
         // The same window again with another shard count: every old file is trashed.
         let second = stage(&c, a.files, a.size, "a2", a.files + 1).await;
         let t = Instant::now();
-        let r = c.publish("w/output-W-pane-", &second).await.expect("publish over");
+        let r = c.publish(&["w/output-W-pane-".to_string()], &second).await.expect("publish over");
         let over = t.elapsed().as_secs_f64();
         assert_eq!(r.trashed, a.files, "every earlier file was trashed");
         let base = *serial.get_or_insert(over);

@@ -13,6 +13,7 @@ use flexrun::store::{Location, Store};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
 
 /// A time well in the past, on a window boundary: every window is due at once.
 const BASE_MS: i64 = 1_700_000_000_000;
@@ -35,8 +36,24 @@ async fn produce_ts(s: &Stack, topic: &str, partitions: i32, n: u64, ts: impl Fn
     let mut acks = Vec::new();
     for i in 0..n {
         let v = format!("{{\"id\":{i}}}");
-        let r = FutureRecord::<(), _>::to(topic).payload(&v).partition((i % partitions as u64) as i32).timestamp(ts(i));
-        acks.push(p.send_result(r).map_err(|(e, _)| e).unwrap());
+        let mut r =
+            FutureRecord::<(), _>::to(topic).payload(&v).partition((i % partitions as u64) as i32).timestamp(ts(i));
+        loop {
+            match p.send_result(r) {
+                Ok(ack) => break acks.push(ack),
+                // librdkafka's queue is full: wait for what is in flight, then retry.
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    back,
+                )) => {
+                    for a in acks.drain(..) {
+                        answer("produce", a).await.unwrap().map_err(|(e, _)| e).unwrap();
+                    }
+                    r = back;
+                }
+                Err((e, _)) => panic!("produce: {e}"),
+            }
+        }
     }
     for a in acks {
         answer("produce", a).await.unwrap().map_err(|(e, _)| e).unwrap();
@@ -309,4 +326,69 @@ async fn chaos_gcs_20_sigkills_200k() {
     );
     assert_eq!(staged, 0);
     assert_exactly_once(&m, n);
+}
+
+const USER_AVSC: &str = r#"{"type":"record","name":"User","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
+
+/// Confluent-framed Avro with a schema file: Avro container files, one per window and
+/// shard under the schema's name, named as Google's Avro path names them, every record
+/// once; then a message that is not Avro stops the job, naming it, with nothing lost.
+#[tokio::test]
+async fn avro_records_become_avro_files_named_as_google_names_them() {
+    let s = stack();
+    let t = topic(&s, "gcs_avro", 2).await;
+    let schema = apache_avro::Schema::parse_str(USER_AVSC).unwrap();
+    let p: FutureProducer = flexrun::kafka::Connection::plaintext(&s.kafka).client("a producer", &[]).unwrap();
+    let send = |i: u64, value: Vec<u8>| {
+        let p = p.clone();
+        let t = t.clone();
+        async move {
+            let r = FutureRecord::<(), _>::to(&t)
+                .payload(&value)
+                .partition((i % 2) as i32)
+                .timestamp(BASE_MS + i as i64 * 10);
+            answer("produce", p.send(r, Duration::from_secs(10))).await.map_err(|(e, _)| e).unwrap();
+        }
+    };
+    for i in 0..300u64 {
+        let rec = apache_avro::types::Value::Record(vec![
+            ("id".into(), apache_avro::types::Value::Long(i as i64)),
+            ("name".into(), apache_avro::types::Value::String(format!("user {i}"))),
+        ]);
+        let datum = apache_avro::to_avro_datum(&schema, rec).unwrap();
+        let mut framed = Vec::new();
+        flexrun::avro::wire::confluent_frame(1, &datum, &mut framed);
+        send(i, framed).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("user.avsc");
+    std::fs::write(&avsc, USER_AVSC).unwrap();
+    let out = format!("{}/out/", dir.path().display());
+    let extra = format!("messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,confluentAvroSchemaPath={}", avsc.display());
+    let ck = tempfile::tempdir().unwrap();
+    let params = params(&s, &t, &out, "").replace("messageFormat=JSON,", "") + "," + &extra;
+    let o = job("a", ck.path(), &params).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&Location::parse(&out).unwrap(), None).await.unwrap();
+    let names = store.list("").await.unwrap();
+    let re = regex::Regex::new(r"^User/output_[0-9a-f]{32}-2023-11-14T22:13:2[0-2]\.000Z-2023-11-14T22:13:2[1-3]\.000Z-0000[0-2]-of-00003\.avro$").unwrap();
+    assert!(!names.is_empty() && names.iter().all(|n| re.is_match(n)), "{names:?}");
+    let mut ids = Vec::new();
+    for n in &names {
+        let bytes = store.get(n).await.unwrap();
+        for v in apache_avro::Reader::new(&bytes[..]).unwrap() {
+            let apache_avro::types::Value::Record(f) = v.unwrap() else { panic!("a record") };
+            let apache_avro::types::Value::Long(id) = f[0].1 else { panic!("a long id") };
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..300).collect::<Vec<i64>>(), "every record once");
+    // A message that is not Avro: the job stops with its partition and offset, and
+    // publishes nothing more.
+    send(300, b"not avro".to_vec()).await;
+    let o = job("a", ck.path(), &params).bounded();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("partition 0 offset 150"), "{}", text(&o));
+    assert_eq!(store.list("").await.unwrap(), names, "nothing else was published");
 }

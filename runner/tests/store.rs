@@ -67,7 +67,7 @@ async fn the_committer_trashes_stale_files_publishes_in_parallel_and_sweeps() {
         let data = files.iter().map(|f| (f.staged.clone(), format!("new {}\n", f.final_name).into_bytes())).collect();
         c.stage(data).await.unwrap();
         store.put(&format!("{STAGING}V/a0/orphan"), b"x".to_vec()).await.unwrap();
-        let t = c.publish("out-W-pane-", &files).await.unwrap();
+        let t = c.publish(&["out-W-pane-".to_string()], &files).await.unwrap();
         assert_eq!((t.files, t.trashed), (2, 3), "the old window's three files were removed");
         let left = store.list("out-W-").await.unwrap();
         assert_eq!(left, files.iter().map(|f| f.final_name.clone()).collect::<Vec<_>>());

@@ -86,7 +86,7 @@ pub struct FormatParams {
 
 /// A schema file parameter: a local path whose file is a valid Avro schema (checked now,
 /// so a bad file is a bad parameter, exit 2, rather than a failure after connecting).
-fn local_file(p: &ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {
+pub(crate) fn local_file(p: &ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {
     let v = p.get(name).unwrap_or_default().to_string();
     if v.starts_with("gs://") {
         errs.push(format!("{name}={v}: Cloud Storage is not reachable from here; give a local .avsc file path"));

@@ -55,12 +55,14 @@ impl Committer {
         Ok(t.elapsed())
     }
 
-    /// Publish `files`, first removing any other file of the window (`window_prefix`).
-    pub async fn publish(&self, window_prefix: &str, files: &[FilePlan]) -> Result<CommitTimes, StoreError> {
+    /// Publish `files`, first removing any other file under the window's `prefixes`.
+    pub async fn publish(&self, prefixes: &[String], files: &[FilePlan]) -> Result<CommitTimes, StoreError> {
         let t = Instant::now();
         let finals: BTreeSet<&str> = files.iter().map(|f| f.final_name.as_str()).collect();
-        let stale: Vec<String> =
-            self.store.list(window_prefix).await?.into_iter().filter(|n| !finals.contains(n.as_str())).collect();
+        let mut stale = Vec::new();
+        for prefix in prefixes {
+            stale.extend(self.store.list(prefix).await?.into_iter().filter(|n| !finals.contains(n.as_str())));
+        }
         self.each(stale.clone(), |store, name| async move { store.delete(&name).await }).await?;
         crate::crash_point!("gcs::mid_publish_before");
         let pairs: Vec<(String, String)> = files.iter().map(|f| (f.staged.clone(), f.final_name.clone())).collect();

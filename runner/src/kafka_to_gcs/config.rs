@@ -2,10 +2,55 @@
 //! every problem names its parameter, before anything connects.
 
 use super::window::parse_window;
+use crate::avro::wire::{AvroDecoder, Framing};
 use crate::kafka::SourceSettings;
 use crate::store::Location;
 use flexrun_templates::ResolvedParams;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// What the files hold (`messageFormat`).
+#[derive(Debug, Clone)]
+pub enum OutputFormat {
+    /// Each message value verbatim, one per line (`.json`).
+    Json,
+    /// The decoded records in Avro container files, one per writer schema (`.avro`).
+    Avro(Arc<AvroDecoder>),
+}
+
+/// `messageFormat` and its schema source, as Google's Kafka_to_Gcs_Flex reads them.
+fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFormat> {
+    use crate::kafka_to_bq::format::local_file;
+    let file = |name: &str, framing: Framing, errs: &mut Vec<String>| {
+        let path = local_file(p, name, errs);
+        if path.is_empty() {
+            errs.push(format!(
+                "{name} is required for messageFormat={}: a local .avsc file",
+                p.get("messageFormat").unwrap_or_default()
+            ));
+            return None;
+        }
+        let text = std::fs::read_to_string(&path).ok()?;
+        let w = crate::avro::WriterSchema::parse(&text).ok()?;
+        Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_file(framing, w))))
+    };
+    match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
+        "JSON" => Some(OutputFormat::Json),
+        "AVRO_BINARY_ENCODING" => file("binaryAvroSchemaPath", Framing::Binary, errs),
+        _ => match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
+            "SCHEMA_REGISTRY" => match p.get("schemaRegistryConnectionUrl") {
+                Some(url) => Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_registry(
+                    crate::avro::registry::Registry::new(url),
+                )))),
+                None => {
+                    errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081".into());
+                    None
+                }
+            },
+            _ => file("confluentAvroSchemaPath", Framing::Confluent, errs),
+        },
+    }
+}
 
 /// Shards per window when `numShards=0` and no worker ceiling is given: Dataflow's
 /// streaming default (`DEFAULT_NUM_SHARDS` in Beam's StreamingShardedWriteFactory).
@@ -22,6 +67,8 @@ pub struct KafkaToGcsConfig {
     pub output: Location,
     /// `outputFilenamePrefix`.
     pub prefix: String,
+    /// `messageFormat`.
+    pub format: OutputFormat,
     /// `windowDuration`.
     pub window: Duration,
     /// Files per window.
@@ -71,16 +118,9 @@ impl KafkaToGcsConfig {
                 0
             }
         };
-        match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
-            "JSON" => {}
-            other => errs.push(format!(
-                "messageFormat={other}: kafka-to-gcs writes JSON only in this build (each message value verbatim, one per line); pass messageFormat=JSON"
-            )),
-        }
+        let format = output_format(p, &mut errs);
         if p.flag("useBigQueryDLQ") {
-            errs.push(
-                "useBigQueryDLQ=true: Google's kafka-to-gcs has no dead-letter path for JSON; leave it false".into(),
-            );
+            errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)".into());
         }
         if !errs.is_empty() {
             return Err(errs);
@@ -90,6 +130,7 @@ impl KafkaToGcsConfig {
             source: source.expect("checked"),
             output: output.expect("checked"),
             prefix: p.get("outputFilenamePrefix").unwrap_or("output").to_string(),
+            format: format.expect("checked"),
             window: window.expect("checked"),
             shards,
             commit_offsets: p.flag("enableCommitOffsets"),

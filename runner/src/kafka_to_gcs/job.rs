@@ -7,9 +7,12 @@
 //! drain, as Dataflow's drain fires all windows.
 
 use super::committer::{CommitTimes, Committer, STAGING};
-use super::config::KafkaToGcsConfig;
+use super::config::{KafkaToGcsConfig, OutputFormat};
+use super::encode::{encode, Rec};
 use super::log::{Entry, FilePlan, Prepared, Recovered, WindowLog};
-use super::window::{assign, file_name, shard_of, window_prefix, Published, Window};
+use super::window::{
+    assign, avro_file_name, avro_window_prefix, file_name, shard_of, window_prefix, Published, Window,
+};
 use crate::control::Control;
 use crate::kafka::source::assign as assign_partitions;
 use crate::store::Store;
@@ -22,13 +25,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// One record waiting in a window.
-struct Rec {
-    partition: i32,
-    offset: i64,
-    value: Vec<u8>,
-}
 
 /// What the job did.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -110,25 +106,43 @@ impl Windows {
     }
 }
 
+/// A window's files with their bytes, and the trash prefixes (see [`render`]).
+type Rendered = (Vec<(FilePlan, Vec<u8>)>, BTreeSet<String>);
+
 /// The files of one window: records spread over `shards` by partition and offset,
-/// each file in (partition, offset) order, one value per line.
-fn render(cfg: &KafkaToGcsConfig, w: &Window, mut recs: Vec<Rec>, attempt: &str) -> Vec<(FilePlan, Vec<u8>)> {
+/// each file in (partition, offset) order; with Avro, one file per writer schema too.
+/// Also the name prefixes an earlier run's files of this window would have.
+fn render(
+    cfg: &KafkaToGcsConfig,
+    w: &Window,
+    mut recs: Vec<Rec>,
+    attempt: &str,
+) -> Result<Rendered> {
     recs.sort_by_key(|r| (r.partition, r.offset));
-    let mut by_shard: BTreeMap<u32, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut by_shard: BTreeMap<u32, Vec<Rec>> = BTreeMap::new();
     for r in recs {
-        let f = by_shard.entry(shard_of(r.partition, r.offset, cfg.shards)).or_default();
-        f.0 += 1;
-        f.1.extend_from_slice(&r.value);
-        f.1.push(b'\n');
+        by_shard.entry(shard_of(r.partition, r.offset, cfg.shards)).or_default().push(r);
     }
-    by_shard
-        .into_iter()
-        .map(|(shard, (records, data))| {
-            let final_name = file_name(&cfg.prefix, w, shard, cfg.shards, ".json");
+    let mut files = Vec::new();
+    let mut prefixes = BTreeSet::new();
+    for (shard, recs) in by_shard {
+        let n = recs.len() as u64;
+        for (dest, data) in encode(&cfg.format, &recs).context("an undecodable message stops the job")? {
+            let final_name = match cfg.format {
+                OutputFormat::Json => {
+                    prefixes.insert(window_prefix(&cfg.prefix, w));
+                    file_name(&cfg.prefix, w, shard, cfg.shards, ".json")
+                }
+                OutputFormat::Avro(_) => {
+                    prefixes.insert(avro_window_prefix(&cfg.prefix, &dest.schema_name, &dest.md5, w));
+                    avro_file_name(&cfg.prefix, &dest.schema_name, &dest.md5, w, shard, cfg.shards)
+                }
+            };
             let staged = format!("{STAGING}{}/{attempt}/{final_name}", w.label());
-            (FilePlan { staged, final_name, records }, data)
-        })
-        .collect()
+            files.push((FilePlan { staged, final_name, records: n }, data));
+        }
+    }
+    Ok((files, prefixes))
 }
 
 /// Stage, decide, publish and record window `w`.
@@ -141,14 +155,23 @@ async fn commit_window(
     attempt: &str,
 ) -> Result<CommitTimes> {
     let recs = ws.open.remove(&w).unwrap_or_default();
-    let files = render(cfg, &w, recs, attempt);
+    if let OutputFormat::Avro(d) = &cfg.format {
+        d.prefetch(recs.iter().map(|r| r.value.as_slice())).await;
+    }
+    let (files, prefixes) = render(cfg, &w, recs, attempt)?;
     let plans: Vec<FilePlan> = files.iter().map(|(p, _)| p.clone()).collect();
     let stage = committer.stage(files.into_iter().map(|(p, d)| (p.staged, d)).collect()).await?;
     crate::crash_point!("gcs::before_prepare");
-    let prepared = Prepared { window: w, files: plans, close_pos: ws.read_pos.clone(), resume: ws.resume() };
+    let prepared = Prepared {
+        window: w,
+        files: plans,
+        close_pos: ws.read_pos.clone(),
+        resume: ws.resume(),
+        trash_prefixes: prefixes.into_iter().collect(),
+    };
     log.append(&Entry::Prepared(prepared.clone())).context("writing the window log")?;
     crate::crash_point!("gcs::after_prepare");
-    let mut t = committer.publish(&window_prefix(&cfg.prefix, &w), &prepared.files).await?;
+    let mut t = committer.publish(&prepared.trash_prefixes, &prepared.files).await?;
     crate::crash_point!("gcs::before_committed");
     log.append(&Entry::Committed { window: w }).context("writing the window log")?;
     ws.published = Published { last: Some(w), close_pos: prepared.close_pos };
@@ -158,17 +181,11 @@ async fn commit_window(
 }
 
 /// Publish a window a crash left decided, and remove staging objects of undecided ones.
-async fn recover(
-    cfg: &KafkaToGcsConfig,
-    rec: &Recovered,
-    committer: &Committer,
-    log: &mut WindowLog,
-    report: &mut GcsReport,
-) -> Result<()> {
+async fn recover(rec: &Recovered, committer: &Committer, log: &mut WindowLog, report: &mut GcsReport) -> Result<()> {
     if let (Some(p), false) = (&rec.last, rec.last_committed) {
         tracing::warn!(window = %p.window.label(), "recovery: the window was decided but not published; publishing it");
         crate::crash_point!("gcs::recovery_publish");
-        committer.publish(&window_prefix(&cfg.prefix, &p.window), &p.files).await?;
+        committer.publish(&p.trash_prefixes, &p.files).await?;
         log.append(&Entry::Committed { window: p.window })?;
         report.rolled_forward = true;
     }
@@ -194,7 +211,7 @@ pub async fn run(
         WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
     let committer = Committer { store, parallelism: cfg.parallelism };
     let mut report = GcsReport::default();
-    recover(&cfg, &rec, &committer, &mut log, &mut report).await?;
+    recover(&rec, &committer, &mut log, &mut report).await?;
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
     let mut start = cfg.source.initial_positions(&partitions).await?;

@@ -37,6 +37,10 @@ pub struct Prepared {
     /// Per partition, where a restart reads from (the oldest record still in an open
     /// window, else `close_pos`).
     pub resume: BTreeMap<i32, i64>,
+    /// Name prefixes of this window's files under which any other file is an earlier
+    /// run's, removed before publishing (the trash step).
+    #[serde(default)]
+    pub trash_prefixes: Vec<String>,
 }
 
 /// One line.
@@ -135,6 +139,7 @@ mod tests {
             files: vec![],
             close_pos: [(0, start)].into_iter().collect(),
             resume: Default::default(),
+            trash_prefixes: vec![],
         }
     }
 

@@ -5,6 +5,7 @@
 //! - [`config`]: the job's settings from Google's parameters.
 //! - [`window`]: fixed windows, Google's file names, record-to-window assignment and
 //!   the replay rule (pure).
+//! - [`encode`]: a file's bytes: JSON lines, or Avro container files per writer schema.
 //! - [`log`]: the window commit log (`prepared`, `committed`).
 //! - [`committer`]: stage, publish (trash + rename) and sweep, N requests at a time.
 //! - [`job`]: recovery, the read loop, and closing windows.
@@ -32,6 +33,7 @@
 
 pub mod committer;
 pub mod config;
+pub mod encode;
 pub mod job;
 pub mod log;
 pub mod window;
