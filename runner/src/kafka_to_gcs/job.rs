@@ -112,12 +112,7 @@ type Rendered = (Vec<(FilePlan, Vec<u8>)>, BTreeSet<String>);
 /// The files of one window: records spread over `shards` by partition and offset,
 /// each file in (partition, offset) order; with Avro, one file per writer schema too.
 /// Also the name prefixes an earlier run's files of this window would have.
-fn render(
-    cfg: &KafkaToGcsConfig,
-    w: &Window,
-    mut recs: Vec<Rec>,
-    attempt: &str,
-) -> Result<Rendered> {
+fn render(cfg: &KafkaToGcsConfig, w: &Window, mut recs: Vec<Rec>, attempt: &str) -> Result<Rendered> {
     recs.sort_by_key(|r| (r.partition, r.offset));
     let mut by_shard: BTreeMap<u32, Vec<Rec>> = BTreeMap::new();
     for r in recs {
