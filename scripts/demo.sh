@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job end to end on the local stack, from a fresh machine:
-# builds flexrun, installs and starts tansu + bqemulator, creates a topic, a table
-# and sample messages (some of them bad), runs kafka-to-bq exactly-once with a
-# dead-letter table, then prints the job's summary and the row counts.
+# builds flexrun, installs and starts the stack (tansu, bqemulator, the Cloud Storage
+# emulator, the Schema Registry), creates a topic, a table and sample messages (some
+# of them bad), runs kafka-to-bq exactly-once with a dead-letter table, prints the
+# job's summary and the row counts, then writes the same topic as windowed files with
+# kafka-to-gcs and lists both jobs.
 #
 #   scripts/demo.sh [MESSAGES]     (default 50000)
 # The stack keeps running afterwards (scripts/stack.sh stop demo to stop it).
@@ -33,3 +35,12 @@ echo
 echo "== what landed in BigQuery (emulator)"
 $F local count --table "$TABLE" --distinct id
 $F local count --table "$DLQ"
+
+echo
+echo "== flexrun --template kafka-to-gcs: the same topic as 10 s windows of files in the Cloud Storage emulator"
+$F --template kafka-to-gcs --job-name "files-$RUN_ID" --idle-timeout 3s \
+  --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$TOPIC,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputDirectory=gs://$FLEXRUN_GCS_BUCKET/demo_$RUN_ID/,windowDuration=10s,numShards=4"
+
+echo
+echo "== the jobs, as gcloud dataflow jobs list shows them"
+$F dataflow jobs list --status all --filter "$RUN_ID"
