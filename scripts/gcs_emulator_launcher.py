@@ -18,10 +18,18 @@ than in the package:
    parallel; an in-process emulator costs neither. The seed-002 benchmark
    (scripts/bench-commit.sh) states the latency it models; tests run with 0.
 
+4. Fault injection for tests, on loopback only: `POST /_flexrun/faults` with
+   `{"status": 503, "count": 3}` makes the next 3 requests answer that status with a
+   JSON API error body, before the emulator sees them; `GET /_flexrun/faults` reports
+   how many were served. flexrun's store retries what Google's retry strategy calls
+   transient (https://cloud.google.com/storage/docs/retry-strategy: "HTTP 408, 429,
+   and 5xx response codes"), and the tests check it against these answers.
+
 Usage: python gcs_emulator_launcher.py --port P --bucket B [--latency-ms N]
 """
 
 import argparse
+import json
 import logging
 import threading
 import time
@@ -32,15 +40,47 @@ import gcp_storage_emulator.server as emu
 
 LOCK = threading.Lock()
 LATENCY_S = 0.0
+FAULTS = {"status": 0, "count": 0, "served": 0}
 
 _handle = emu.Router.handle
 
 
+def _reply(h, status, obj):
+    body = json.dumps(obj).encode("utf-8")
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def _body(h):
+    n = int(h.headers.get("Content-Length") or 0)
+    return h.rfile.read(n) if n > 0 else b""
+
+
 def handle(self, method):
+    h = self._request_handler
+    if h.path.startswith("/_flexrun/faults"):
+        raw = _body(h)
+        with LOCK:
+            if method == "POST":
+                ask = json.loads(raw or b"{}")
+                FAULTS.update(status=int(ask.get("status", 0)), count=int(ask.get("count", 0)), served=0)
+            state = dict(FAULTS)
+        return _reply(h, 200, state)
     if LATENCY_S > 0:
         time.sleep(LATENCY_S)
     with LOCK:
-        return _handle(self, method)
+        status = 0
+        if FAULTS["count"] > 0:
+            FAULTS["count"] -= 1
+            FAULTS["served"] += 1
+            status = FAULTS["status"]
+        if not status:
+            return _handle(self, method)
+    _body(h)
+    return _reply(h, status, {"error": {"code": status, "message": "injected by gcs_emulator_launcher.py", "errors": []}})
 
 
 emu.Router.handle = handle

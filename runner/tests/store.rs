@@ -86,3 +86,38 @@ async fn a_missing_bucket_and_a_bad_directory_are_named() {
     let e = Store::open(&Location::Local("/proc/flexrun-nope/".into()), None).await.err().unwrap();
     assert!(e.to_string().contains("cannot create the directory"), "{e}");
 }
+
+/// Ask the emulator's launcher to answer the next `count` requests with `status`
+/// (`POST /_flexrun/faults`), or (with `None`) how many it has answered so.
+fn gcs_faults(ask: Option<(u16, u32)>) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let host = std::env::var("STORAGE_EMULATOR_HOST").expect("STORAGE_EMULATOR_HOST (scripts/stack.sh env)");
+    let mut s = std::net::TcpStream::connect(host.trim_start_matches("http://")).unwrap();
+    let (method, body) = match ask {
+        Some((status, count)) => ("POST", format!("{{\"status\":{status},\"count\":{count}}}")),
+        None => ("GET", String::new()),
+    };
+    write!(s, "{method} /_flexrun/faults HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+}
+
+/// Google's retry strategy: "HTTP 408, 429, and 5xx response codes" are transient and
+/// retried; anything else (a 403 here) is not.
+#[tokio::test]
+async fn transient_answers_are_retried_and_others_are_not() {
+    let loc = Location::parse(&format!("gs://{}/{}/", bucket(), unique("faults"))).unwrap();
+    let s = Store::open(&loc, None).await.unwrap();
+    for status in [503u16, 429, 408] {
+        gcs_faults(Some((status, 2)));
+        s.put("a", b"x".to_vec()).await.unwrap_or_else(|e| panic!("{status} is retried: {e}"));
+        assert_eq!(gcs_faults(None)["served"], 2, "two {status} answers, then success");
+    }
+    assert_eq!(s.get("a").await.unwrap(), b"x");
+    gcs_faults(Some((403, 1)));
+    let e = s.put("b", b"y".to_vec()).await.unwrap_err();
+    assert_eq!(gcs_faults(None)["served"], 1, "a 403 is not retried");
+    assert!(e.to_string().contains("upload") && e.to_string().contains("403"), "{e}");
+    gcs_faults(Some((0, 0)));
+}

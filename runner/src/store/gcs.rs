@@ -86,7 +86,11 @@ fn retryable(e: &gcloud_storage::http::Error) -> (bool, Option<u16>) {
     use gcloud_storage::http::Error as E;
     match e {
         E::Response(r) => (r.code == 408 || r.code == 429 || r.code >= 500, Some(r.code)),
-        E::HttpClient(h) => (h.is_timeout() || h.is_connect() || h.is_request(), h.status().map(|s| s.as_u16())),
+        E::HttpClient(h) => {
+            let status = h.status().map(|s| s.as_u16());
+            let transient = status.is_some_and(|c| c == 408 || c == 429 || c >= 500);
+            (transient || h.is_timeout() || h.is_connect() || h.is_request(), status)
+        }
         _ => (false, None),
     }
 }
@@ -136,7 +140,11 @@ impl GcsStore {
                 Err(e) => {
                     let (again, status) = retryable(&e);
                     if !again || attempt >= ATTEMPTS {
-                        return Err(StoreError::Gcs { op, object: self.url(name), message: e.to_string(), status });
+                        let message = match status {
+                            Some(code) => format!("HTTP {code}: {e}"),
+                            None => e.to_string(),
+                        };
+                        return Err(StoreError::Gcs { op, object: self.url(name), message, status });
                     }
                     tracing::warn!(op, object = %self.url(name), attempt, error = %e, "Cloud Storage: retrying");
                     tokio::time::sleep(delay).await;
