@@ -14,6 +14,8 @@
 //! - [`progress`]: offset and commit logs, asynchronous progress.
 //! - [`store`]: object storage: a Cloud Storage bucket over its JSON API (the emulator
 //!   or Google) or a local directory, with put, get, list, rename and delete.
+//! - [`state`]: keyed window state in a heap or an LSM (RocksDB) backend, with full
+//!   and incremental checkpoints to object storage.
 //! - [`control`]: the local control plane: job records and each running job's control
 //!   socket (`flexrun dataflow jobs list|describe|drain|cancel|update-options`).
 //! - Templates, one component each: [`kafka_to_bq`] (config, transform, dead letters,
@@ -46,6 +48,7 @@ pub mod local;
 pub mod microbatch;
 pub mod progress;
 pub mod sizing;
+pub mod state;
 pub mod stats;
 pub mod store;
 pub mod udf;

@@ -26,35 +26,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A fixed window `[start, end)`, in milliseconds since the epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-pub struct Window {
-    /// Inclusive start.
-    pub start_ms: i64,
-    /// Exclusive end.
-    pub end_ms: i64,
-}
-
-impl Window {
-    /// The window of length `size_ms` (aligned to the epoch, as Beam's FixedWindows)
-    /// that holds `ts_ms`.
-    pub fn of(ts_ms: i64, size_ms: i64) -> Window {
-        let start = ts_ms.div_euclid(size_ms) * size_ms;
-        Window { start_ms: start, end_ms: start + size_ms }
-    }
-
-    /// Beam's window string: `<start>-<end>`, each an ISO-8601 UTC instant with
-    /// milliseconds (Joda's `Instant.toString()`).
-    pub fn label(&self) -> String {
-        format!("{}-{}", iso(self.start_ms), iso(self.end_ms))
-    }
-}
-
-fn iso(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_else(|| ms.to_string())
-}
+pub use crate::state::Window;
 
 /// Google's windowed file name (`WindowedFilenamePolicy` with the shard template
 /// `W-P-SS-of-NN`): `<prefix><start>-<end>-pane-0-last-<SS>-of-<NN><suffix>`, shard
