@@ -11,6 +11,7 @@
 # changes it took to reach the peak, and the row count (exactly-once check).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 F=target/release/flexrun
 bash scripts/stack.sh start bench >&2

@@ -24,6 +24,7 @@ FILES=${1:-5000}
 SIZE=${2:-65536}
 LATENCY=${3:-20}
 mkdir -p bench-out
+bash scripts/build-deps.sh
 cargo build --release --example commit_bench >&2
 BIN=target/release/examples/commit_bench
 PY=$(bash scripts/stack.sh gcs-python)

@@ -15,6 +15,7 @@ ROUNDS=${2:-5}
 WT=target/compare/$OLD_REV
 if [ ! -x "$WT/target/release/flexrun" ]; then
   [ -d "$WT" ] || git worktree add -f "$WT" "$OLD_REV" >&2
+  bash scripts/build-deps.sh
   (cd "$WT" && CARGO_TARGET_DIR="$PWD/target" cargo build --release --bin flexrun >&2)
 fi
 cargo build --release --bin flexrun >&2

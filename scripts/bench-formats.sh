@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-100000}
 ROUNDS=${2:-5}
+bash scripts/build-deps.sh
 cargo build --release --example format_cost >&2
 target/release/examples/format_cost "$N" "$ROUNDS" | python3 -c '
 import sys, statistics

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-5000000}
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 F=target/release/flexrun
 OUT=$(mktemp -d)

@@ -23,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-200000}
 ROUNDS=${2:-3}
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun --example bare_consumer >&2
 F=target/release/flexrun
 BARE=target/release/examples/bare_consumer

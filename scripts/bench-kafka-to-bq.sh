@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-200000}
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 F=target/release/flexrun
 bash scripts/stack.sh start bench >&2

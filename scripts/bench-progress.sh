@@ -27,6 +27,7 @@ KAFKA_RATES=${3:-10000,30000,50000}
 ENGINE=${4:-memory}
 OUT=bench-out/progress
 rm -rf "$OUT" && mkdir -p "$OUT"
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 F=target/release/flexrun
 TANSU=$(bash scripts/stack.sh tansu-bin)

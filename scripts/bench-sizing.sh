@@ -13,6 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SIZES=${1:-100,1KiB,4KiB,16KiB}
 TRIAL=${2:-5s}
 mkdir -p bench-out
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 bash scripts/stack.sh start bench >&2
 eval "$(bash scripts/stack.sh env bench)"

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RUNS=${1:-5}
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 BIN=target/release/flexrun
 ARGS=(simulate --qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120 --duration 24h

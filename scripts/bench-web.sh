@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RATE=${1:-1000}
 SECS=${2:-20}
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 cargo build --release -p flexrun-web --example loadgen >&2
 target/release/flexrun web --addr 127.0.0.1:18080 >&2 &

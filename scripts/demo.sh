@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-50000}
 
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun
 F=target/release/flexrun
 bash scripts/stack.sh start demo

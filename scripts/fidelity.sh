@@ -9,6 +9,7 @@
 # ("Simulator fidelity"). Takes a few seconds.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 BIN=target/release/flexrun
 SEED=(--qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120 --parameters numStorageWriteApiStreams=400)

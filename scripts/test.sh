@@ -15,6 +15,7 @@ FEATURES="flexrun/failpoints,flexrun/integration,flexrun-web/browser"
 
 # Style and lints first: they fail fast and need no services.
 echo "[test] cargo fmt --check" >&2
+bash scripts/build-deps.sh
 cargo fmt --all --check
 echo "[test] cargo clippy -D warnings" >&2
 cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings

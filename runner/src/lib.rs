@@ -16,6 +16,8 @@
 //!   or Google) or a local directory, with put, get, list, rename and delete.
 //! - [`state`]: keyed window state in a heap or an LSM (RocksDB) backend, with full
 //!   and incremental checkpoints to object storage.
+//! - [`scaling`]: what autoscaled templates share: a worker's emulated CPU and
+//!   `update-options` applied to the autoscaler.
 //! - [`control`]: the local control plane: job records and each running job's control
 //!   socket (`flexrun dataflow jobs list|describe|drain|cancel|update-options`).
 //! - Templates, one component each: [`kafka_to_bq`] (config, transform, dead letters,
@@ -47,6 +49,7 @@ pub mod kafka_to_gcs;
 pub mod local;
 pub mod microbatch;
 pub mod progress;
+pub mod scaling;
 pub mod sizing;
 pub mod state;
 pub mod stats;

@@ -240,6 +240,19 @@ pub fn process_cpu_seconds() -> (f64, f64) {
     (secs(ru.ru_utime), secs(ru.ru_stime))
 }
 
+/// This process's memory: resident set size (`/proc/self/statm`) and heap in use
+/// (glibc's `mallinfo2`: bytes in allocated chunks, small and mmapped), in bytes.
+pub fn process_memory() -> (u64, u64) {
+    let page = 4096u64;
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page);
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let mi = unsafe { libc::mallinfo2() };
+    (rss, (mi.uordblks + mi.hblkhd) as u64)
+}
+
 impl JobStats {
     /// Note that a message was read (the first call starts the active window).
     pub fn mark_read(&self) {

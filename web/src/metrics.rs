@@ -44,6 +44,48 @@ pub const JOB_SYSTEM_LAG: &str = "job_system_lag";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
+/// Bytes of window state.
+pub const JOB_STATE_BYTES: &str = "job_state_bytes";
+/// (window, key) pairs in window state.
+pub const JOB_STATE_KEYS: &str = "job_state_keys";
+/// The process's resident set, bytes.
+pub const PROCESS_RESIDENT_MEMORY_BYTES: &str = "process_resident_memory_bytes";
+/// The process's heap in use, bytes.
+pub const PROCESS_HEAP_BYTES: &str = "process_heap_bytes";
+/// The process's CPU seconds.
+pub const PROCESS_CPU_SECONDS_TOTAL: &str = "process_cpu_seconds_total";
+/// Checkpoints completed.
+pub const JOB_CHECKPOINTS_TOTAL: &str = "job_checkpoints_total";
+/// Bytes the latest checkpoint uploaded.
+pub const JOB_LAST_CHECKPOINT_BYTES: &str = "job_last_checkpoint_bytes";
+/// The latest checkpoint's duration, seconds.
+pub const JOB_LAST_CHECKPOINT_DURATION: &str = "job_last_checkpoint_duration_seconds";
+/// The latest checkpoint's synchronous part, seconds.
+pub const JOB_LAST_CHECKPOINT_SYNC_DURATION: &str = "job_last_checkpoint_sync_duration_seconds";
+/// Seconds since the latest checkpoint completed.
+pub const JOB_LAST_CHECKPOINT_AGE: &str = "job_last_checkpoint_age_seconds";
+/// Seconds the start spent restoring state.
+pub const JOB_RECOVERY_DURATION: &str = "job_recovery_duration_seconds";
+
+/// The state metrics: name, help, and how to read each from a [`crate::state::StatePoint`].
+type StateRow = (&'static str, &'static str, fn(&crate::state::StatePoint) -> f64);
+
+const STATE_ROWS: [StateRow; 11] = [
+    (JOB_STATE_BYTES, "Bytes of window state", |s| s.state_bytes as f64),
+    (JOB_STATE_KEYS, "(window, key) pairs in window state", |s| s.state_keys as f64),
+    (PROCESS_RESIDENT_MEMORY_BYTES, "Resident set of the job's process, bytes", |s| s.rss_bytes as f64),
+    (PROCESS_HEAP_BYTES, "Heap in use by the job's process (malloc), bytes", |s| s.heap_bytes as f64),
+    (PROCESS_CPU_SECONDS_TOTAL, "CPU seconds of the job's process", |s| s.cpu_s),
+    (JOB_CHECKPOINTS_TOTAL, "Checkpoints completed", |s| s.checkpoints as f64),
+    (JOB_LAST_CHECKPOINT_BYTES, "Bytes the latest checkpoint uploaded", |s| s.last_checkpoint_bytes as f64),
+    (JOB_LAST_CHECKPOINT_DURATION, "The latest checkpoint's duration, s", |s| s.last_checkpoint_s),
+    (JOB_LAST_CHECKPOINT_SYNC_DURATION, "The latest checkpoint's synchronous part, s", |s| s.last_checkpoint_sync_s),
+    (JOB_LAST_CHECKPOINT_AGE, "Seconds since the latest checkpoint completed", |s| {
+        s.last_checkpoint_age_s.unwrap_or(f64::NAN)
+    }),
+    (JOB_RECOVERY_DURATION, "Seconds the start spent restoring state", |s| s.recovery_s),
+];
+
 fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
     reg.register(Box::new(g.clone())).expect("metric registered once");
@@ -89,6 +131,8 @@ pub fn render(jobs: &JobRegistry) -> String {
         "Stage latency over the last interval, ms",
         &["job", "stage", "quantile"],
     );
+    let state: Vec<GaugeVec> =
+        STATE_ROWS.iter().map(|(name, help, _)| gauge(&reg, name, help, &["job", "backend", "kind"])).collect();
     for j in jobs.all() {
         let Some(p) = j.points.back() else { continue };
         let l = [j.id.as_str()];
@@ -114,6 +158,11 @@ pub fn render(jobs: &JobRegistry) -> String {
         }
         for (event, n) in &p.events {
             events.with_label_values(&[j.id.as_str(), event.as_str()]).set(*n as f64);
+        }
+        if let Some(st) = &p.state {
+            for ((_, _, read), g) in STATE_ROWS.iter().zip(&state) {
+                g.with_label_values(&[j.id.as_str(), st.backend.as_str(), st.kind.as_str()]).set(read(st));
+            }
         }
         for (stage, s) in &p.stages {
             for (q, v) in [("0.5", s.p50_ms), ("0.95", s.p95_ms), ("0.99", s.p99_ms)] {

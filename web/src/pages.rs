@@ -234,6 +234,15 @@ async function load() {{
   const meanBytes = last.backlog_elements > 0 ? last.backlog_bytes / last.backlog_elements : 0;
   for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td><td>${{Math.round(n * meanBytes).toLocaleString()}}</td>`; }}
   document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s · system latency: ${{(last.system_lag_s || 0).toFixed(1)}} s` : "";
+  const st = j.points.filter(p => p.state);
+  if (st.length) {{
+    const ts = st.map(p => p.t_s), mib = b => b / 1048576;
+    document.getElementById("state-section").hidden = false;
+    plot("state", "window state (MiB)", ["state", "RSS", "heap"], [ts, st.map(p => mib(p.state.state_bytes)), st.map(p => mib(p.state.rss_bytes)), st.map(p => mib(p.state.heap_bytes))], document.getElementById("state"));
+    plot("checkpoint", "latest checkpoint", ["uploaded MiB", "duration s", "sync s"], [ts, st.map(p => mib(p.state.last_checkpoint_bytes)), st.map(p => p.state.last_checkpoint_s), st.map(p => p.state.last_checkpoint_sync_s)], document.getElementById("state"));
+    const s = st[st.length - 1].state;
+    document.getElementById("state-now").textContent = `${{s.backend}} backend, ${{s.kind}} checkpoints · ${{s.state_records.toLocaleString()}} records in ${{s.state_keys}} keys · ${{s.checkpoints}} checkpoints · last checkpoint ${{s.last_checkpoint_age_s == null ? "none yet" : s.last_checkpoint_age_s.toFixed(0) + " s ago"}} · recovery ${{s.recovery_s.toFixed(2)}} s · CPU ${{s.cpu_s.toFixed(1)}} s`;
+  }}
   document.body.dataset.chartsDrawn = document.querySelectorAll(".uplot canvas").length;
   document.body.dataset.points = j.points.length;
 }}
@@ -246,6 +255,7 @@ load(); setInterval(load, 2000);
         r##"<p id="status"></p><h2>Per-stage latency</h2><div id="lat" class="charts"></div>
 <h2>Workers, throughput, backlog, utilization</h2><div id="ops" class="charts"></div>
 <h2>Backlog by partition (latest)</h2><p id="drain" class="note"></p><table id="partitions"><tr><th>partition</th><th>messages waiting</th><th>bytes waiting</th></tr></table>
+<section id="state-section" hidden><h2>Window state and checkpoints</h2><p id="state-now" class="note"></p><div id="state" class="charts"></div></section>
 <h2>Autoscaling history</h2><table id="decisions"><tr><th>time s</th><th>event</th><th>workers</th><th>rationale</th><th>description</th><th>detail</th></tr></table>"##,
         &script,
     )

@@ -73,6 +73,42 @@ pub struct MetricsPoint {
     /// p99 when that is longer).
     #[serde(default)]
     pub system_lag_s: f64,
+    /// Window state and checkpoints, for templates that keep state (kafka-to-gcs).
+    #[serde(default)]
+    pub state: Option<StatePoint>,
+}
+
+/// A stateful job's state, memory and checkpoints at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatePoint {
+    /// `heap` or `lsm`.
+    pub backend: String,
+    /// `full` or `incremental`.
+    pub kind: String,
+    /// Bytes of state (heap: record bytes; lsm: SST files and memtables).
+    pub state_bytes: u64,
+    /// (window, key) pairs in state.
+    pub state_keys: u64,
+    /// Records in state.
+    pub state_records: u64,
+    /// The process's resident set, bytes.
+    pub rss_bytes: u64,
+    /// The process's heap in use (malloc), bytes.
+    pub heap_bytes: u64,
+    /// The process's CPU seconds so far (user + system).
+    pub cpu_s: f64,
+    /// Checkpoints completed.
+    pub checkpoints: u64,
+    /// Bytes the latest checkpoint uploaded.
+    pub last_checkpoint_bytes: u64,
+    /// The latest checkpoint's duration, seconds (synchronous part and upload).
+    pub last_checkpoint_s: f64,
+    /// The latest checkpoint's synchronous part, seconds.
+    pub last_checkpoint_sync_s: f64,
+    /// Seconds since the latest checkpoint completed, if any has.
+    pub last_checkpoint_age_s: Option<f64>,
+    /// Seconds the start spent restoring state.
+    pub recovery_s: f64,
 }
 
 /// An autoscaling decision, as shown on the job page.

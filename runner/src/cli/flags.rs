@@ -3,8 +3,9 @@
 //! and the value parsers used across subcommands.
 
 use crate::kafka_to_bq::config::{RunFlags, SinkKind};
-use crate::kafka_to_bq::worker::Capacity;
 use crate::progress::ProgressConfig;
+use crate::scaling::Capacity;
+use crate::state::{Backend, Kind};
 use clap::{Args, ValueEnum};
 use flexrun_autoscaler::ScalingConfig;
 use flexrun_estimator::{parse_duration, parse_duration_or_zero};
@@ -217,6 +218,21 @@ pub struct JobFlags {
     /// emulator); defaults to STORAGE_EMULATOR_HOST, then Google.
     #[arg(long)]
     pub storage_endpoint: Option<String>,
+    /// kafka-to-gcs: where open windows live: heap (in memory) or lsm (RocksDB on the
+    /// local disk).
+    #[arg(long, value_enum, default_value_t = Backend::Heap)]
+    pub state_backend: Backend,
+    /// kafka-to-gcs: full (the whole state each time) or incremental (only the RocksDB
+    /// files written since the last checkpoint; needs --state-backend lsm).
+    #[arg(long, value_enum, default_value_t = Kind::Full)]
+    pub checkpoint_kind: Kind,
+    /// kafka-to-gcs: how often window state is checkpointed (seed 003's Flink job: 3m).
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    pub checkpoint_interval: Duration,
+    /// kafka-to-gcs: where checkpoints go: gs://BUCKET/dir/, file:///dir/ or a path
+    /// ending in '/' [default: <checkpoint-dir>/<job>/checkpoints/].
+    #[arg(long)]
+    pub checkpoint_location: Option<String>,
 }
 
 impl JobFlags {

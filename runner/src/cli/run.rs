@@ -95,12 +95,20 @@ async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &Job
         parallelism: flags.commit_parallelism,
         endpoint: flags.storage_endpoint.clone(),
         idle_timeout: flags.idle_timeout,
+        pool: flags.pool().map_err(usage)?,
+        capacity: flags.worker_capacity,
+        backend: flags.state_backend,
+        kind: flags.checkpoint_kind,
+        interval: flags.checkpoint_interval,
+        location: flags.checkpoint_location.clone(),
     };
     let cfg = KafkaToGcsConfig::from_params(resolved, f).map_err(|errs| launch_rules("kafka-to-gcs", &errs, flags))?;
+    let web = serve_web(flags, job_name).await?;
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
     let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-gcs", flags);
-    let result = crate::kafka_to_gcs::job::run(cfg.clone(), &flags.checkpoint_root(), cancel_tx, control.clone()).await;
+    let result =
+        crate::kafka_to_gcs::job::run(cfg.clone(), &flags.checkpoint_root(), cancel_tx, control.clone(), web).await;
     if let Ok(r) = &result {
         control.set_summary(serde_json::to_value(r)?);
     }
@@ -115,10 +123,57 @@ async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &Job
         r.skipped_published, r.late_records, r.null_values, r.rolled_forward, r.swept
     );
     println!("  staging {:.2} s · publishing {:.2} s · elapsed {:.1} s", r.stage_s, r.publish_s, r.elapsed_s);
+    print!("{}", render_state(&r.state, r.workers, &r.resizes));
     if let Some(path) = &flags.summary_json {
         std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// With `--web`, serve the dashboard, the cost page and `/metrics`.
+async fn serve_web(flags: &JobFlags, job_name: &str) -> Result<Option<flexrun_web::JobRegistry>> {
+    let Some(addr) = &flags.web else { return Ok(None) };
+    let jobs = flexrun_web::JobRegistry::default();
+    let (bound, _) =
+        flexrun_web::serve(addr, jobs.clone()).await.map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
+    eprintln!("dashboard: http://{bound}/jobs/{job_name}  (cost estimate: http://{bound}/estimate, metrics: http://{bound}/metrics)");
+    Ok(Some(jobs))
+}
+
+/// kafka-to-gcs's state, checkpoint and worker lines of the summary.
+fn render_state(
+    s: &crate::kafka_to_gcs::checkpoints::StateReport,
+    workers: u32,
+    resizes: &[(f64, u32, u32)],
+) -> String {
+    use std::fmt::Write;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  state: {} backend, {} checkpoints to {} · peak state {:.1} MiB · peak RSS {:.1} MiB · peak heap {:.1} MiB · CPU {:.1} s",
+        s.backend, s.kind, s.location, mib(s.peak_state_bytes), mib(s.peak_rss_bytes), mib(s.peak_heap_bytes), s.cpu_s
+    );
+    if let Some(id) = s.restored_from {
+        let _ = writeln!(o, "  restored from checkpoint {id} in {:.2} s", s.recovery_s);
+    }
+    for (id, why) in &s.skipped_checkpoints {
+        let _ = writeln!(o, "  passed over checkpoint {id}: {why}");
+    }
+    let n = s.checkpoints.len();
+    let sync_max = s.checkpoints.iter().map(|c| c.sync_s).fold(0.0, f64::max);
+    let up_max = s.checkpoints.iter().map(|c| c.upload_s).fold(0.0, f64::max);
+    let bytes_max = s.checkpoints.iter().map(|c| c.uploaded_bytes).max().unwrap_or(0);
+    let _ = writeln!(
+        o,
+        "  checkpoints: {n} completed, {} failed · largest upload {:.1} MiB · longest synchronous part {:.3} s · longest upload {:.2} s",
+        s.failed_checkpoints, mib(bytes_max), sync_max, up_max
+    );
+    let _ = writeln!(o, "  workers at the end: {workers}");
+    for (t, from, to) in resizes {
+        let _ = writeln!(o, "  autoscaling at {t:.1} s: {from} → {to} workers");
+    }
+    o
 }
 
 /// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
@@ -141,17 +196,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     if !resolved.was_given("useStorageWriteApiAtLeastOnce") && flags.at_least_once_experiment() {
         eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
     }
-    let web = match &flags.web {
-        Some(addr) => {
-            let jobs = flexrun_web::JobRegistry::default();
-            let (bound, _) = flexrun_web::serve(addr, jobs.clone())
-                .await
-                .map_err(|e| usage(format!("--web {addr}: cannot listen: {e}")))?;
-            eprintln!("dashboard: http://{bound}/jobs/{job_name}  (cost estimate: http://{bound}/estimate, metrics: http://{bound}/metrics)");
-            Some(jobs)
-        }
-        None => None,
-    };
+    let web = serve_web(flags, job_name).await?;
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
     let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-bq", flags);

@@ -81,7 +81,7 @@ pub async fn run_pool(
         }
         if let Some(c) = &ctx.control {
             if let Some(u) = c.take_update() {
-                apply_update(c, &mut controller, &u, pool.workers());
+                crate::scaling::apply_update(c, &mut controller, &u, pool.workers());
                 next_decision = Instant::now();
             }
             let l = controller.limits();
@@ -188,33 +188,4 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
     ctx.stats.note(|r| r.partitions_discovered += new.len() as u64);
     tracing::info!(job = %ctx.cfg.job_name, partitions = ?new, "new partitions found: they start at their earliest offset");
     pool.add_partitions(&new).await
-}
-
-/// Apply `gcloud dataflow jobs update-options` to the controller: the next decision
-/// uses the new bounds and hint. A refused combination is logged and recorded as a
-/// NO_CHANGE event (the control socket already refuses min above max).
-fn apply_update(
-    c: &crate::control::Control,
-    controller: &mut Controller,
-    u: &crate::control::OptionsUpdate,
-    workers: u32,
-) {
-    let l = *controller.limits();
-    let hint = if u.unset_utilization_hint {
-        flexrun_autoscaler::DEFAULT_UTILIZATION_HINT
-    } else {
-        u.utilization_hint.unwrap_or(l.utilization_hint)
-    };
-    let (min, max) = (u.min_workers.unwrap_or(l.min_workers), u.max_workers.unwrap_or(l.max_workers));
-    let text = format!("options updated: workers {min}..{max}, utilization hint {hint}");
-    match controller.set_limits(min, max, hint) {
-        Ok(()) => {
-            tracing::info!(min, max, hint, "update-options applied; deciding now");
-            c.event("NO_CHANGE", workers, workers, format!("Autoscaling: {text}"));
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "update-options refused");
-            c.event("NO_CHANGE", workers, workers, format!("Autoscaling: {text} refused: {e}"));
-        }
-    }
 }

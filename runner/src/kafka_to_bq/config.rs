@@ -5,10 +5,10 @@
 //! connects.
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
-use super::worker::Capacity;
 use crate::bigquery::TableRef;
 use crate::kafka::SourceSettings;
 use crate::progress::ProgressConfig;
+use crate::scaling::Capacity;
 use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
 use flexrun_templates::ResolvedParams;

@@ -11,8 +11,8 @@
 //!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
 //! - [`shard`]: one shard's loop (recover, collect a batch, process it); [`batch`]:
 //!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends.
-//! - [`pool`] and [`worker`]: the live worker pool (shards on workers, moves on a
-//!   rescale) and a worker's emulated CPU; [`autoscale`] feeds the autoscaler's
+//! - [`pool`]: the live worker pool (shards on workers, moves on a rescale; each
+//!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
 //!   and discovers new partitions; [`publish`] sends the dashboard its points.
 //!
@@ -102,7 +102,6 @@ pub mod publish;
 pub mod shard;
 pub mod table;
 pub mod transform;
-pub mod worker;
 pub mod writer;
 
 pub use job::{run, JobCtx, JobIdentity, Mapping, RunReport};

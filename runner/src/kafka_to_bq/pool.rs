@@ -6,8 +6,8 @@
 //! the new owner open the shard, which starts with recovery from the shard's logs.
 
 use super::shard::Shard;
-use super::worker::{Capacity, WorkerSlot};
 use super::JobCtx;
+use crate::scaling::{Capacity, WorkerSlot};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::WorkerMetrics;
 use std::collections::BTreeMap;

@@ -82,6 +82,7 @@ impl Publisher {
             estimated_backlog_processing_s: if throughput_msgs > 0.0 { backlog as f64 / throughput_msgs } else { 0.0 },
             data_watermark_age_s: watermark_age,
             system_lag_s: system_lag,
+            state: None,
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;

@@ -7,7 +7,6 @@
 //! [`super::writer`].
 
 use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped};
-use super::worker::WorkerSlot;
 use super::writer::{
     append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, SideOffsets, Step, Targets,
     Which, Writer,
@@ -18,6 +17,7 @@ use crate::bigquery::write::WriteError;
 use crate::kafka;
 use crate::kafka_to_bq::config::Delivery;
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
+use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::consumer::StreamConsumer;

@@ -4,7 +4,10 @@
 use super::window::parse_window;
 use crate::avro::wire::{AvroDecoder, Framing};
 use crate::kafka::SourceSettings;
+use crate::scaling::Capacity;
+use crate::state::{Backend, Kind};
 use crate::store::Location;
+use flexrun_autoscaler::ScalingConfig;
 use flexrun_templates::ResolvedParams;
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,14 +84,33 @@ pub struct KafkaToGcsConfig {
     pub endpoint: Option<String>,
     /// `--idle-timeout`: drain after this long with nothing to read.
     pub idle_timeout: Option<Duration>,
+    /// The worker pool and its autoscaler.
+    pub pool: ScalingConfig,
+    /// `--worker-capacity`.
+    pub capacity: Option<Capacity>,
+    /// Window state and its checkpoints.
+    pub state: StateConfig,
+}
+
+/// Where window state lives and how it is checkpointed.
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    /// `--state-backend`.
+    pub backend: Backend,
+    /// `--checkpoint-kind`.
+    pub kind: Kind,
+    /// `--checkpoint-interval`.
+    pub interval: Duration,
+    /// `--checkpoint-location`, or `None` for `<checkpoint-dir>/<job>/checkpoints/`.
+    pub location: Option<Location>,
 }
 
 /// The run flags kafka-to-gcs reads.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct GcsFlags {
     /// `--job-name`.
     pub job_name: String,
-    /// `--max-workers` (for `numShards=0`).
+    /// `--max-workers` as given (for `numShards=0`).
     pub max_workers: Option<u32>,
     /// `--commit-parallelism`.
     pub parallelism: usize,
@@ -96,6 +118,31 @@ pub struct GcsFlags {
     pub endpoint: Option<String>,
     /// `--idle-timeout`.
     pub idle_timeout: Option<Duration>,
+    /// The worker pool flags, checked.
+    pub pool: ScalingConfig,
+    /// `--worker-capacity`.
+    pub capacity: Option<Capacity>,
+    /// `--state-backend`.
+    pub backend: Backend,
+    /// `--checkpoint-kind`.
+    pub kind: Kind,
+    /// `--checkpoint-interval`.
+    pub interval: Duration,
+    /// `--checkpoint-location`, as given.
+    pub location: Option<String>,
+}
+
+/// `--state-backend`, `--checkpoint-kind` and `--checkpoint-location`, checked.
+fn state_config(f: &GcsFlags, errs: &mut Vec<String>) -> Option<StateConfig> {
+    if let Err(e) = crate::state::check_kind(f.backend, f.kind) {
+        errs.push(e);
+        return None;
+    }
+    let location = match &f.location {
+        Some(l) => Some(Location::parse(l).map_err(|e| errs.push(format!("--checkpoint-location: {e}"))).ok()?),
+        None => None,
+    };
+    Some(StateConfig { backend: f.backend, kind: f.kind, interval: f.interval, location })
 }
 
 impl KafkaToGcsConfig {
@@ -119,6 +166,7 @@ impl KafkaToGcsConfig {
             }
         };
         let format = output_format(p, &mut errs);
+        let state = state_config(&f, &mut errs);
         if p.flag("useBigQueryDLQ") {
             errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)".into());
         }
@@ -137,6 +185,9 @@ impl KafkaToGcsConfig {
             parallelism: f.parallelism,
             endpoint: f.endpoint,
             idle_timeout: f.idle_timeout,
+            pool: f.pool,
+            capacity: f.capacity,
+            state: state.expect("checked"),
         })
     }
 }

@@ -1,30 +1,34 @@
-//! The kafka-to-gcs job: recover, read, window, and commit each window exactly once.
+//! The kafka-to-gcs job: recover, read on the workers, close windows in order and
+//! commit each exactly once, checkpoint the window state, and autoscale.
 //!
-//! One consumer reads every partition. Records wait in their window ([`Windows`]);
-//! the earliest open window closes when the watermark passes its end (the smallest
-//! newest-timestamp over partitions that still have data to read, or the wall clock
-//! less a second when every partition is caught up), and every open window closes on
-//! drain, as Dataflow's drain fires all windows.
+//! The coordinator (this file) owns the window commit log and the autoscaler; the
+//! workers ([`super::pool`]) read and render; checkpoints run on their own timer
+//! ([`super::checkpoints::spawn_ticker`]), so a long window commit does not delay them. The earliest open window
+//! closes when the watermark passes its end (the smallest newest timestamp over
+//! partitions that still have data to read, or the wall clock less a second when every
+//! partition is caught up), and every open window closes on drain, as Dataflow's drain
+//! fires all windows.
 
-use super::committer::{CommitTimes, Committer, STAGING};
-use super::config::{KafkaToGcsConfig, OutputFormat};
-use super::encode::{encode, Rec};
+use super::checkpoints::{Checkpoints, RestoredStart};
+use super::committer::{CommitTimes, Committer};
+use super::config::KafkaToGcsConfig;
 use super::log::{Entry, FilePlan, Prepared, Recovered, WindowLog};
-use super::window::{
-    assign, avro_file_name, avro_window_prefix, file_name, shard_of, window_prefix, Published, Window,
-};
+use super::pool::Workers;
+use super::scale::Autoscaled;
+use super::window::Window;
+use super::windows::OpenWindows;
 use crate::control::Control;
-use crate::kafka::source::assign as assign_partitions;
+use crate::kafka::metadata::Metadata;
 use crate::store::Store;
 use anyhow::{Context, Result};
-use rdkafka::consumer::StreamConsumer;
-use rdkafka::Message;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+pub use super::checkpoints::CheckpointRecord;
 
 /// What the job did.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -37,6 +41,8 @@ pub struct GcsReport {
     pub late_records: u64,
     /// Messages without a value (tombstones): nothing to write.
     pub null_values: u64,
+    /// Windows a restored checkpoint held that the commit log had committed since.
+    pub dropped_on_restore: u64,
     /// Windows committed.
     pub windows: u64,
     /// Files published.
@@ -51,128 +57,39 @@ pub struct GcsReport {
     pub publish_s: f64,
     /// Run time.
     pub elapsed_s: f64,
-}
-
-/// Open windows and the positions the commit protocol needs.
-struct Windows {
-    size_ms: i64,
-    open: BTreeMap<Window, Vec<Rec>>,
-    published: Published,
-    read_pos: BTreeMap<i32, i64>,
-    newest_ts: BTreeMap<i32, i64>,
-}
-
-impl Windows {
-    /// Place one record; false if a committed window already holds it.
-    fn add(&mut self, rec: Rec, ts_ms: i64, report: &mut GcsReport) {
-        self.read_pos.insert(rec.partition, rec.offset + 1);
-        let e = self.newest_ts.entry(rec.partition).or_insert(ts_ms);
-        *e = (*e).max(ts_ms);
-        let raw = Window::of(ts_ms, self.size_ms);
-        if self.published.holds(rec.partition, rec.offset, &raw) {
-            report.skipped_published += 1;
-            return;
-        }
-        let w = assign(raw, self.published.last.as_ref(), self.size_ms);
-        report.late_records += u64::from(w != raw);
-        report.records += 1;
-        self.open.entry(w).or_default().push(rec);
-    }
-
-    /// Where a restart must read from, with `closing` removed: the oldest record still
-    /// in another open window, else the next offset not read.
-    fn resume(&self) -> BTreeMap<i32, i64> {
-        let mut r = self.read_pos.clone();
-        for recs in self.open.values() {
-            for rec in recs {
-                let e = r.entry(rec.partition).or_insert(rec.offset);
-                *e = (*e).min(rec.offset);
-            }
-        }
-        r
-    }
-
-    /// The earliest open window, if the watermark has passed its end.
-    fn due(&self, caught_up: &BTreeSet<i32>, now_ms: i64) -> Option<Window> {
-        let w = *self.open.keys().next()?;
-        let behind: Vec<i64> = self
-            .read_pos
-            .keys()
-            .filter(|p| !caught_up.contains(p))
-            .map(|p| self.newest_ts.get(p).copied().unwrap_or(i64::MIN))
-            .collect();
-        let watermark = behind.into_iter().min().unwrap_or(now_ms - 1000);
-        (watermark >= w.end_ms).then_some(w)
-    }
-}
-
-/// A window's files with their bytes, and the trash prefixes (see [`render`]).
-type Rendered = (Vec<(FilePlan, Vec<u8>)>, BTreeSet<String>);
-
-/// The files of one window: records spread over `shards` by partition and offset,
-/// each file in (partition, offset) order; with Avro, one file per writer schema too.
-/// Also the name prefixes an earlier run's files of this window would have.
-fn render(cfg: &KafkaToGcsConfig, w: &Window, mut recs: Vec<Rec>, attempt: &str) -> Result<Rendered> {
-    recs.sort_by_key(|r| (r.partition, r.offset));
-    let mut by_shard: BTreeMap<u32, Vec<Rec>> = BTreeMap::new();
-    for r in recs {
-        by_shard.entry(shard_of(r.partition, r.offset, cfg.shards)).or_default().push(r);
-    }
-    let mut files = Vec::new();
-    let mut prefixes = BTreeSet::new();
-    for (shard, recs) in by_shard {
-        let n = recs.len() as u64;
-        for (dest, data) in encode(&cfg.format, &recs).context("an undecodable message stops the job")? {
-            let final_name = match cfg.format {
-                OutputFormat::Json => {
-                    prefixes.insert(window_prefix(&cfg.prefix, w));
-                    file_name(&cfg.prefix, w, shard, cfg.shards, ".json")
-                }
-                OutputFormat::Avro(_) => {
-                    prefixes.insert(avro_window_prefix(&cfg.prefix, &dest.schema_name, &dest.md5, w));
-                    avro_file_name(&cfg.prefix, &dest.schema_name, &dest.md5, w, shard, cfg.shards)
-                }
-            };
-            let staged = format!("{STAGING}{}/{attempt}/{final_name}", w.label());
-            files.push((FilePlan { staged, final_name, records: n }, data));
-        }
-    }
-    Ok((files, prefixes))
+    /// Workers at the end.
+    pub workers: u32,
+    /// Autoscaling decisions that changed the worker count.
+    pub resizes: Vec<(f64, u32, u32)>,
+    /// State and checkpoints.
+    pub state: super::checkpoints::StateReport,
 }
 
 /// Stage, decide, publish and record window `w`.
 async fn commit_window(
-    cfg: &KafkaToGcsConfig,
-    ws: &mut Windows,
+    ow: &OpenWindows,
     w: Window,
     committer: &Committer,
     log: &mut WindowLog,
     attempt: &str,
-) -> Result<CommitTimes> {
-    let recs = ws.open.remove(&w).unwrap_or_default();
-    if let OutputFormat::Avro(d) = &cfg.format {
-        d.prefetch(recs.iter().map(|r| r.value.as_slice())).await;
-    }
-    let (files, prefixes) = render(cfg, &w, recs, attempt)?;
+    workers: &Workers,
+) -> Result<(CommitTimes, BTreeMap<i32, i64>)> {
+    let (close_pos, resume) = ow.close(w);
+    let (files, prefixes) = workers.render(w, attempt).await?;
     let plans: Vec<FilePlan> = files.iter().map(|(p, _)| p.clone()).collect();
     let stage = committer.stage(files.into_iter().map(|(p, d)| (p.staged, d)).collect()).await?;
     crate::crash_point!("gcs::before_prepare");
-    let prepared = Prepared {
-        window: w,
-        files: plans,
-        close_pos: ws.read_pos.clone(),
-        resume: ws.resume(),
-        trash_prefixes: prefixes.into_iter().collect(),
-    };
+    let trash_prefixes = prefixes.into_iter().collect();
+    let prepared = Prepared { window: w, files: plans, close_pos, resume: resume.clone(), trash_prefixes };
     log.append(&Entry::Prepared(prepared.clone())).context("writing the window log")?;
     crate::crash_point!("gcs::after_prepare");
     let mut t = committer.publish(&prepared.trash_prefixes, &prepared.files).await?;
     crate::crash_point!("gcs::before_committed");
     log.append(&Entry::Committed { window: w }).context("writing the window log")?;
-    ws.published = Published { last: Some(w), close_pos: prepared.close_pos };
+    ow.committed(w, prepared.close_pos)?;
     t.stage = stage;
     tracing::info!(window = %w.label(), files = t.files, stage_ms = stage.as_millis() as u64, publish_ms = t.publish.as_millis() as u64, "window committed");
-    Ok(t)
+    Ok((t, resume))
 }
 
 /// Publish a window a crash left decided, and remove staging objects of undecided ones.
@@ -191,17 +108,61 @@ async fn recover(rec: &Recovered, committer: &Committer, log: &mut WindowLog, re
     Ok(())
 }
 
+/// Which partitions have nothing left to read (their position is at the high watermark).
+fn caught_up(ow: &OpenWindows, hw: &BTreeMap<i32, i64>) -> BTreeSet<i32> {
+    let pos = ow.read_pos();
+    hw.iter().filter(|(p, h)| pos.get(p).copied().unwrap_or(0) >= **h).map(|(p, _)| *p).collect()
+}
+
+/// What the loop watches between steps.
+struct Watch {
+    metadata: Metadata,
+    partitions: Vec<i32>,
+    hw: BTreeMap<i32, i64>,
+    caught_up: BTreeSet<i32>,
+    last_check: Instant,
+    last_progress: Instant,
+    last_read: u64,
+}
+
+impl Watch {
+    /// Refresh the high watermarks twice a second; note when reading last advanced.
+    async fn refresh(&mut self, ow: &OpenWindows) {
+        let c = ow.counts();
+        let read = c.records + c.skipped_published + c.null_values;
+        if read != self.last_read {
+            (self.last_read, self.last_progress) = (read, Instant::now());
+        }
+        if self.last_check.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        self.last_check = Instant::now();
+        if let Ok(hw) = self.metadata.high_watermarks(&self.partitions).await {
+            self.hw = hw;
+        }
+        self.caught_up = caught_up(ow, &self.hw);
+    }
+
+    fn idle_for(&self, t: Option<Duration>) -> bool {
+        t.is_some_and(|t| self.last_progress.elapsed() >= t && self.caught_up.len() == self.partitions.len())
+    }
+}
+
 /// Run a kafka-to-gcs job until drained (cancelled, or idle for `--idle-timeout`).
 pub async fn run(
     cfg: KafkaToGcsConfig,
     checkpoint_root: &Path,
     cancel_tx: watch::Sender<bool>,
     control: Arc<Control>,
+    web: Option<flexrun_web::JobRegistry>,
 ) -> Result<GcsReport> {
     let started = Instant::now();
+    let cfg = Arc::new(cfg);
     let store = Store::open(&cfg.output, cfg.endpoint.as_deref()).await.map_err(|e| crate::usage(e.to_string()))?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
-    let _lock = control.register_fixed(&job_dir, 1)?;
+    let mut checkpoints = Checkpoints::open(&cfg, &job_dir).await?;
+    let _lock = crate::control::lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    control.start(&job_dir)?;
     let (mut log, rec) =
         WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
     let committer = Committer { store, parallelism: cfg.parallelism };
@@ -209,66 +170,77 @@ pub async fn run(
     recover(&rec, &committer, &mut log, &mut report).await?;
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
-    let mut start = cfg.source.initial_positions(&partitions).await?;
-    if let Some(p) = &rec.last {
-        start.extend(p.resume.iter().filter(|(k, _)| partitions.contains(k)));
-    }
-    let consumer: StreamConsumer = cfg.source.consumer()?;
-    assign_partitions(&consumer, &cfg.source.topic, &start)?;
-    let mut ws = Windows {
-        size_ms: cfg.window.as_millis() as i64,
-        open: BTreeMap::new(),
-        published: rec.published(),
-        read_pos: start.clone(),
-        newest_ts: BTreeMap::new(),
+    let start = cfg.source.initial_positions(&partitions).await?;
+    let RestoredStart { state, positions, extras } = checkpoints.restore(&rec, start).await?;
+    let ow = Arc::new(OpenWindows::new(
+        cfg.window.as_millis() as i64,
+        cfg.shards,
+        state,
+        positions,
+        extras,
+        rec.published(),
+    )?);
+    let mut scaler = Autoscaled::new(cfg.pool.clone(), partitions.len() as u32);
+    let n = cfg.pool.initial_workers(partitions.len() as u32);
+    let mut workers = Workers::start(n, cfg.clone(), cfg.capacity, partitions.clone(), ow.clone())?;
+    let attempt = checkpoints.attempt().to_string();
+    let checkpoints = Arc::new(tokio::sync::Mutex::new(checkpoints));
+    let mut ticker = super::checkpoints::spawn_ticker(checkpoints.clone(), ow.clone());
+    let mut publisher = web.map(|w| super::publish::Publisher::new(w, &cfg, started));
+    let mut w = Watch {
+        metadata,
+        partitions,
+        hw: BTreeMap::new(),
+        caught_up: BTreeSet::new(),
+        last_check: Instant::now() - Duration::from_secs(10),
+        last_progress: Instant::now(),
+        last_read: 0,
     };
-    let attempt = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"), std::process::id());
+    let commit_consumer = if cfg.commit_offsets { Some(cfg.source.consumer()?) } else { None };
     let mut cancel = cancel_tx.subscribe();
-    let mut last_read = Instant::now();
-    let mut caught_up = BTreeSet::new();
-    let mut last_check = Instant::now() - Duration::from_secs(10);
     loop {
         tokio::select! {
-            m = consumer.recv() => {
-                let m = m.context("reading from Kafka")?;
-                last_read = Instant::now();
-                let ts = m.timestamp().to_millis().unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
-                match m.payload() {
-                    Some(v) => ws.add(Rec { partition: m.partition(), offset: m.offset(), value: v.to_vec() }, ts, &mut report),
-                    None => { report.null_values += 1; ws.read_pos.insert(m.partition(), m.offset() + 1); }
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = cancel.changed() => {}
         }
-        if last_check.elapsed() >= Duration::from_millis(500) {
-            last_check = Instant::now();
-            let hw = metadata.high_watermarks(&partitions).await.unwrap_or_default();
-            caught_up = partitions
-                .iter()
-                .copied()
-                .filter(|p| ws.read_pos.get(p).copied().unwrap_or(0) >= hw.get(p).copied().unwrap_or(i64::MAX))
-                .collect();
+        workers.check().await?;
+        w.refresh(&ow).await;
+        let draining = *cancel.borrow() || w.idle_for(cfg.idle_timeout);
+        if draining {
+            workers.stop_reading().await?;
         }
-        let draining = *cancel.borrow()
-            || cfg.idle_timeout.is_some_and(|t| last_read.elapsed() >= t && caught_up.len() == partitions.len());
-        while let Some(w) = if draining {
-            ws.open.keys().next().copied()
-        } else {
-            ws.due(&caught_up, chrono::Utc::now().timestamp_millis())
-        } {
-            let t = commit_window(&cfg, &mut ws, w, &committer, &mut log, &attempt).await?;
+        while let Some(win) =
+            if draining { ow.first_open() } else { ow.due(&w.caught_up, chrono::Utc::now().timestamp_millis()) }
+        {
+            let (t, resume) = commit_window(&ow, win, &committer, &mut log, &attempt, &workers).await?;
             (report.windows, report.files) = (report.windows + 1, report.files + t.files as u64);
             report.stage_s += t.stage.as_secs_f64();
             report.publish_s += t.publish.as_secs_f64();
-            if cfg.commit_offsets {
-                crate::kafka::source::commit_positions(&consumer, &cfg.source.topic, &ws.resume());
+            if let Some(c) = &commit_consumer {
+                crate::kafka::source::commit_positions(c, &cfg.source.topic, &resume);
             }
         }
         if draining {
             break;
         }
+        ticker.check().await?;
+        let avg = ow.counts().bytes as f64 / ow.counts().records.max(1) as f64;
+        scaler.step(&mut workers, &w.hw, &ow.read_pos(), avg, &control).await?;
+        if let Some(p) = &mut publisher {
+            p.maybe_publish(&ow, &w.hw, &workers, &scaler, &*checkpoints.lock().await);
+        }
     }
+    ticker.stop().await?;
+    let mut checkpoints = checkpoints.lock().await;
+    checkpoints.finish(&ow).await?;
+    let c = ow.counts();
+    (report.records, report.skipped_published, report.late_records, report.null_values) =
+        (c.records, c.skipped_published, c.late_records, c.null_values);
+    report.dropped_on_restore = c.dropped_on_restore;
+    report.workers = workers.workers();
+    report.resizes =
+        scaler.into_decisions().iter().filter(|d| d.is_change()).map(|d| (d.time_s, d.from, d.to)).collect();
+    report.state = checkpoints.report();
     report.elapsed_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -8,7 +8,15 @@
 //! - [`encode`]: a file's bytes: JSON lines, or Avro container files per writer schema.
 //! - [`log`]: the window commit log (`prepared`, `committed`).
 //! - [`committer`]: stage, publish (trash + rename) and sweep, N requests at a time.
-//! - [`job`]: recovery, the read loop, and closing windows.
+//! - [`windows`]: the open windows over the state backend ([`crate::state`]), with
+//!   the positions that must change with it.
+//! - [`reader`] and [`pool`]: the workers, each reading its partitions into state
+//!   and rendering its shards of a closing window; [`scale`] sizes them with the
+//!   autoscaler.
+//! - [`checkpoints`]: where state starts from, checkpoints every interval, and what
+//!   they cost.
+//! - [`job`]: recovery, the coordinator's loop, and closing windows; [`publish`]
+//!   sends the dashboard its points.
 //!
 //! # The commit protocol, and every crash point
 //! For each window, in window order:
@@ -31,9 +39,15 @@
 //! when it is staged, so a final name only ever holds that content: each record is in
 //! exactly one final file, once.
 
+pub mod checkpoints;
 pub mod committer;
 pub mod config;
 pub mod encode;
 pub mod job;
 pub mod log;
+pub mod pool;
+pub mod publish;
+pub mod reader;
+pub mod scale;
 pub mod window;
+pub mod windows;

@@ -1,0 +1,301 @@
+//! The job's open windows: the records in the state backend, and beside them the
+//! positions the commit protocol and checkpoints need, changed together under one lock
+//! so that a checkpoint's positions always match its state.
+//!
+//! Readers [`OpenWindows::add`] batches; the coordinator asks for the [`due`] window,
+//! [`close`]s it (from then on, late records for it go to the next window), renders
+//! its shards, and once its files are published, [`committed`] drops it.
+//!
+//! [`due`]: OpenWindows::due
+//! [`close`]: OpenWindows::close
+//! [`committed`]: OpenWindows::committed
+
+use super::window::{assign, shard_of, Published};
+use crate::state::manifest::Manifest;
+use crate::state::{Record, Slot, Snapshot, StateError, StateStats, Window, WindowState};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+/// One message as a reader hands it over.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Kafka timestamp (ms).
+    pub ts_ms: i64,
+    /// The value; `None` for a tombstone.
+    pub value: Option<Bytes>,
+}
+
+/// Counts of what was read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
+pub struct Counts {
+    /// Records placed in a window.
+    pub records: u64,
+    /// Records skipped on replay: a committed window holds them.
+    pub skipped_published: u64,
+    /// Records whose window had closed, placed in the next open one.
+    pub late_records: u64,
+    /// Messages without a value.
+    pub null_values: u64,
+    /// Windows a restored checkpoint held that the commit log had since committed
+    /// (dropped at the start).
+    pub dropped_on_restore: u64,
+    /// Message bytes placed.
+    pub bytes: u64,
+}
+
+/// What a checkpoint keeps beside the state: per open window and partition, the
+/// smallest offset it holds (where a restart without this checkpoint would resume).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Extras {
+    /// `(window, partition → smallest offset)`.
+    pub min_offset: Vec<(Window, BTreeMap<i32, i64>)>,
+}
+
+struct Progress {
+    read_pos: BTreeMap<i32, i64>,
+    newest_ts: BTreeMap<i32, i64>,
+    min_offset: BTreeMap<Window, BTreeMap<i32, i64>>,
+    closed_through: Option<Window>,
+    published: Published,
+    counts: Counts,
+}
+
+/// Open windows over a state backend.
+pub struct OpenWindows {
+    size_ms: i64,
+    shards: u32,
+    state: Box<dyn WindowState>,
+    p: Mutex<Progress>,
+}
+
+impl OpenWindows {
+    /// Windows of `size_ms` with `shards` keys each, reading from `read_pos`, over
+    /// `state` (empty, or restored with `extras`), given what is `published`.
+    pub fn new(
+        size_ms: i64,
+        shards: u32,
+        state: Box<dyn WindowState>,
+        read_pos: BTreeMap<i32, i64>,
+        extras: Extras,
+        published: Published,
+    ) -> Result<OpenWindows, StateError> {
+        // Windows a restored checkpoint holds that have since been committed.
+        let mut counts = Counts::default();
+        for w in state.windows() {
+            if published.last.is_some_and(|l| w <= l) {
+                tracing::info!(window = %w.label(), "the restored state holds a window committed since its checkpoint: dropped");
+                state.drop_window(w)?;
+                counts.dropped_on_restore += 1;
+            }
+        }
+        let min_offset = extras.min_offset.into_iter().filter(|(w, _)| published.last.is_none_or(|l| *w > l)).collect();
+        let p = Progress {
+            read_pos,
+            newest_ts: BTreeMap::new(),
+            min_offset,
+            closed_through: published.last,
+            published,
+            counts,
+        };
+        Ok(OpenWindows { size_ms, shards, state, p: Mutex::new(p) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Place a batch of messages, and advance their partitions' positions with it.
+    pub fn add(&self, msgs: &[Msg]) -> Result<(), StateError> {
+        let mut g = self.lock();
+        let mut batch: Vec<Record> = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            g.read_pos.insert(m.partition, m.offset + 1);
+            let e = g.newest_ts.entry(m.partition).or_insert(m.ts_ms);
+            *e = (*e).max(m.ts_ms);
+            let Some(v) = &m.value else {
+                g.counts.null_values += 1;
+                continue;
+            };
+            let raw = Window::of(m.ts_ms, self.size_ms);
+            if g.published.holds(m.partition, m.offset, &raw) {
+                g.counts.skipped_published += 1;
+                continue;
+            }
+            let window = assign(raw, g.closed_through.as_ref(), self.size_ms);
+            g.counts.late_records += u64::from(window != raw);
+            g.counts.records += 1;
+            g.counts.bytes += v.len() as u64;
+            let low = g.min_offset.entry(window).or_default().entry(m.partition).or_insert(m.offset);
+            *low = (*low).min(m.offset);
+            let key = shard_of(m.partition, m.offset, self.shards);
+            batch.push((Slot { window, key, partition: m.partition, offset: m.offset }, v.clone()));
+        }
+        self.state.put(&batch)
+    }
+
+    /// The earliest open window, if the watermark has passed its end: the smallest
+    /// newest timestamp over partitions not `caught_up`, or `now_ms` less a second when
+    /// all are.
+    pub fn due(&self, caught_up: &BTreeSet<i32>, now_ms: i64) -> Option<Window> {
+        let w = self.first_open()?;
+        let g = self.lock();
+        let watermark = g
+            .read_pos
+            .keys()
+            .filter(|p| !caught_up.contains(p))
+            .map(|p| g.newest_ts.get(p).copied().unwrap_or(i64::MIN))
+            .min()
+            .unwrap_or(now_ms - 1000);
+        (watermark >= w.end_ms).then_some(w)
+    }
+
+    /// The earliest window not yet closed.
+    pub fn first_open(&self) -> Option<Window> {
+        let closed = self.lock().closed_through;
+        self.state.windows().into_iter().find(|w| closed.is_none_or(|c| *w > c))
+    }
+
+    /// Close `w`: records for it read from now on go to the next window. Returns the
+    /// positions when it closed and where a restart resumes (the oldest record still
+    /// in a later window, else the next offset not read).
+    pub fn close(&self, w: Window) -> (BTreeMap<i32, i64>, BTreeMap<i32, i64>) {
+        let mut g = self.lock();
+        g.closed_through = Some(g.closed_through.map_or(w, |c| c.max(w)));
+        let close_pos = g.read_pos.clone();
+        let mut resume = close_pos.clone();
+        for (_, lows) in g.min_offset.iter().filter(|(ow, _)| **ow > w) {
+            for (p, o) in lows {
+                let e = resume.entry(*p).or_insert(*o);
+                *e = (*e).min(*o);
+            }
+        }
+        (close_pos, resume)
+    }
+
+    /// `w`'s files are published: drop it, and skip its records on replay.
+    pub fn committed(&self, w: Window, close_pos: BTreeMap<i32, i64>) -> Result<(), StateError> {
+        let mut g = self.lock();
+        g.published = Published { last: Some(w), close_pos };
+        g.min_offset.remove(&w);
+        self.state.drop_window(w)
+    }
+
+    /// The keys (file shards) `w` holds.
+    pub fn keys(&self, w: Window) -> Vec<u32> {
+        self.state.keys(w)
+    }
+
+    /// `(partition, offset, value)` of every record of `w` with key `key`, in order.
+    pub fn records(&self, w: Window, key: u32) -> Result<Vec<(i32, i64, Vec<u8>)>, StateError> {
+        let mut out = Vec::new();
+        self.state.scan(w, key, &mut |p, o, v| out.push((p, o, v.to_vec())))?;
+        Ok(out)
+    }
+
+    /// The synchronous part of a checkpoint: the state's snapshot, and a manifest with
+    /// the positions and extras of the same instant (no batch lands in between).
+    pub fn snapshot(&self, scratch: &Path) -> Result<(Snapshot, Manifest), StateError> {
+        let g = self.lock();
+        let snap = self.state.snapshot(scratch)?;
+        let extras = Extras { min_offset: g.min_offset.iter().map(|(w, m)| (*w, m.clone())).collect() };
+        let m = Manifest {
+            created_ms: chrono::Utc::now().timestamp_millis(),
+            positions: g.read_pos.clone(),
+            extra: serde_json::to_value(extras).expect("extras serialize"),
+            stats: self.state.stats().into(),
+            ..Manifest::default()
+        };
+        Ok((snap, m))
+    }
+
+    /// Positions: the next offset to read per partition.
+    pub fn read_pos(&self) -> BTreeMap<i32, i64> {
+        self.lock().read_pos.clone()
+    }
+
+    /// Add partitions found since the start, at their first positions.
+    pub fn add_partitions(&self, start: &BTreeMap<i32, i64>) {
+        let mut g = self.lock();
+        for (p, o) in start {
+            g.read_pos.entry(*p).or_insert(*o);
+        }
+    }
+
+    /// Counts so far.
+    pub fn counts(&self) -> Counts {
+        self.lock().counts
+    }
+
+    /// The state's size.
+    pub fn stats(&self) -> StateStats {
+        self.state.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::heap::HeapState;
+
+    fn msg(p: i32, o: i64, ts: i64) -> Msg {
+        Msg { partition: p, offset: o, ts_ms: ts, value: Some(Bytes::from(format!("{o}"))) }
+    }
+
+    fn open(published: Published) -> OpenWindows {
+        let start = [(0, 0), (1, 0)].into_iter().collect();
+        OpenWindows::new(1000, 2, Box::new(HeapState::default()), start, Extras::default(), published).unwrap()
+    }
+
+    #[test]
+    fn windows_close_in_order_and_late_records_move_on() {
+        let ow = open(Published::default());
+        ow.add(&[msg(0, 0, 100), msg(1, 0, 1500), msg(0, 1, 2500)]).unwrap();
+        let none = BTreeSet::new();
+        assert_eq!(ow.due(&none, 0), Some(Window::of(0, 1000)), "both partitions are past 1000");
+        let w0 = Window::of(0, 1000);
+        let (close_pos, resume) = ow.close(w0);
+        assert_eq!(close_pos, [(0, 2), (1, 1)].into_iter().collect());
+        assert_eq!(resume, [(0, 1), (1, 0)].into_iter().collect(), "the oldest record in a later window");
+        ow.add(&[msg(1, 1, 999)]).unwrap();
+        assert_eq!(ow.counts().late_records, 1);
+        assert!(!ow.keys(w0).is_empty());
+        ow.committed(w0, close_pos).unwrap();
+        assert_eq!(ow.first_open(), Some(Window::of(1000, 1000)));
+        let late: Vec<i64> = (0..2).flat_map(|k| ow.records(Window::of(1000, 1000), k).unwrap()).map(|r| r.1).collect();
+        assert!(late.contains(&1), "offset 1 of partition 1 went to the next window: {late:?}");
+    }
+
+    #[test]
+    fn a_restored_window_already_committed_is_dropped_and_replays_are_skipped() {
+        let s = HeapState::default();
+        let w0 = Window::of(0, 1000);
+        s.put(&[(Slot { window: w0, key: 0, partition: 0, offset: 0 }, Bytes::from_static(b"x"))]).unwrap();
+        let published = Published { last: Some(w0), close_pos: [(0, 5)].into_iter().collect() };
+        let ow = OpenWindows::new(1000, 1, Box::new(s), [(0, 0)].into_iter().collect(), Extras::default(), published)
+            .unwrap();
+        assert_eq!(ow.first_open(), None);
+        assert_eq!(ow.counts().dropped_on_restore, 1);
+        ow.add(&[msg(0, 0, 10), msg(0, 5, 10)]).unwrap();
+        let c = ow.counts();
+        assert_eq!((c.skipped_published, c.late_records, c.records), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_positions_of_its_records() {
+        let ow = open(Published::default());
+        ow.add(&[msg(0, 0, 100), msg(1, 0, 200)]).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let (Snapshot::Records(r), m) = ow.snapshot(d.path()).unwrap() else { panic!("heap") };
+        assert_eq!(r.len(), 2);
+        assert_eq!(m.positions, [(0, 1), (1, 1)].into_iter().collect());
+        let e: Extras = serde_json::from_value(m.extra).unwrap();
+        assert_eq!(e.min_offset.len(), 1);
+    }
+}
