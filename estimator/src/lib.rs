@@ -13,6 +13,8 @@
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
 //! - [`estimate`](mod@estimate): the extrapolation and the bill.
 //! - [`files`]: windowed file output (kafka-to-gcs): the publish time of a window.
+//! - [`state`]: window state and checkpoints (kafka-to-gcs): state size, memory, and
+//!   each checkpoint's bytes and duration per backend and kind.
 //! - [`boundary`]: the capacity-boundary search (binary search on the offered rate
 //!   against a caller-supplied probe), as `flexrun capacity` runs it.
 
@@ -21,6 +23,7 @@ pub mod boundary;
 pub mod estimate;
 pub mod files;
 pub mod pricing;
+pub mod state;
 pub mod units;
 
 pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode, GOOGLE_KAFKA_TO_BQ_NAME};

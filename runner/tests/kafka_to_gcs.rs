@@ -285,6 +285,19 @@ fn the_template_has_googles_parameter_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: scripts/chaos.sh"]
 async fn chaos_gcs_20_sigkills_200k() {
+    chaos_gcs("kafka-to-gcs, 20 random SIGKILLs", &[]).await
+}
+
+/// The same with window state in RocksDB and an incremental checkpoint every 300 ms, so
+/// kills land during uploads, flushes and restores too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: scripts/chaos.sh"]
+async fn chaos_gcs_lsm_incremental_20_sigkills_200k() {
+    let flags = ["--state-backend", "lsm", "--checkpoint-kind", "incremental", "--checkpoint-interval", "300ms"];
+    chaos_gcs("kafka-to-gcs, lsm + incremental checkpoints, 20 random SIGKILLs", &flags).await
+}
+
+async fn chaos_gcs(scenario: &str, flags: &[&str]) {
     use rand::{Rng, SeedableRng};
     let s = stack();
     let n = 200_000;
@@ -300,6 +313,7 @@ async fn chaos_gcs_20_sigkills_200k() {
     let mut landed = 0;
     for _ in 0..20 {
         let mut child = job("chaos", ck.path(), &p)
+            .args(flags)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -312,14 +326,14 @@ async fn chaos_gcs_20_sigkills_200k() {
         let _ = child.wait();
     }
     let started = std::time::Instant::now();
-    let o = job("chaos", ck.path(), &p).bounded();
+    let o = job("chaos", ck.path(), &p).args(flags).bounded();
     assert!(o.status.success(), "{}", text(&o));
     let recover_s = started.elapsed().as_secs_f64() - 2.0;
     let (m, staged) = files(&out).await;
     let rows: usize = m.values().map(Vec::len).sum();
     let distinct = m.values().flatten().collect::<std::collections::BTreeSet<_>>().len();
     eprintln!(
-        "CHAOS|kafka-to-gcs, 20 random SIGKILLs|{n}|{landed} SIGKILLs (seed {seed}), {} files|{rows}|{distinct}|{}|{}|{recover_s:.1}",
+        "CHAOS|{scenario}|{n}|{landed} SIGKILLs (seed {seed}), {} files|{rows}|{distinct}|{}|{}|{recover_s:.1}",
         m.len(),
         n as i64 - distinct as i64,
         rows as i64 - distinct as i64

@@ -470,3 +470,70 @@ fn window_commits_stall_a_serial_committer_and_not_a_parallel_one() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("windowDuration"));
 }
+
+/// Seed 003's question before a run: a 10-minute window at 1 GiB/s. Heap holds the whole
+/// window in memory and writes all of it at every checkpoint; lsm with incremental
+/// checkpoints holds its memtables and writes only what arrived in the interval. The
+/// figures follow the state model (`flexrun_estimator::state`).
+#[test]
+fn checkpoints_are_modelled_per_backend_at_cloud_scale() {
+    let run = |backend: &str, kind: &str| {
+        let cfg = config(&[
+            "--template",
+            "kafka-to-gcs",
+            "--rate",
+            "1GiB/s",
+            "--partitions",
+            "1000",
+            "--duration",
+            "2h",
+            "--noise",
+            "0",
+            "--parameters",
+            "windowDuration=10m,numShards=2000",
+            "--state-backend",
+            backend,
+            "--checkpoint-kind",
+            kind,
+            "--checkpoint-interval",
+            "3m",
+        ]);
+        let m = cfg.file_commit.and_then(|f| f.state).expect("a state model");
+        (simulate::run(&cfg, &mut |_| {}).summary.checkpoints.expect("checkpoints reported"), m)
+    };
+    let (heap, hm) = run("heap", "full");
+    let (inc, im) = run("lsm", "incremental");
+    // A whole window: 600 s at 1 GiB/s, just before it closes (the job keeps up).
+    assert!((heap.peak_state_mib - 600.0 * 1024.0).abs() < 0.01 * 600.0 * 1024.0, "{heap:?}");
+    assert!((inc.peak_state_mib - heap.peak_state_mib).abs() < 0.01 * heap.peak_state_mib, "{inc:?}");
+    // Per worker: heap its share of the window (GiBs), lsm its buffers (MiBs).
+    let floor = heap.peak_state_mib / 100.0 * hm.costs.heap_memory_factor; // at most 100 workers
+    assert!(heap.peak_memory_mib >= 0.99 * floor && heap.peak_memory_mib > 1024.0, "{heap:?}");
+    assert!((inc.peak_memory_mib - im.costs.lsm_memory_bytes / 1048576.0).abs() < 1e-6, "{inc:?}");
+    // Every checkpoint of the steady part: heap writes the state at that moment, lsm the
+    // 180 s that arrived since the last one, compressed.
+    let new_mib = 180.0 * 1024.0;
+    assert!((inc.max_checkpoint_mib - new_mib * im.costs.lsm_compression).abs() < 0.01 * new_mib, "{inc:?}");
+    assert!(heap.max_checkpoint_mib > 2.0 * inc.max_checkpoint_mib, "{heap:?} vs {inc:?}");
+    assert!(heap.max_duration_s > 2.0 * inc.max_duration_s);
+    assert!(heap.checkpoints >= 30 && heap.checkpoints == inc.checkpoints, "every 3 min over 1.5 h after warm-up");
+    for (flags, want) in [
+        (&["--state-backend", "heap", "--checkpoint-kind", "incremental"][..], "needs --state-backend lsm"),
+        (&["--state-backend", "rocks"][..], "--state-backend"),
+        (&["--state-backend", "lsm", "--checkpoint-upload-rate", "5msg/s"][..], "--checkpoint-upload-rate"),
+        (&["--state-backend", "lsm", "--checkpoint-interval", "0s"][..], "--checkpoint-interval"),
+    ] {
+        let mut args = vec!["simulate", "--template", "kafka-to-gcs", "--qps", "10"];
+        args.extend_from_slice(flags);
+        let out = flexrun(&args);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{flags:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = flexrun(&["simulate", "--template", "kafka-to-bq", "--qps", "10", "--state-backend", "heap"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only kafka-to-gcs keeps window state"));
+}

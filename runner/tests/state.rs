@@ -55,6 +55,7 @@ struct Case {
     checkpoints: String,
     ck: tempfile::TempDir,
     flags: Vec<String>,
+    idle: &'static str,
 }
 
 /// `n` records in one window a day ahead, on two partitions.
@@ -75,6 +76,7 @@ async fn case_with(name: &str, backend: &str, kind: &str, n: u64, ts: impl Fn(u6
         topic: t,
         ck: tempfile::tempdir().unwrap(),
         flags: flags.iter().map(|f| f.to_string()).collect(),
+        idle: "2s",
     }
 }
 
@@ -87,7 +89,7 @@ impl Case {
         );
         let ck = self.ck.path().to_str().unwrap();
         let mut c = flexrun(&["--template", "kafka-to-gcs", "--job-name", "st", "--checkpoint-dir", ck]);
-        c.args(["--idle-timeout", "2s", "--checkpoint-location", &self.checkpoints, "--summary-json"])
+        c.args(["--idle-timeout", self.idle, "--checkpoint-location", &self.checkpoints, "--summary-json"])
             .arg(self.ck.path().join("st.json"))
             .args(&self.flags)
             .args(extra)
@@ -256,6 +258,32 @@ async fn a_corrupt_checkpoint_is_detected_and_the_one_before_it_restored() {
     assert_eq!(skipped[0][0], 2, "{j}");
     assert!(skipped[0][1].as_str().unwrap().contains("checksum"), "{j}");
     assert!(out.contains("checkpoint 2 is corrupt or partial"), "{out}");
+    assert_exactly_once(&c.out, 500).await;
+}
+
+/// The bucket refuses a checkpoint's uploads (HTTP 403, which is not retried): that
+/// checkpoint fails, is counted, the job goes on, the next interval's succeeds, and
+/// every record is written once.
+#[tokio::test]
+async fn a_refused_checkpoint_upload_is_counted_and_the_next_one_succeeds() {
+    let mut c = case("st_refused", "heap", "full", 500).await;
+    c.out = format!("{}/out/", c.ck.path().display());
+    c.idle = "5s";
+    let child = c.job(&[]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let store = c.checkpoint_store().await;
+    let first = std::time::Instant::now();
+    while store.list("chk-0000000001/MANIFEST.json").await.unwrap().is_empty() {
+        assert!(first.elapsed().as_secs() < 30, "no first checkpoint");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    gcs_faults(Some((403, 3)));
+    let o = wait_with_timeout(child, RUN_LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(gcs_faults(None)["served"], 3, "the refusals were served");
+    let j = summary(&c.ck.path().join("st.json"));
+    assert!(j["state"]["failed_checkpoints"].as_u64().unwrap() >= 1, "{j}");
+    assert!(j["state"]["checkpoints"].as_array().unwrap().len() >= 2, "later checkpoints completed: {j}");
+    assert!(text(&o).contains("a checkpoint failed"), "{}", text(&o));
     assert_exactly_once(&c.out, 500).await;
 }
 

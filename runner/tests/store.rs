@@ -6,6 +6,9 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
+mod common;
+
+use common::gcs_faults;
 use flexrun::kafka_to_gcs::committer::{Committer, STAGING};
 use flexrun::kafka_to_gcs::log::FilePlan;
 use flexrun::store::{Location, Store};
@@ -85,22 +88,6 @@ async fn a_missing_bucket_and_a_bad_directory_are_named() {
     assert!(e.to_string().contains("unreachable"), "{e}");
     let e = Store::open(&Location::Local("/proc/flexrun-nope/".into()), None).await.err().unwrap();
     assert!(e.to_string().contains("cannot create the directory"), "{e}");
-}
-
-/// Ask the emulator's launcher to answer the next `count` requests with `status`
-/// (`POST /_flexrun/faults`), or (with `None`) how many it has answered so.
-fn gcs_faults(ask: Option<(u16, u32)>) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let host = std::env::var("STORAGE_EMULATOR_HOST").expect("STORAGE_EMULATOR_HOST (scripts/stack.sh env)");
-    let mut s = std::net::TcpStream::connect(host.trim_start_matches("http://")).unwrap();
-    let (method, body) = match ask {
-        Some((status, count)) => ("POST", format!("{{\"status\":{status},\"count\":{count}}}")),
-        None => ("GET", String::new()),
-    };
-    write!(s, "{method} /_flexrun/faults HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
 }
 
 /// Google's retry strategy: "HTTP 408, 429, and 5xx response codes" are transient and

@@ -74,6 +74,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
     let mut post = PostWarmUp::default();
     let mut worker_records = vec![0.0f64; running as usize];
     let mut stalls = StallAcc::default();
+    let mut state = StateAcc::default();
     let steps = (w.duration_s / STEP_S).ceil() as u64;
     let mut last_progress = 0.0;
 
@@ -89,11 +90,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         let n = running as usize;
         // A window commit in progress leaves this step's remainder for reading.
         let reading = stalls.step(cfg.file_commit.as_ref(), t, running, t > cfg.warm_up_s);
+        let reading = reading * state.step(cfg.file_commit.as_ref(), t, running, t > cfg.warm_up_s);
         let worker_cap = worker_rate * STEP_S * reading;
         let partition_cap = vcpu_rate * STEP_S * reading;
         let caps = Caps { worker: worker_cap, partition: partition_cap };
         serve(&mut backlog, per_partition, caps, &mut worker_records[..n], &mut backlog_empty);
         let processed: f64 = worker_records.iter().sum();
+        state.add(processed * mean_bytes);
         for (acc, r) in window.records.iter_mut().zip(&worker_records) {
             *acc += r;
         }
@@ -257,6 +260,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         vcpu_capacity_mib_s: vcpu_rate * mean_bytes / MIB,
         max_parallelism,
         window_commit: cfg.file_commit.map(|_| stalls.summary(post.totals.steps * STEP_S)),
+        checkpoints: cfg.file_commit.and_then(|f| f.state).map(|_| state.summary()),
     };
     report
 }
@@ -295,6 +299,66 @@ impl StallAcc {
             mean_stall_s: if self.windows > 0 { self.stall_s / self.windows as f64 } else { 0.0 },
             max_stall_s: self.max_stall_s,
             stalled_fraction: if counted_s > 0.0 { self.stall_s / counted_s } else { 0.0 },
+        }
+    }
+}
+
+/// Window state and checkpoints: the open window's bytes grow with what is read and
+/// drop when it closes; every interval a checkpoint of the state (or of what is new,
+/// incrementally) costs [`flexrun_estimator::state::StateModel::checkpoint`], and its
+/// synchronous part pauses reading as a window commit does.
+#[derive(Default)]
+struct StateAcc {
+    window_bytes: f64,
+    new_bytes: f64,
+    pause_left_s: f64,
+    peak_state: f64,
+    peak_memory: f64,
+    costs: Vec<flexrun_estimator::state::CheckpointCost>,
+}
+
+impl StateAcc {
+    fn add(&mut self, bytes: f64) {
+        self.window_bytes += bytes;
+        self.new_bytes += bytes;
+    }
+
+    /// The fraction of step `t` left for reading after a checkpoint's synchronous part.
+    fn step(&mut self, fc: Option<&crate::FileCommit>, t: f64, running: u32, counted: bool) -> f64 {
+        let Some((fc, m)) = fc.and_then(|f| f.state.map(|m| (f, m))) else { return 1.0 };
+        let crossed = |every: f64| ((t - STEP_S) / every).floor() < (t / every).floor();
+        if crossed(fc.window_s) {
+            self.window_bytes = 0.0;
+        }
+        if crossed(m.interval_s) {
+            let c = m.checkpoint(self.window_bytes, self.new_bytes.min(self.window_bytes), running as f64);
+            self.new_bytes = 0.0;
+            self.pause_left_s += c.sync_s;
+            if counted {
+                self.costs.push(c);
+            }
+        }
+        if counted {
+            self.peak_state = self.peak_state.max(self.window_bytes);
+            self.peak_memory = self.peak_memory.max(m.memory_bytes(self.window_bytes, running as f64));
+        }
+        let used = self.pause_left_s.min(STEP_S);
+        self.pause_left_s -= used;
+        1.0 - used / STEP_S
+    }
+
+    fn summary(&self) -> crate::report::CheckpointSummary {
+        let n = self.costs.len().max(1) as f64;
+        let mib = |b: f64| b / MIB;
+        crate::report::CheckpointSummary {
+            checkpoints: self.costs.len() as u64,
+            peak_state_mib: mib(self.peak_state),
+            peak_memory_mib: mib(self.peak_memory),
+            mean_checkpoint_mib: mib(self.costs.iter().map(|c| c.bytes).sum::<f64>() / n),
+            max_checkpoint_mib: mib(self.costs.iter().map(|c| c.bytes).fold(0.0, f64::max)),
+            mean_duration_s: self.costs.iter().map(|c| c.duration_s()).sum::<f64>() / n,
+            max_duration_s: self.costs.iter().map(|c| c.duration_s()).fold(0.0, f64::max),
+            max_sync_s: self.costs.iter().map(|c| c.sync_s).fold(0.0, f64::max),
         }
     }
 }

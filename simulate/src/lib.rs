@@ -136,6 +136,8 @@ pub struct FileCommit {
     pub window_s: f64,
     /// Files, per-file cost and parallelism.
     pub commit: flexrun_estimator::files::WindowCommit,
+    /// The window state's backend and checkpoints, when modelled.
+    pub state: Option<flexrun_estimator::state::StateModel>,
 }
 
 impl SimConfig {

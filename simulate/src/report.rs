@@ -98,6 +98,8 @@ pub struct SimSummary {
     /// Window commits (kafka-to-gcs), when the job writes windowed files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_commit: Option<WindowCommitSummary>,
+    /// Window state and checkpoints (kafka-to-gcs, when modelled).
+    pub checkpoints: Option<CheckpointSummary>,
     /// What limited the job.
     pub bottleneck: Bottleneck,
     /// Worker-count changes over the whole run.
@@ -119,6 +121,27 @@ pub struct WindowCommitSummary {
     pub max_stall_s: f64,
     /// The fraction of the time workers spent publishing rather than reading.
     pub stalled_fraction: f64,
+}
+
+/// Window state and checkpoints over the run (after warm-up).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct CheckpointSummary {
+    /// Checkpoints taken.
+    pub checkpoints: u64,
+    /// The largest state, MiB.
+    pub peak_state_mib: f64,
+    /// The most memory one worker's share of the state took, MiB.
+    pub peak_memory_mib: f64,
+    /// Mean checkpoint size, MiB.
+    pub mean_checkpoint_mib: f64,
+    /// The largest checkpoint, MiB.
+    pub max_checkpoint_mib: f64,
+    /// Mean checkpoint duration, seconds.
+    pub mean_duration_s: f64,
+    /// The longest checkpoint, seconds.
+    pub max_duration_s: f64,
+    /// The longest synchronous part (processing paused), seconds.
+    pub max_sync_s: f64,
 }
 
 /// One row of the time series.

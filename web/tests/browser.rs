@@ -94,6 +94,33 @@ fn job() -> JobRegistry {
             description: "Autoscaling: Raised the number of workers to 7 so that the pipeline can catch up with its backlog and keep up with its input rate.".into(),
         },
     );
+    // A kafka-to-gcs job with window state: the state section shows.
+    jobs.register("state-job", "kafka-to-gcs", "exactly-once");
+    for i in 0..20u64 {
+        let p = MetricsPoint {
+            t_s: i as f64,
+            workers: 2,
+            target_workers: 2,
+            state: Some(flexrun_web::StatePoint {
+                backend: "lsm".into(),
+                kind: "incremental".into(),
+                state_bytes: ((i + 1) * 10) << 20,
+                state_keys: 2000,
+                state_records: (i + 1) * 1000,
+                rss_bytes: 200 << 20,
+                heap_bytes: 50 << 20,
+                cpu_s: i as f64 * 0.5,
+                checkpoints: i / 3,
+                last_checkpoint_bytes: 3 << 20,
+                last_checkpoint_s: 0.4,
+                last_checkpoint_sync_s: 0.02,
+                last_checkpoint_age_s: Some((i % 3) as f64),
+                recovery_s: 1.25,
+            }),
+            ..Default::default()
+        };
+        jobs.push_point("state-job", p);
+    }
     jobs
 }
 
@@ -160,7 +187,12 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     assert!(dom.contains(r#"data-result="error""#), "{dom}");
     assert!(dom.contains("throughput: invalid rate"), "the error names the field");
 
-    let dom = tokio::task::spawn_blocking(move || render(&format!("{base}/jobs/demo-job"), "job.png")).await.unwrap();
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || render(&format!("{base}/jobs/demo-job"), "job.png")
+    })
+    .await
+    .unwrap();
     assert!(dom.contains(r#"data-points="60""#), "{dom}");
     assert!(dom.contains(r#"data-charts-drawn="8""#), "4 latency charts + workers, throughput, backlog, utilization");
     assert!(dom.contains("High backlog") && dom.contains("2 → 7"), "the decision is listed");
@@ -172,6 +204,16 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     assert!(dom.contains("<td>0</td><td>12,345</td><td>"), "the backlog by partition:\n{dom}");
     assert!(
         dom.contains("estimated backlog processing time: 4.5 s · data watermark age: 3.5 s · system latency: 4.3 s"),
+        "{dom}"
+    );
+    assert!(!dom.contains(r#"<section id="state-section">"#), "no state section for a stateless job");
+
+    let dom =
+        tokio::task::spawn_blocking(move || render(&format!("{base}/jobs/state-job"), "job-state.png")).await.unwrap();
+    assert!(dom.contains(r#"<section id="state-section">"#), "the state section is shown:\n{dom}");
+    assert!(dom.contains(r#"data-charts-drawn="10""#), "8 charts + state and checkpoint:\n{dom}");
+    assert!(
+        dom.contains("lsm backend, incremental checkpoints · 20,000 records in 2000 keys · 6 checkpoints · last checkpoint 1 s ago · recovery 1.25 s"),
         "{dom}"
     );
 }

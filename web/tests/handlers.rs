@@ -117,6 +117,45 @@ async fn jobs_api_and_prometheus_metrics() {
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
+    assert!(!m.contains("job_state_bytes"), "a stateless job has no state gauges");
+    // A stateful job (kafka-to-gcs) adds its state and checkpoints, labelled with its
+    // backend and checkpoint kind.
+    jobs.register("g1", "kafka-to-gcs", "exactly-once");
+    let mut p = point(3.0);
+    p.state = Some(flexrun_web::StatePoint {
+        backend: "lsm".into(),
+        kind: "incremental".into(),
+        state_bytes: 123_456,
+        state_keys: 2000,
+        state_records: 150,
+        rss_bytes: 50_000_000,
+        heap_bytes: 20_000_000,
+        cpu_s: 4.5,
+        checkpoints: 7,
+        last_checkpoint_bytes: 4096,
+        last_checkpoint_s: 0.25,
+        last_checkpoint_sync_s: 0.01,
+        last_checkpoint_age_s: Some(2.0),
+        recovery_s: 1.5,
+    });
+    jobs.push_point("g1", p);
+    let (_, m) = get(&jobs, "/metrics").await;
+    for want in [
+        "job_state_bytes{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 123456",
+        "job_state_keys{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 2000",
+        "process_resident_memory_bytes{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 50000000",
+        "process_heap_bytes{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 20000000",
+        "process_cpu_seconds_total{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 4.5",
+        "job_checkpoints_total{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 7",
+        "job_last_checkpoint_bytes{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 4096",
+        "job_last_checkpoint_duration_seconds{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 0.25",
+        "job_last_checkpoint_sync_duration_seconds{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 0.01",
+        "job_last_checkpoint_age_seconds{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 2",
+        "job_recovery_duration_seconds{backend=\"lsm\",job=\"g1\",kind=\"incremental\"} 1.5",
+        "job_active_worker_instances{job=\"g1\"} 3",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
 }
 
 #[tokio::test]

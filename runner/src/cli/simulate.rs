@@ -115,6 +115,48 @@ pub struct SimulateArgs {
     /// kafka-to-gcs: requests each worker's committer keeps in flight.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub commit_parallelism: u32,
+    /// kafka-to-gcs: model the window state in this backend (heap or lsm) and its
+    /// checkpoints: state size, memory, checkpoint size and duration.
+    #[arg(long, value_enum)]
+    pub state_backend: Option<crate::state::Backend>,
+    /// kafka-to-gcs: full or incremental checkpoints (incremental needs --state-backend lsm).
+    #[arg(long, value_enum, default_value_t = crate::state::Kind::Full)]
+    pub checkpoint_kind: crate::state::Kind,
+    /// kafka-to-gcs: time between checkpoints.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    pub checkpoint_interval: Duration,
+    /// kafka-to-gcs: the rate a checkpoint uploads at (default: calibrated to
+    /// scripts/bench-state.sh against the Cloud Storage emulator).
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    pub checkpoint_upload_rate: Option<Rate>,
+}
+
+/// `--state-backend` and the checkpoint flags as the simulation's state model.
+fn state_model(a: &SimulateArgs, window_s: f64) -> Result<Option<flexrun_estimator::state::StateModel>> {
+    use flexrun_estimator::state::{CheckpointCosts, CheckpointKind, StateBackend, StateModel};
+    let Some(backend) = a.state_backend else { return Ok(None) };
+    crate::state::check_kind(backend, a.checkpoint_kind).map_err(usage)?;
+    let mut costs = CheckpointCosts::calibrated();
+    match a.checkpoint_upload_rate {
+        Some(Rate::BytesPerSecond(b)) => costs.upload_bytes_per_s = b,
+        Some(Rate::MessagesPerSecond(_)) => {
+            return Err(usage("--checkpoint-upload-rate: expected bytes per second (e.g. 100MiB/s), not messages"))
+        }
+        None => {}
+    }
+    Ok(Some(StateModel {
+        backend: match backend {
+            crate::state::Backend::Heap => StateBackend::Heap,
+            crate::state::Backend::Lsm => StateBackend::Lsm,
+        },
+        kind: match a.checkpoint_kind {
+            crate::state::Kind::Full => CheckpointKind::Full,
+            crate::state::Kind::Incremental => CheckpointKind::Incremental,
+        },
+        window_s,
+        interval_s: a.checkpoint_interval.as_secs_f64(),
+        costs,
+    }))
 }
 
 /// Serial publish time per file: see [`SimulateArgs::commit_file_cost`].
@@ -167,7 +209,11 @@ fn gcs_settings(
         mode: Mode::AtLeastOnce,
         streams: 1.0,
         triggering_s: 5.0,
-        file_commit: Some(flexrun_simulate::FileCommit { window_s: window.as_secs_f64(), commit }),
+        file_commit: Some(flexrun_simulate::FileCommit {
+            window_s: window.as_secs_f64(),
+            commit,
+            state: state_model(a, window.as_secs_f64())?,
+        }),
     })
 }
 
@@ -191,6 +237,9 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
     }
     if template.name == "kafka-to-gcs" {
         return gcs_settings(a, template, pairs);
+    }
+    if a.state_backend.is_some() {
+        return Err(usage("--state-backend: only kafka-to-gcs keeps window state (kafka-to-bq is map-only)"));
     }
     // Where to read and write does not change a simulation; fill them in if left out.
     for (k, v) in [
@@ -420,6 +469,13 @@ fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
             wc.mean_stall_s,
             wc.max_stall_s,
             wc.stalled_fraction * 100.0
+        );
+    }
+    if let (Some(m), Some(c)) = (cfg.file_commit.and_then(|f| f.state), &s.checkpoints) {
+        println!(
+            "window state ({:?}, {:?} checkpoints every {:.0} s): peak {:.0} MiB of state, at most {:.0} MiB of memory per worker; {} checkpoints of {:.0} MiB on average (max {:.0} MiB), {:.1} s on average (max {:.1} s), processing paused at most {:.2} s",
+            m.backend, m.kind, m.interval_s, c.peak_state_mib, c.peak_memory_mib, c.checkpoints, c.mean_checkpoint_mib,
+            c.max_checkpoint_mib, c.mean_duration_s, c.max_duration_s, c.max_sync_s
         );
     }
     println!("bottleneck: {}", s.bottleneck.describe());

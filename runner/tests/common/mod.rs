@@ -247,3 +247,19 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
     assert!(!late, "flexrun did not finish within {limit:?}: {}", text(&o));
     o
 }
+
+/// Ask the emulator's launcher to answer the next `count` requests with `status`
+/// (`POST /_flexrun/faults`), or (with `None`) how many it has answered so.
+pub fn gcs_faults(ask: Option<(u16, u32)>) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let host = std::env::var("STORAGE_EMULATOR_HOST").expect("STORAGE_EMULATOR_HOST (scripts/stack.sh env)");
+    let mut s = std::net::TcpStream::connect(host.trim_start_matches("http://")).unwrap();
+    let (method, body) = match ask {
+        Some((status, count)) => ("POST", format!("{{\"status\":{status},\"count\":{count}}}")),
+        None => ("GET", String::new()),
+    };
+    write!(s, "{method} /_flexrun/faults HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+}
