@@ -265,6 +265,60 @@ fn estimate_reproduces_the_published_example_and_rejects_bad_input() {
     }
 }
 
+/// kafka-to-gcs before a run: a 10-minute window at 1 GiB/s. Heap state is the whole
+/// window spread over the workers, too much for an e2-standard-2; lsm holds its buffers
+/// and fits; the largest checkpoint follows the state model.
+#[test]
+fn estimate_sizes_kafka_to_gcs_windows_state_and_checkpoints() {
+    let run = |backend: &str, kind: &str, format: &str| {
+        flexrun(&[
+            "estimate",
+            "--template",
+            "kafka-to-gcs",
+            "--throughput",
+            "1GiB/s",
+            "--parameters",
+            "windowDuration=10m,numShards=2000",
+            "--state-backend",
+            backend,
+            "--checkpoint-kind",
+            kind,
+            "--format",
+            format,
+        ])
+    };
+    let o = run("heap", "full", "json");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = &j["kafka_to_gcs"];
+    let workers = j["estimate"]["workers"].as_f64().unwrap();
+    assert_eq!(g["peak_state_bytes"].as_f64().unwrap(), 600.0 * 1073741824.0);
+    assert_eq!(g["files_per_window"], 2000.0);
+    let per_worker = g["memory_per_worker_bytes"].as_f64().unwrap();
+    assert!((per_worker - 600.0 * 1073741824.0 / workers * 3.0).abs() < 1.0, "{g}");
+    assert_eq!(g["worker_memory_bytes"], 8e9, "e2-standard-2");
+    assert_eq!(g["checkpoint"]["bytes"].as_f64().unwrap(), 600.0 * 1073741824.0, "heap writes the whole window");
+    let table = String::from_utf8_lossy(&run("heap", "full", "table").stdout).into_owned();
+    assert!(table.contains("does NOT fit"), "{table}");
+    let table = String::from_utf8_lossy(&run("lsm", "incremental", "table").stdout).into_owned();
+    assert!(table.contains(": fits") && table.contains("checkpoints (Incremental, every 180 s)"), "{table}");
+    for (args, want) in [
+        (vec!["--template", "kafka-to-gcs", "--parameters", "windowDuration=0s"], "windowDuration"),
+        (
+            vec!["--template", "kafka-to-gcs", "--state-backend", "heap", "--checkpoint-kind", "incremental"],
+            "needs --state-backend lsm",
+        ),
+        (vec!["--state-backend", "heap"], "only for --template kafka-to-gcs"),
+        (vec!["--template", "nope"], "estimate knows kafka-to-bq and kafka-to-gcs"),
+    ] {
+        let mut a = vec!["estimate", "--throughput", "1MiB/s"];
+        a.extend(args.iter());
+        let o = flexrun(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn async_progress_tracking_is_refused_with_exactly_once() {
     let o = flexrun(&[

@@ -262,6 +262,8 @@ async fn bad_parameters_are_named_and_exit_2() {
         ("/tmp/x/".to_string(), "windowDuration=0s", "windowDuration"),
         ("/tmp/x/".to_string(), "numShards=-1", "numShards"),
         ("/tmp/x/".to_string(), "messageFormat=AVRO_CONFLUENT_WIRE_FORMAT", "messageFormat"),
+        ("/tmp/x/".to_string(), "outputFileFormat=PARQUET", "outputFileFormat=PARQUET: messageFormat=JSON writes TEXT"),
+        ("/tmp/x/".to_string(), "outputFileFormat=CSV", "outputFileFormat"),
     ];
     for (out, extra, want) in cases {
         let p = params(&s, "t", &out, extra);
@@ -269,6 +271,31 @@ async fn bad_parameters_are_named_and_exit_2() {
         let o = job("bad", ck.path(), &p).bounded();
         assert_eq!(o.status.code(), Some(2), "{out} {extra}: {}", text(&o));
         assert!(text(&o).contains(want), "{out} {extra}: expected {want:?} in {}", text(&o));
+    }
+}
+
+/// Parquet needs flat records: a schema with an array field is refused before anything
+/// connects, naming the field; TEXT with an Avro format is refused too.
+#[tokio::test]
+async fn parquet_output_refuses_a_nested_schema_and_text_refuses_avro() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("nested.avsc");
+    std::fs::write(
+        &avsc,
+        r#"{"type":"record","name":"N","fields":[{"name":"tags","type":{"type":"array","items":"string"}}]}"#,
+    )
+    .unwrap();
+    let avro = format!("messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,confluentAvroSchemaPath={}", avsc.display());
+    for (extra, want) in [
+        (format!("{avro},outputFileFormat=PARQUET"), "field \"tags\" of record N"),
+        (format!("{avro},outputFileFormat=TEXT"), "an Avro messageFormat writes AVRO or PARQUET, not TEXT"),
+    ] {
+        let p = params(&s, "t", "/tmp/x/", "").replace("messageFormat=JSON,", "") + "," + &extra;
+        let ck = tempfile::tempdir().unwrap();
+        let o = job("bad", ck.path(), &p).bounded();
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", text(&o));
+        assert!(text(&o).contains(want), "{extra}: expected {want:?} in {}", text(&o));
     }
 }
 
@@ -398,6 +425,29 @@ async fn avro_records_become_avro_files_named_as_google_names_them() {
     }
     ids.sort_unstable();
     assert_eq!(ids, (0..300).collect::<Vec<i64>>(), "every record once");
+    // The same records as Parquet (outputFileFormat=PARQUET): one file per window, schema
+    // and shard, named as the Avro files with .parquet, every record once.
+    let pq_out = format!("{}/parquet/", dir.path().display());
+    let pq_params = params.replace(&out, &pq_out) + ",outputFileFormat=PARQUET";
+    let pq_ck = tempfile::tempdir().unwrap();
+    let o = job("pq", pq_ck.path(), &pq_params).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let pq_store = Store::open(&Location::parse(&pq_out).unwrap(), None).await.unwrap();
+    let pq_names = pq_store.list("").await.unwrap();
+    let mut pq_ids = Vec::new();
+    for n in &pq_names {
+        assert!(re.is_match(&n.replace(".parquet", ".avro")), "{n}");
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::record::RowAccessor;
+        let r = SerializedFileReader::new(bytes::Bytes::from(pq_store.get(n).await.unwrap())).unwrap();
+        for row in r.get_row_iter(None).unwrap() {
+            let row = row.unwrap();
+            assert_eq!(row.get_string(1).unwrap(), &format!("user {}", row.get_long(0).unwrap()));
+            pq_ids.push(row.get_long(0).unwrap());
+        }
+    }
+    pq_ids.sort_unstable();
+    assert_eq!(pq_ids, (0..300).collect::<Vec<i64>>(), "every record once, as Parquet");
     // A message that is not Avro: the job stops with its partition and offset, and
     // publishes nothing more.
     send(300, b"not avro".to_vec()).await;

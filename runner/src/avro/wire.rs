@@ -111,6 +111,14 @@ impl AvroDecoder {
         AvroDecoder { framing, schemas: Schemas::File(Arc::new(schema)) }
     }
 
+    /// The one schema every message has, when it comes from a file.
+    pub fn schema_file(&self) -> Option<&WriterSchema> {
+        match &self.schemas {
+            Schemas::File(w) => Some(w),
+            Schemas::Registry { .. } => None,
+        }
+    }
+
     /// A Confluent-framed decoder that looks schemas up in `client`.
     pub fn with_registry(client: Registry) -> AvroDecoder {
         let schemas = Schemas::Registry { client, cache: RwLock::default() };

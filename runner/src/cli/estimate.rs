@@ -31,6 +31,100 @@ pub struct EstimateArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// The template: kafka-to-bq, or kafka-to-gcs (its windows, files and state too; its
+    /// per-record cost is kafka-to-bq's at-least-once figure, as no kafka-to-gcs
+    /// baseline is published).
+    #[arg(long, default_value = "kafka-to-bq")]
+    pub template: String,
+    /// kafka-to-gcs: template parameters (windowDuration, numShards) as for a run.
+    #[arg(long)]
+    pub parameters: Vec<String>,
+    /// kafka-to-gcs: the window commit and the window state.
+    #[command(flatten)]
+    pub gcs: super::gcs_model::GcsModelFlags,
+}
+
+/// kafka-to-gcs's windows at the estimated worker count.
+#[derive(Debug, serde::Serialize)]
+pub struct GcsSizing {
+    /// The window, seconds.
+    pub window_s: f64,
+    /// Files per window.
+    pub files_per_window: f64,
+    /// Seconds each worker spends publishing its share of a window's files.
+    pub publish_s_per_window: f64,
+    /// The state model, when `--state-backend` was given.
+    pub state: Option<flexrun_estimator::state::StateModel>,
+    /// A whole window's records, bytes (the most state holds).
+    pub peak_state_bytes: f64,
+    /// Memory one worker needs for its share, bytes.
+    pub memory_per_worker_bytes: f64,
+    /// One worker's memory (the machine type's), bytes.
+    pub worker_memory_bytes: f64,
+    /// The largest checkpoint (taken just before a window closes).
+    pub checkpoint: Option<flexrun_estimator::state::CheckpointCost>,
+}
+
+fn gcs_sizing(a: &EstimateArgs, throughput_bytes_s: f64, workers: f64) -> Result<GcsSizing> {
+    let mut pairs = Vec::new();
+    for p in &a.parameters {
+        pairs.extend(flexrun_templates::parse_parameter_list(p).map_err(|e| usage(format!("--parameters: {e}")))?);
+    }
+    let (window, files) = super::gcs_model::window_and_files(pairs, None)?;
+    let window_s = window.as_secs_f64();
+    let state = a.gcs.state_model(window_s)?;
+    let peak = throughput_bytes_s * window_s;
+    let memory_gb =
+        flexrun_estimator::Pricing::us_central1().machine_types.get(&a.machine_type).map_or(0.0, |m| m.memory_gb);
+    Ok(GcsSizing {
+        window_s,
+        files_per_window: files,
+        publish_s_per_window: a.gcs.window_commit(files).stall_s(workers),
+        peak_state_bytes: peak,
+        memory_per_worker_bytes: state.map_or(0.0, |m| m.memory_bytes(peak, workers)),
+        worker_memory_bytes: memory_gb * 1e9,
+        // The largest checkpoint: taken as a window is about to close, holding all of it.
+        checkpoint: state.map(|m| m.checkpoint(peak, throughput_bytes_s * m.interval_s.min(window_s), workers)),
+        state,
+    })
+}
+
+fn print_gcs(g: &GcsSizing, workers: u32) {
+    let gib = |b: f64| b / 1073741824.0;
+    println!(
+        "kafka-to-gcs: windows of {:.0} s, {:.0} files each; each of {workers} workers publishes its share in {:.2} s per window",
+        g.window_s, g.files_per_window, g.publish_s_per_window
+    );
+    let Some(m) = &g.state else {
+        println!(
+            "  window state: up to {:.1} GiB per window (add --state-backend heap|lsm for its memory and checkpoints)",
+            gib(g.peak_state_bytes)
+        );
+        return;
+    };
+    let fits = g.memory_per_worker_bytes <= 0.7 * g.worker_memory_bytes;
+    println!(
+        "  window state ({:?}): up to {:.1} GiB per window, {:.2} GiB of memory per worker against {:.1} GB per worker: {}",
+        m.backend,
+        gib(g.peak_state_bytes),
+        gib(g.memory_per_worker_bytes),
+        g.worker_memory_bytes / 1e9,
+        if fits { "fits" } else { "does NOT fit (over 70% of a worker's memory): use --state-backend lsm, more workers or a larger machine" }
+    );
+    if m.backend == flexrun_estimator::state::StateBackend::Lsm {
+        let disk = g.peak_state_bytes / workers.max(1) as f64 * m.costs.lsm_compression;
+        println!("  lsm files: up to {:.1} GiB of local disk per worker", gib(disk));
+    }
+    if let Some(c) = &g.checkpoint {
+        println!(
+            "  checkpoints ({:?}, every {:.0} s): the largest writes {:.1} GiB in {:.1} s ({:.2} s of it synchronous)",
+            m.kind,
+            m.interval_s,
+            gib(c.bytes),
+            c.duration_s(),
+            c.sync_s
+        );
+    }
 }
 
 /// Load `--baseline` (or Google's published one) with the estimator's one loader.
@@ -55,8 +149,24 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         machine_type: a.machine_type.clone(),
         commitment: a.commitment,
     };
+    let gcs = match a.template.as_str() {
+        "kafka-to-bq" | "Kafka_to_BigQuery_Flex" => None,
+        "kafka-to-gcs" | "Kafka_to_Gcs_Flex" => Some(()),
+        other => return Err(usage(format!("--template {other:?}: estimate knows kafka-to-bq and kafka-to-gcs"))),
+    };
+    if gcs.is_none() && (!a.parameters.is_empty() || a.gcs.state_backend.is_some()) {
+        return Err(usage("--parameters and --state-backend: only for --template kafka-to-gcs"));
+    }
+    let req = if gcs.is_some() { est::Request { mode: est::Mode::AtLeastOnce, ..req } } else { req };
     let e = est::estimate(&req, &name, &baseline, &est::Pricing::us_central1()).map_err(|e| usage(e.to_string()))?;
+    let gcs = match gcs {
+        Some(()) => Some(gcs_sizing(&a, req.throughput_bytes_s, e.workers as f64)?),
+        None => None,
+    };
+    let both = serde_json::json!({ "estimate": &e, "kafka_to_gcs": &gcs });
     match a.format {
+        Format::Json if gcs.is_some() => println!("{}", serde_json::to_string_pretty(&both)?),
+        Format::Yaml if gcs.is_some() => print!("{}", serde_yaml::to_string(&both)?),
         Format::Json => println!("{}", serde_json::to_string_pretty(&e)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&e)?),
         Format::Table => {
@@ -91,6 +201,9 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             println!("{:<32} {:>12} {:>8} {:>12} {:>10.2} {:>12.2}", "total", "", "", "", e.per_hour, e.per_month);
             for n in &e.notes {
                 println!("note: {n}");
+            }
+            if let Some(g) = &gcs {
+                print_gcs(g, e.workers);
             }
         }
     }

@@ -26,6 +26,7 @@
 pub mod estimate;
 pub mod export;
 pub mod flags;
+pub mod gcs_model;
 pub mod jobs;
 pub mod local;
 pub mod run;

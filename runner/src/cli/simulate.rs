@@ -107,60 +107,10 @@ pub struct SimulateArgs {
     /// with the Pareto front.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// kafka-to-gcs: seconds to publish one file serially (copy + delete on a bucket).
-    /// The default is calibrated to scripts/bench-commit.sh against the emulator with
-    /// 20 ms of modelled request latency (BENCHMARKS.md).
-    #[arg(long, default_value = DEFAULT_COMMIT_FILE_COST, value_parser = parse_duration)]
-    pub commit_file_cost: Duration,
-    /// kafka-to-gcs: requests each worker's committer keeps in flight.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub commit_parallelism: u32,
-    /// kafka-to-gcs: model the window state in this backend (heap or lsm) and its
-    /// checkpoints: state size, memory, checkpoint size and duration.
-    #[arg(long, value_enum)]
-    pub state_backend: Option<crate::state::Backend>,
-    /// kafka-to-gcs: full or incremental checkpoints (incremental needs --state-backend lsm).
-    #[arg(long, value_enum, default_value_t = crate::state::Kind::Full)]
-    pub checkpoint_kind: crate::state::Kind,
-    /// kafka-to-gcs: time between checkpoints.
-    #[arg(long, default_value = "3m", value_parser = parse_duration)]
-    pub checkpoint_interval: Duration,
-    /// kafka-to-gcs: the rate a checkpoint uploads at (default: calibrated to
-    /// scripts/bench-state.sh against the Cloud Storage emulator).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
-    pub checkpoint_upload_rate: Option<Rate>,
+    /// kafka-to-gcs: the window commit and the window state.
+    #[command(flatten)]
+    pub gcs: super::gcs_model::GcsModelFlags,
 }
-
-/// `--state-backend` and the checkpoint flags as the simulation's state model.
-fn state_model(a: &SimulateArgs, window_s: f64) -> Result<Option<flexrun_estimator::state::StateModel>> {
-    use flexrun_estimator::state::{CheckpointCosts, CheckpointKind, StateBackend, StateModel};
-    let Some(backend) = a.state_backend else { return Ok(None) };
-    crate::state::check_kind(backend, a.checkpoint_kind).map_err(usage)?;
-    let mut costs = CheckpointCosts::calibrated();
-    match a.checkpoint_upload_rate {
-        Some(Rate::BytesPerSecond(b)) => costs.upload_bytes_per_s = b,
-        Some(Rate::MessagesPerSecond(_)) => {
-            return Err(usage("--checkpoint-upload-rate: expected bytes per second (e.g. 100MiB/s), not messages"))
-        }
-        None => {}
-    }
-    Ok(Some(StateModel {
-        backend: match backend {
-            crate::state::Backend::Heap => StateBackend::Heap,
-            crate::state::Backend::Lsm => StateBackend::Lsm,
-        },
-        kind: match a.checkpoint_kind {
-            crate::state::Kind::Full => CheckpointKind::Full,
-            crate::state::Kind::Incremental => CheckpointKind::Incremental,
-        },
-        window_s,
-        interval_s: a.checkpoint_interval.as_secs_f64(),
-        costs,
-    }))
-}
-
-/// Serial publish time per file: see [`SimulateArgs::commit_file_cost`].
-pub const DEFAULT_COMMIT_FILE_COST: &str = "45ms";
 
 fn fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -179,40 +129,17 @@ struct TemplateSettings {
 
 /// kafka-to-gcs: the window and the files per window from its parameters; the CPU cost
 /// per record is kafka-to-bq's at-least-once figure (no kafka-to-gcs baseline exists).
-fn gcs_settings(
-    a: &SimulateArgs,
-    template: &flexrun_templates::Template,
-    mut pairs: Vec<(String, String)>,
-) -> Result<TemplateSettings> {
-    for (k, v) in [
-        ("readBootstrapServerAndTopic", "simulated:9092;simulated"),
-        ("outputDirectory", "gs://simulated/out/"),
-        ("messageFormat", "JSON"),
-    ] {
-        if !pairs.iter().any(|(n, _)| n == k) {
-            pairs.push((k.into(), v.into()));
-        }
-    }
-    let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
-    let window = crate::kafka_to_gcs::window::parse_window(p.get("windowDuration").unwrap_or("5m")).map_err(usage)?;
-    let shards = match p.get("numShards").unwrap_or("0").parse::<i64>() {
-        Ok(0) => a.scaling.max_workers.map_or(crate::kafka_to_gcs::config::DEFAULT_SHARDS as f64, |m| 2.0 * m as f64),
-        Ok(n) if n > 0 => n as f64,
-        _ => return Err(usage("numShards: expected 0 (the runner chooses) or a positive whole number")),
-    };
-    let commit = flexrun_estimator::files::WindowCommit {
-        files_per_window: shards,
-        per_file_s: a.commit_file_cost.as_secs_f64(),
-        parallelism: a.commit_parallelism as f64,
-    };
+fn gcs_settings(a: &SimulateArgs, pairs: Vec<(String, String)>) -> Result<TemplateSettings> {
+    let (window, files) = super::gcs_model::window_and_files(pairs, a.scaling.max_workers)?;
+    let window_s = window.as_secs_f64();
     Ok(TemplateSettings {
         mode: Mode::AtLeastOnce,
         streams: 1.0,
         triggering_s: 5.0,
         file_commit: Some(flexrun_simulate::FileCommit {
-            window_s: window.as_secs_f64(),
-            commit,
-            state: state_model(a, window.as_secs_f64())?,
+            window_s,
+            commit: a.gcs.window_commit(files),
+            state: a.gcs.state_model(window_s)?,
         }),
     })
 }
@@ -236,9 +163,9 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
         pairs.push((k.clone(), v.clone()));
     }
     if template.name == "kafka-to-gcs" {
-        return gcs_settings(a, template, pairs);
+        return gcs_settings(a, pairs);
     }
-    if a.state_backend.is_some() {
+    if a.gcs.state_backend.is_some() {
         return Err(usage("--state-backend: only kafka-to-gcs keeps window state (kafka-to-bq is map-only)"));
     }
     // Where to read and write does not change a simulation; fill them in if left out.

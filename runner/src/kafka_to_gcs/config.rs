@@ -19,6 +19,45 @@ pub enum OutputFormat {
     Json,
     /// The decoded records in Avro container files, one per writer schema (`.avro`).
     Avro(Arc<AvroDecoder>),
+    /// The decoded records in Parquet files, one per writer schema (`.parquet`).
+    Parquet(Arc<AvroDecoder>),
+}
+
+impl OutputFormat {
+    /// The Avro decoder, for the formats that decode.
+    pub fn decoder(&self) -> Option<&AvroDecoder> {
+        match self {
+            OutputFormat::Json => None,
+            OutputFormat::Avro(d) | OutputFormat::Parquet(d) => Some(d),
+        }
+    }
+}
+
+/// `outputFileFormat` (flexrun's extension; Google's older Kafka_to_GCS template's
+/// parameter) over the format `messageFormat` gives.
+fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Vec<String>) -> Option<OutputFormat> {
+    let read = read?;
+    let given = p.get("outputFileFormat").filter(|_| p.was_given("outputFileFormat"));
+    match (given, read) {
+        (None, f) | (Some("TEXT"), f @ OutputFormat::Json) | (Some("AVRO"), f @ OutputFormat::Avro(_)) => Some(f),
+        (Some("PARQUET"), OutputFormat::Avro(d)) => {
+            if let Some(w) = d.schema_file() {
+                if let Err(e) = super::parquet::columns(&w.schema) {
+                    errs.push(format!("outputFileFormat=PARQUET: {e}"));
+                    return None;
+                }
+            }
+            Some(OutputFormat::Parquet(d))
+        }
+        (Some(f), OutputFormat::Json) => {
+            errs.push(format!("outputFileFormat={f}: messageFormat=JSON writes TEXT (JSON lines) only; AVRO and PARQUET need an Avro messageFormat and its schema"));
+            None
+        }
+        (Some(f), _) => {
+            errs.push(format!("outputFileFormat={f}: an Avro messageFormat writes AVRO or PARQUET, not TEXT"));
+            None
+        }
+    }
 }
 
 /// `messageFormat` and its schema source, as Google's Kafka_to_Gcs_Flex reads them.
@@ -165,7 +204,8 @@ impl KafkaToGcsConfig {
                 0
             }
         };
-        let format = output_format(p, &mut errs);
+        let read = output_format(p, &mut errs);
+        let format = file_format(p, read, &mut errs);
         let state = state_config(&f, &mut errs);
         if p.flag("useBigQueryDLQ") {
             errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)".into());

@@ -53,8 +53,32 @@ pub fn encode(format: &OutputFormat, recs: &[Rec]) -> Result<Vec<(Destination, V
             }
             Ok(vec![(Destination::default(), out)])
         }
-        OutputFormat::Avro(d) => avro(d, recs),
+        OutputFormat::Avro(d) => by_schema(d, recs, avro_file),
+        OutputFormat::Parquet(d) => by_schema(d, recs, parquet_file),
     }
+}
+
+type Decoded = (i32, i64, apache_avro::types::Value);
+
+/// An Avro container file of `values`, Snappy-compressed (Beam's AvroIO default; the
+/// template sets no codec).
+fn avro_file(w: &crate::avro::WriterSchema, values: Vec<Decoded>) -> Result<Vec<u8>, Undecodable> {
+    let mut writer = apache_avro::Writer::with_codec(&w.schema, Vec::new(), apache_avro::Codec::Snappy);
+    for (partition, offset, v) in values {
+        writer.append(v).map_err(|e| Undecodable {
+            partition,
+            offset,
+            reason: format!("cannot write the record with its own schema: {e}"),
+        })?;
+    }
+    writer.into_inner().map_err(|e| Undecodable { partition: -1, offset: -1, reason: e.to_string() })
+}
+
+/// A Parquet file of `values` ([`super::parquet`]).
+fn parquet_file(w: &crate::avro::WriterSchema, values: Vec<Decoded>) -> Result<Vec<u8>, Undecodable> {
+    let (partition, offset) = values.first().map_or((-1, -1), |(p, o, _)| (*p, *o));
+    let records: Vec<apache_avro::types::Value> = values.into_iter().map(|(_, _, v)| v).collect();
+    super::parquet::write(&w.schema, &records).map_err(|reason| Undecodable { partition, offset, reason })
 }
 
 /// Google's destination for a schema: its simple name, and the MD5 (commons-codec
@@ -72,8 +96,13 @@ pub fn destination(schema: &apache_avro::Schema) -> Destination {
     Destination { schema_name, md5 }
 }
 
-fn avro(d: &AvroDecoder, recs: &[Rec]) -> Result<Vec<(Destination, Vec<u8>)>, Undecodable> {
-    type Group = (std::sync::Arc<crate::avro::WriterSchema>, Vec<(i32, i64, apache_avro::types::Value)>);
+/// Decode `recs`, group them by writer schema, and write each group with `file`.
+fn by_schema(
+    d: &AvroDecoder,
+    recs: &[Rec],
+    file: fn(&crate::avro::WriterSchema, Vec<Decoded>) -> Result<Vec<u8>, Undecodable>,
+) -> Result<Vec<(Destination, Vec<u8>)>, Undecodable> {
+    type Group = (std::sync::Arc<crate::avro::WriterSchema>, Vec<Decoded>);
     let mut by_schema: BTreeMap<Destination, Group> = BTreeMap::new();
     for r in recs {
         let (w, v) = d.decode(&r.value).map_err(|e| Undecodable {
@@ -89,18 +118,7 @@ fn avro(d: &AvroDecoder, recs: &[Rec]) -> Result<Vec<(Destination, Vec<u8>)>, Un
     }
     let mut out = Vec::new();
     for (dest, (w, values)) in by_schema {
-        // Snappy, Beam's AvroIO default (the template sets no codec).
-        let mut writer = apache_avro::Writer::with_codec(&w.schema, Vec::new(), apache_avro::Codec::Snappy);
-        for (partition, offset, v) in values {
-            writer.append(v).map_err(|e| Undecodable {
-                partition,
-                offset,
-                reason: format!("cannot write the record with its own schema: {e}"),
-            })?;
-        }
-        let bytes =
-            writer.into_inner().map_err(|e| Undecodable { partition: -1, offset: -1, reason: e.to_string() })?;
-        out.push((dest, bytes));
+        out.push((dest, file(&w, values)?));
     }
     Ok(out)
 }

@@ -5,7 +5,8 @@
 //! - [`config`]: the job's settings from Google's parameters.
 //! - [`window`]: fixed windows, Google's file names, record-to-window assignment and
 //!   the replay rule (pure).
-//! - [`encode`]: a file's bytes: JSON lines, or Avro container files per writer schema.
+//! - [`encode`]: a file's bytes: JSON lines, or Avro container files or Parquet files
+//!   ([`parquet`]) per writer schema.
 //! - [`log`]: the window commit log (`prepared`, `committed`).
 //! - [`committer`]: stage, publish (trash + rename) and sweep, N requests at a time.
 //! - [`windows`]: the open windows over the state backend ([`crate::state`]), with
@@ -45,6 +46,7 @@ pub mod config;
 pub mod encode;
 pub mod job;
 pub mod log;
+pub mod parquet;
 pub mod pool;
 pub mod publish;
 pub mod reader;

@@ -117,7 +117,7 @@ impl Workers {
                     .into_iter()
                     .map(|(partition, offset, value)| Rec { partition, offset, value })
                     .collect();
-                if let OutputFormat::Avro(d) = &cfg.format {
+                if let Some(d) = cfg.format.decoder() {
                     d.prefetch(recs.iter().map(|r| r.value.as_slice())).await;
                 }
                 let (n, bytes) = (recs.len() as u64, recs.iter().map(|r| r.value.len() as u64).sum());
@@ -145,7 +145,11 @@ fn names(cfg: &KafkaToGcsConfig, w: &Window, shard: u32, dest: &Destination) -> 
     match cfg.format {
         OutputFormat::Json => (file_name(&cfg.prefix, w, shard, cfg.shards, ".json"), window_prefix(&cfg.prefix, w)),
         OutputFormat::Avro(_) => (
-            avro_file_name(&cfg.prefix, &dest.schema_name, &dest.md5, w, shard, cfg.shards),
+            avro_file_name(&cfg.prefix, &dest.schema_name, &dest.md5, w, shard, cfg.shards, ".avro"),
+            avro_window_prefix(&cfg.prefix, &dest.schema_name, &dest.md5, w),
+        ),
+        OutputFormat::Parquet(_) => (
+            avro_file_name(&cfg.prefix, &dest.schema_name, &dest.md5, w, shard, cfg.shards, ".parquet"),
             avro_window_prefix(&cfg.prefix, &dest.schema_name, &dest.md5, w),
         ),
     }

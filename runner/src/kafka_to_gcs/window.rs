@@ -37,9 +37,18 @@ pub fn file_name(prefix: &str, w: &Window, shard: u32, shards: u32, suffix: &str
 }
 
 /// Google's Avro file name (`AvroWriteTransform`'s naming over Beam's
-/// `FileIO.defaultNaming`): `<SchemaName>/<prefix>_<md5>-<start>-<end>-<SSSSS>-of-<NNNNN>.avro`.
-pub fn avro_file_name(prefix: &str, schema_name: &str, md5: &str, w: &Window, shard: u32, shards: u32) -> String {
-    format!("{}-{shard:05}-of-{shards:05}.avro", avro_window_prefix(prefix, schema_name, md5, w))
+/// `FileIO.defaultNaming`): `<SchemaName>/<prefix>_<md5>-<start>-<end>-<SSSSS>-of-<NNNNN>.avro`;
+/// Parquet files take the same name with `.parquet`.
+pub fn avro_file_name(
+    prefix: &str,
+    schema_name: &str,
+    md5: &str,
+    w: &Window,
+    shard: u32,
+    shards: u32,
+    suffix: &str,
+) -> String {
+    format!("{}-{shard:05}-of-{shards:05}{suffix}", avro_window_prefix(prefix, schema_name, md5, w))
 }
 
 /// The part of [`avro_file_name`] every shard of one window and schema shares.
@@ -135,7 +144,7 @@ mod tests {
         );
         assert!(file_name("p", &w, 1, 2, ".json").starts_with(&window_prefix("p", &w)));
         assert_eq!(
-            avro_file_name("output", "User", "5d41402abc4b2a76b9719d911017c592", &Window::of(0, 60_000), 3, 10),
+            avro_file_name("output", "User", "5d41402abc4b2a76b9719d911017c592", &Window::of(0, 60_000), 3, 10, ".avro"),
             "User/output_5d41402abc4b2a76b9719d911017c592-1970-01-01T00:00:00.000Z-1970-01-01T00:01:00.000Z-00003-of-00010.avro"
         );
     }
