@@ -148,20 +148,39 @@ impl Watch {
     }
 }
 
-/// Run a kafka-to-gcs job until drained (cancelled, or idle for `--idle-timeout`).
-pub async fn run(
+/// A started job: its windows, workers, commit log, checkpoints and what watches them.
+struct Job {
+    cfg: Arc<KafkaToGcsConfig>,
+    ow: Arc<OpenWindows>,
+    workers: Workers,
+    scaler: Autoscaled,
+    committer: Committer,
+    log: WindowLog,
+    attempt: String,
+    watch: Watch,
+    checkpoints: Arc<tokio::sync::Mutex<Checkpoints>>,
+    ticker: super::checkpoints::Ticker,
+    publisher: Option<super::publish::Publisher>,
+    commit_consumer: Option<rdkafka::consumer::StreamConsumer>,
+    report: GcsReport,
+    started: Instant,
+    _lock: crate::control::lock::JobLock,
+}
+
+/// Take the job's lock, recover its commit log, restore its state and start the
+/// workers and the checkpoint timer.
+async fn start(
     cfg: KafkaToGcsConfig,
     checkpoint_root: &Path,
-    cancel_tx: watch::Sender<bool>,
-    control: Arc<Control>,
+    control: &Arc<Control>,
     web: Option<flexrun_web::JobRegistry>,
-) -> Result<GcsReport> {
+) -> Result<Job> {
     let started = Instant::now();
     let cfg = Arc::new(cfg);
     let store = Store::open(&cfg.output, cfg.endpoint.as_deref()).await.map_err(|e| crate::usage(e.to_string()))?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let mut checkpoints = Checkpoints::open(&cfg, &job_dir).await?;
-    let _lock = crate::control::lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    let lock = crate::control::lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
     control.start(&job_dir)?;
     let (mut log, rec) =
         WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
@@ -170,77 +189,116 @@ pub async fn run(
     recover(&rec, &committer, &mut log, &mut report).await?;
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
-    let start = cfg.source.initial_positions(&partitions).await?;
-    let RestoredStart { state, positions, extras } = checkpoints.restore(&rec, start).await?;
-    let ow = Arc::new(OpenWindows::new(
-        cfg.window.as_millis() as i64,
-        cfg.shards,
-        state,
-        positions,
-        extras,
-        rec.published(),
-    )?);
-    let mut scaler = Autoscaled::new(cfg.pool.clone(), partitions.len() as u32);
+    let initial = cfg.source.initial_positions(&partitions).await?;
+    let RestoredStart { state, positions, extras } = checkpoints.restore(&rec, initial).await?;
+    let size_ms = cfg.window.as_millis() as i64;
+    let ow = Arc::new(OpenWindows::new(size_ms, cfg.shards, state, positions, extras, rec.published())?);
     let n = cfg.pool.initial_workers(partitions.len() as u32);
-    let mut workers = Workers::start(n, cfg.clone(), cfg.capacity, partitions.clone(), ow.clone())?;
+    let workers = Workers::start(n, cfg.clone(), cfg.capacity, partitions.clone(), ow.clone())?;
     let attempt = checkpoints.attempt().to_string();
     let checkpoints = Arc::new(tokio::sync::Mutex::new(checkpoints));
-    let mut ticker = super::checkpoints::spawn_ticker(checkpoints.clone(), ow.clone());
-    let mut publisher = web.map(|w| super::publish::Publisher::new(w, &cfg, started));
-    let mut w = Watch {
-        metadata,
-        partitions,
-        hw: BTreeMap::new(),
-        caught_up: BTreeSet::new(),
-        last_check: Instant::now() - Duration::from_secs(10),
-        last_progress: Instant::now(),
-        last_read: 0,
-    };
-    let commit_consumer = if cfg.commit_offsets { Some(cfg.source.consumer()?) } else { None };
+    Ok(Job {
+        scaler: Autoscaled::new(cfg.pool.clone(), partitions.len() as u32),
+        ticker: super::checkpoints::spawn_ticker(checkpoints.clone(), ow.clone()),
+        publisher: web.map(|w| super::publish::Publisher::new(w, &cfg, started)),
+        commit_consumer: if cfg.commit_offsets { Some(cfg.source.consumer()?) } else { None },
+        watch: Watch {
+            metadata,
+            partitions,
+            hw: BTreeMap::new(),
+            caught_up: BTreeSet::new(),
+            last_check: Instant::now() - Duration::from_secs(10),
+            last_progress: Instant::now(),
+            last_read: 0,
+        },
+        cfg,
+        ow,
+        workers,
+        committer,
+        log,
+        attempt,
+        checkpoints,
+        report,
+        started,
+        _lock: lock,
+    })
+}
+
+impl Job {
+    /// Commit every window that is due (all of them when draining), in order.
+    async fn commit_due(&mut self, draining: bool) -> Result<()> {
+        loop {
+            let now = chrono::Utc::now().timestamp_millis();
+            let due = if draining { self.ow.first_open() } else { self.ow.due(&self.watch.caught_up, now) };
+            let Some(win) = due else { return Ok(()) };
+            let (t, resume) =
+                commit_window(&self.ow, win, &self.committer, &mut self.log, &self.attempt, &self.workers).await?;
+            let r = &mut self.report;
+            (r.windows, r.files) = (r.windows + 1, r.files + t.files as u64);
+            r.stage_s += t.stage.as_secs_f64();
+            r.publish_s += t.publish.as_secs_f64();
+            if let Some(c) = &self.commit_consumer {
+                crate::kafka::source::commit_positions(c, &self.cfg.source.topic, &resume);
+            }
+        }
+    }
+
+    /// Between commits: the checkpoint task's health, the autoscaler, the dashboard.
+    async fn tend(&mut self, control: &Control) -> Result<()> {
+        self.ticker.check().await?;
+        let c = self.ow.counts();
+        let avg = c.bytes as f64 / c.records.max(1) as f64;
+        self.scaler.step(&mut self.workers, &self.watch.hw, &self.ow.read_pos(), avg, control).await?;
+        if let Some(p) = &mut self.publisher {
+            p.maybe_publish(&self.ow, &self.watch.hw, &self.workers, &self.scaler, &*self.checkpoints.lock().await);
+        }
+        Ok(())
+    }
+
+    /// After the drain: the last checkpoint, and the report.
+    async fn finish(self) -> Result<GcsReport> {
+        self.ticker.stop().await?;
+        let mut checkpoints = self.checkpoints.lock().await;
+        checkpoints.finish(&self.ow).await?;
+        let mut report = self.report;
+        let c = self.ow.counts();
+        (report.records, report.skipped_published, report.late_records, report.null_values) =
+            (c.records, c.skipped_published, c.late_records, c.null_values);
+        report.dropped_on_restore = c.dropped_on_restore;
+        report.workers = self.workers.workers();
+        report.resizes =
+            self.scaler.into_decisions().iter().filter(|d| d.is_change()).map(|d| (d.time_s, d.from, d.to)).collect();
+        report.state = checkpoints.report();
+        report.elapsed_s = self.started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+}
+
+/// Run a kafka-to-gcs job until drained (cancelled, or idle for `--idle-timeout`).
+pub async fn run(
+    cfg: KafkaToGcsConfig,
+    checkpoint_root: &Path,
+    cancel_tx: watch::Sender<bool>,
+    control: Arc<Control>,
+    web: Option<flexrun_web::JobRegistry>,
+) -> Result<GcsReport> {
+    let mut job = start(cfg, checkpoint_root, &control, web).await?;
     let mut cancel = cancel_tx.subscribe();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = cancel.changed() => {}
         }
-        workers.check().await?;
-        w.refresh(&ow).await;
-        let draining = *cancel.borrow() || w.idle_for(cfg.idle_timeout);
+        job.workers.check().await?;
+        job.watch.refresh(&job.ow).await;
+        let draining = *cancel.borrow() || job.watch.idle_for(job.cfg.idle_timeout);
         if draining {
-            workers.stop_reading().await?;
+            job.workers.stop_reading().await?;
         }
-        while let Some(win) =
-            if draining { ow.first_open() } else { ow.due(&w.caught_up, chrono::Utc::now().timestamp_millis()) }
-        {
-            let (t, resume) = commit_window(&ow, win, &committer, &mut log, &attempt, &workers).await?;
-            (report.windows, report.files) = (report.windows + 1, report.files + t.files as u64);
-            report.stage_s += t.stage.as_secs_f64();
-            report.publish_s += t.publish.as_secs_f64();
-            if let Some(c) = &commit_consumer {
-                crate::kafka::source::commit_positions(c, &cfg.source.topic, &resume);
-            }
-        }
+        job.commit_due(draining).await?;
         if draining {
-            break;
+            return job.finish().await;
         }
-        ticker.check().await?;
-        let avg = ow.counts().bytes as f64 / ow.counts().records.max(1) as f64;
-        scaler.step(&mut workers, &w.hw, &ow.read_pos(), avg, &control).await?;
-        if let Some(p) = &mut publisher {
-            p.maybe_publish(&ow, &w.hw, &workers, &scaler, &*checkpoints.lock().await);
-        }
+        job.tend(&control).await?;
     }
-    ticker.stop().await?;
-    let mut checkpoints = checkpoints.lock().await;
-    checkpoints.finish(&ow).await?;
-    let c = ow.counts();
-    (report.records, report.skipped_published, report.late_records, report.null_values) =
-        (c.records, c.skipped_published, c.late_records, c.null_values);
-    report.dropped_on_restore = c.dropped_on_restore;
-    report.workers = workers.workers();
-    report.resizes =
-        scaler.into_decisions().iter().filter(|d| d.is_change()).map(|d| (d.time_s, d.from, d.to)).collect();
-    report.state = checkpoints.report();
-    report.elapsed_s = started.elapsed().as_secs_f64();
-    Ok(report)
 }
