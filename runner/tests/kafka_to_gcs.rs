@@ -338,7 +338,8 @@ async fn chaos_gcs(scenario: &str, flags: &[&str]) {
         std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut landed = 0;
-    for _ in 0..20 {
+    let kills: u32 = std::env::var("FLEXRUN_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    for _ in 0..kills {
         let mut child = job("chaos", ck.path(), &p)
             .args(flags)
             .stdout(std::process::Stdio::null())

@@ -207,6 +207,7 @@ impl OpenWindows {
         let extras = Extras { min_offset: g.min_offset.iter().map(|(w, m)| (*w, m.clone())).collect() };
         let m = Manifest {
             created_ms: chrono::Utc::now().timestamp_millis(),
+            window_ms: self.size_ms,
             positions: g.read_pos.clone(),
             extra: serde_json::to_value(extras).expect("extras serialize"),
             stats: self.state.stats().into(),

@@ -165,12 +165,12 @@ impl Checkpointer {
     ) -> Result<Box<dyn WindowState>, StateError> {
         let dir = local_dir.to_path_buf();
         let backend = self.backend;
-        let from = m.backend;
+        let (from, size_ms) = (m.backend, m.window_ms);
         tokio::task::spawn_blocking(move || -> Result<Box<dyn WindowState>, StateError> {
             match from {
                 Backend::Lsm => {
                     let restored = write_files(&dir, &files)?;
-                    let lsm = LsmState::open_restored(&restored)?;
+                    let lsm = LsmState::open_restored(&restored, size_ms)?;
                     match backend {
                         Backend::Lsm => Ok(Box::new(lsm)),
                         Backend::Heap => copy_into(&lsm, Box::new(HeapState::default())),
@@ -341,7 +341,12 @@ mod tests {
 
     async fn take(c: &mut Checkpointer, s: &dyn WindowState, scratch: &Path) -> Taken {
         let snap = s.snapshot(scratch).unwrap();
-        let m = Manifest { positions: [(0, 7)].into_iter().collect(), stats: s.stats().into(), ..Manifest::default() };
+        let m = Manifest {
+            positions: [(0, 7)].into_iter().collect(),
+            stats: s.stats().into(),
+            window_ms: 1000,
+            ..Manifest::default()
+        };
         c.upload(snap, m).await.unwrap()
     }
 

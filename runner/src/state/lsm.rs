@@ -1,13 +1,21 @@
 //! The LSM backend: RocksDB on the local disk, as Flink's EmbeddedRocksDBStateBackend.
 //!
-//! - **One column family per open window** (`w<start>_<end>`). Closing a window drops
-//!   its column family, and with it its files: no tombstones, no compaction to reclaim
-//!   space. A window's files are written once and read once (when it closes), so
-//!   automatic compaction is off for window column families: it would only rewrite
-//!   files that are about to be dropped, and every rewritten file would be new bytes
-//!   for the next incremental checkpoint.
-//! - **Keys** are big-endian `key (u32) | partition (i32, sign flipped) | offset (i64,
-//!   sign flipped)`, so RocksDB's byte order is the file order a window closes in.
+//! - **A ring of [`SLOTS`] column families** (`s0` … `s3`): window *n* (its start
+//!   divided by its length) lives in slot *n* mod [`SLOTS`], so consecutive windows,
+//!   the usual one to three open at a time, each have a family of their own. Closing a
+//!   window whose slot holds no other window drops the family, and with it its files:
+//!   no tombstones, no compaction to reclaim space. When a backlog keeps more windows
+//!   open than there are slots, a slot holds several; closing one of them deletes its
+//!   key range, and the space comes back when the slot's last window closes. The ring
+//!   is small because RocksDB rewrites (and re-parses) its OPTIONS file, naming every
+//!   family, each time one is created or dropped: a catch-up of 200,000 records over
+//!   200 one-second windows took 19.8 CPU-s with one family per window (half of it in
+//!   `WriteOptionsFile`, by `perf`), the same with 16 slots, and 2.0 CPU-s with 4.
+//! - A window's files are written once and read once (when it closes), so automatic
+//!   compaction is off: it would only rewrite files that are about to be dropped, and
+//!   every rewritten file would be new bytes for the next incremental checkpoint.
+//! - **Keys** are big-endian `window start (i64) | key (u32) | partition (i32) | offset
+//!   (i64)`, signs flipped, so RocksDB's byte order is the order a window closes in.
 //!   **Values** are the message bytes verbatim: the message is already its own compact
 //!   encoding (JSON text or Avro binary), so serializing it again would only cost CPU.
 //! - **No write-ahead log**: durability comes from checkpoints plus Kafka replay, as in
@@ -23,6 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 type Db = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
+
+/// Column families in the ring.
+pub const SLOTS: i64 = 4;
 
 /// RocksDB window state.
 pub struct LsmState {
@@ -63,33 +74,39 @@ fn window_options() -> Options {
     o
 }
 
+/// The slot (column family) of window `w`.
 fn cf_name(w: Window) -> String {
-    format!("w{}_{}", w.start_ms, w.end_ms)
+    let n = w.start_ms.div_euclid((w.end_ms - w.start_ms).max(1));
+    format!("s{}", n.rem_euclid(SLOTS))
 }
 
-fn parse_cf(name: &str) -> Option<Window> {
-    let (a, b) = name.strip_prefix('w')?.split_once('_')?;
-    Some(Window { start_ms: a.parse().ok()?, end_ms: b.parse().ok()? })
+fn is_slot(name: &str) -> bool {
+    name.strip_prefix('s').is_some_and(|n| n.parse::<i64>().is_ok_and(|n| (0..SLOTS).contains(&n)))
+}
+
+fn flip64(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 /// The RocksDB key of a record (see the module notes).
-pub fn encode_key(key: u32, partition: i32, offset: i64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..4].copy_from_slice(&key.to_be_bytes());
-    k[4..8].copy_from_slice(&((partition as u32) ^ 0x8000_0000).to_be_bytes());
-    k[8..].copy_from_slice(&((offset as u64) ^ (1 << 63)).to_be_bytes());
+pub fn encode_key(window_start: i64, key: u32, partition: i32, offset: i64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&flip64(window_start));
+    k[8..12].copy_from_slice(&key.to_be_bytes());
+    k[12..16].copy_from_slice(&((partition as u32) ^ 0x8000_0000).to_be_bytes());
+    k[16..].copy_from_slice(&flip64(offset));
     k
 }
 
-/// The inverse of [`encode_key`].
-pub fn decode_key(k: &[u8]) -> Option<(u32, i32, i64)> {
-    if k.len() != 16 {
+/// The inverse of [`encode_key`]: `(window start, key, partition, offset)`.
+pub fn decode_key(k: &[u8]) -> Option<(i64, u32, i32, i64)> {
+    if k.len() != 24 {
         return None;
     }
-    let key = u32::from_be_bytes(k[..4].try_into().ok()?);
-    let partition = (u32::from_be_bytes(k[4..8].try_into().ok()?) ^ 0x8000_0000) as i32;
-    let offset = (u64::from_be_bytes(k[8..].try_into().ok()?) ^ (1 << 63)) as i64;
-    Some((key, partition, offset))
+    let unflip = |b: &[u8]| (u64::from_be_bytes(b.try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+    let key = u32::from_be_bytes(k[8..12].try_into().ok()?);
+    let partition = (u32::from_be_bytes(k[12..16].try_into().ok()?) ^ 0x8000_0000) as i32;
+    Some((unflip(&k[..8]), key, partition, unflip(&k[16..])))
 }
 
 impl LsmState {
@@ -103,29 +120,32 @@ impl LsmState {
         Ok(LsmState { db, dir: dir.to_path_buf(), counts: Mutex::default() })
     }
 
-    /// Open the files a checkpoint restored into `dir`, and count what they hold.
-    pub fn open_restored(dir: &Path) -> Result<LsmState, StateError> {
+    /// Open the files a checkpoint restored into `dir` (windows of `size_ms`), and count
+    /// what they hold.
+    pub fn open_restored(dir: &Path, size_ms: i64) -> Result<LsmState, StateError> {
         let names = Db::list_cf(&db_options(), dir).map_err(lsm_err("list column families"))?;
         let cfs = names.iter().map(|n| {
-            let opts = if parse_cf(n).is_some() { window_options() } else { Options::default() };
+            let opts = if is_slot(n) { window_options() } else { Options::default() };
             ColumnFamilyDescriptor::new(n, opts)
         });
         let db = Db::open_cf_descriptors(&db_options(), dir, cfs).map_err(lsm_err("open"))?;
         let s = LsmState { db, dir: dir.to_path_buf(), counts: Mutex::default() };
-        s.recount(&names)?;
+        s.recount(&names, size_ms)?;
         Ok(s)
     }
 
-    fn recount(&self, names: &[String]) -> Result<(), StateError> {
+    /// Rebuild the counts from the files. A key holds its window's start; its end comes
+    /// from `size_ms`, the windows' length.
+    fn recount(&self, names: &[String], size_ms: i64) -> Result<(), StateError> {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        for (name, w) in names.iter().filter_map(|n| parse_cf(n).map(|w| (n, w))) {
+        for name in names.iter().filter(|n| is_slot(n)) {
             let cf = self.db.cf_handle(name).expect("listed");
-            let per_key = c.windows.entry(w).or_default();
             for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
                 let (k, v) = item.map_err(lsm_err("iterate"))?;
-                let (key, _, _) =
+                let (start, key, _, _) =
                     decode_key(&k).ok_or_else(|| StateError::Corrupt(format!("{name}: a key of {} bytes", k.len())))?;
-                let e = per_key.entry(key).or_default();
+                let w = Window { start_ms: start, end_ms: start + size_ms };
+                let e = c.windows.entry(w).or_default().entry(key).or_default();
                 e.0 += 1;
                 e.1 += v.len() as u64;
             }
@@ -138,10 +158,8 @@ impl LsmState {
     }
 
     fn int_property(&self, name: &str) -> u64 {
-        let c = self.counts();
-        c.windows
-            .keys()
-            .filter_map(|w| self.db.cf_handle(&cf_name(*w)))
+        (0..SLOTS)
+            .filter_map(|n| self.db.cf_handle(&format!("s{n}")))
             .map(|cf| self.db.property_int_value_cf(&cf, name).ok().flatten().unwrap_or(0))
             .sum()
     }
@@ -159,16 +177,21 @@ impl WindowState for LsmState {
 
     fn put(&self, records: &[Record]) -> Result<(), StateError> {
         let mut c = self.counts();
+        let mut handles = BTreeMap::new();
         for w in records.iter().map(|(s, _)| s.window) {
-            if let std::collections::btree_map::Entry::Vacant(e) = c.windows.entry(w) {
-                self.db.create_cf(cf_name(w), &window_options()).map_err(lsm_err("create column family"))?;
-                e.insert(BTreeMap::new());
+            c.windows.entry(w).or_default();
+            let name = cf_name(w);
+            if !handles.contains_key(&name) {
+                if self.db.cf_handle(&name).is_none() {
+                    self.db.create_cf(&name, &window_options()).map_err(lsm_err("create column family"))?;
+                }
+                handles.insert(name.clone(), self.db.cf_handle(&name).expect("created above"));
             }
         }
         let mut batch = WriteBatch::default();
         for (s, v) in records {
-            let cf = self.db.cf_handle(&cf_name(s.window)).expect("created above");
-            batch.put_cf(&cf, encode_key(s.key, s.partition, s.offset), v);
+            let cf = &handles[&cf_name(s.window)];
+            batch.put_cf(cf, encode_key(s.window.start_ms, s.key, s.partition, s.offset), v);
         }
         let mut wo = WriteOptions::default();
         wo.disable_wal(true);
@@ -183,13 +206,13 @@ impl WindowState for LsmState {
 
     fn scan(&self, window: Window, key: u32, f: &mut dyn FnMut(i32, i64, &[u8])) -> Result<(), StateError> {
         let Some(cf) = self.db.cf_handle(&cf_name(window)) else { return Ok(()) };
-        let from = encode_key(key, i32::MIN, i64::MIN);
+        let from = encode_key(window.start_ms, key, i32::MIN, i64::MIN);
         for item in self.db.iterator_cf(&cf, IteratorMode::From(&from, rocksdb::Direction::Forward)) {
             let (k, v) = item.map_err(lsm_err("iterate"))?;
-            let Some((k2, p, o)) = decode_key(&k) else {
+            let Some((start, k2, p, o)) = decode_key(&k) else {
                 return Err(StateError::Corrupt("a key of the wrong size".into()));
             };
-            if k2 != key {
+            if start != window.start_ms || k2 != key {
                 break;
             }
             f(p, o, &v);
@@ -207,10 +230,21 @@ impl WindowState for LsmState {
 
     fn drop_window(&self, window: Window) -> Result<(), StateError> {
         let mut c = self.counts();
-        if c.windows.remove(&window).is_some() {
-            self.db.drop_cf(&cf_name(window)).map_err(lsm_err("drop column family"))?;
+        if c.windows.remove(&window).is_none() {
+            return Ok(());
         }
-        Ok(())
+        let name = cf_name(window);
+        if c.windows.keys().any(|w| cf_name(*w) == name) {
+            // The slot holds later windows too (a backlog): delete this one's keys.
+            let cf = self.db.cf_handle(&name).expect("a slot with windows exists");
+            let (from, to) = (flip64(window.start_ms), flip64(window.start_ms + 1));
+            let mut wo = WriteOptions::default();
+            wo.disable_wal(true);
+            let mut batch = WriteBatch::default();
+            batch.delete_range_cf(&cf, from, to);
+            return self.db.write_opt(batch, &wo).map_err(lsm_err("delete a window's keys"));
+        }
+        self.db.drop_cf(&name).map_err(lsm_err("drop column family"))
     }
 
     fn stats(&self) -> StateStats {
@@ -243,16 +277,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_sort_as_file_order() {
-        let mut v = vec![(2, 0, 5), (1, 3, 0), (1, 0, 9), (1, 0, 10), (0, 7, 1), (1, -1, 3)];
-        let mut enc: Vec<[u8; 16]> = v.iter().map(|(k, p, o)| encode_key(*k, *p, *o)).collect();
+    fn keys_sort_as_file_order_and_windows_fill_the_ring() {
+        let mut v = vec![(0, 2, 0, 5), (0, 1, 3, 0), (0, 1, 0, 9), (0, 1, 0, 10), (-5, 0, 7, 1), (7, 1, -1, 3)];
+        let mut enc: Vec<[u8; 24]> = v.iter().map(|(w, k, p, o)| encode_key(*w, *k, *p, *o)).collect();
         enc.sort();
         v.sort();
         assert_eq!(enc.iter().map(|k| decode_key(k).unwrap()).collect::<Vec<_>>(), v);
-        assert_eq!(
-            parse_cf(&cf_name(Window { start_ms: -1000, end_ms: 0 })),
-            Some(Window { start_ms: -1000, end_ms: 0 })
-        );
+        let w = |n: i64| Window { start_ms: n * 1000, end_ms: n * 1000 + 1000 };
+        assert_eq!(cf_name(w(-1)), "s3");
+        assert_ne!(cf_name(w(3)), cf_name(w(4)), "consecutive windows, separate families");
+        assert_eq!(cf_name(w(3)), cf_name(w(3 + SLOTS)));
+        assert!(is_slot("s0") && is_slot("s3") && !is_slot("s4") && !is_slot("default"));
+    }
+
+    /// More windows open than slots (a backlog): closing one deletes only its keys, and
+    /// the slot's family goes when its last window closes.
+    #[test]
+    fn windows_sharing_a_slot_close_one_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let s = LsmState::open_empty(&d.path().join("db")).unwrap();
+        let w = |n: i64| Window { start_ms: n * 1000, end_ms: n * 1000 + 1000 };
+        let recs: Vec<Record> = (0..40)
+            .map(|n| {
+                let slot = super::super::Slot { window: w(n), key: 0, partition: 0, offset: n };
+                (slot, bytes::Bytes::from_static(b"v"))
+            })
+            .collect();
+        s.put(&recs).unwrap();
+        assert_eq!(s.windows().len(), 40);
+        s.drop_window(w(0)).unwrap();
+        assert!(s.db.cf_handle("s0").is_some(), "windows 4 and 8 still live in slot 0");
+        let mut seen = Vec::new();
+        s.scan(w(4), 0, &mut |_, o, _| seen.push(o)).unwrap();
+        assert_eq!(seen, vec![4], "a neighbour's records are its own only");
+        for n in (4..40).step_by(4) {
+            s.drop_window(w(n)).unwrap();
+        }
+        assert!(s.db.cf_handle("s0").is_none(), "the slot's last window closed: its family is gone");
+        assert_eq!(s.stats().records, 30);
     }
 
     #[test]
@@ -269,7 +331,7 @@ mod tests {
         let Snapshot::Files(dir) = s.snapshot(&d.path().join("scratch")).unwrap() else { panic!("files") };
         s.drop_window(Window { start_ms: 0, end_ms: 1000 }).unwrap();
         drop(s);
-        let back = LsmState::open_restored(&dir).unwrap();
+        let back = LsmState::open_restored(&dir, 1000).unwrap();
         assert_eq!(back.stats().records, 30, "the hard links outlive the drop");
         assert_eq!(back.keys(Window { start_ms: 0, end_ms: 1000 }), vec![0, 1, 2, 3]);
     }

@@ -44,6 +44,9 @@ pub struct Manifest {
     pub kind: Kind,
     /// When the synchronous part ran (ms since the epoch).
     pub created_ms: i64,
+    /// The windows' length, ms (an lsm key holds its window's start only).
+    #[serde(default)]
+    pub window_ms: i64,
     /// Per partition, the next offset to read: the state holds every record before it
     /// (that no committed window holds) and none after it.
     pub positions: BTreeMap<i32, i64>,
