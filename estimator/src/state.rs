@@ -53,7 +53,7 @@ pub enum CheckpointKind {
 pub struct CheckpointCosts {
     /// Bytes per second a checkpoint's upload reaches (all its requests together).
     pub upload_bytes_per_s: f64,
-    /// SST bytes per record byte (LZ4 block compression).
+    /// SST bytes per record byte (zstd level 1 in 64 KiB blocks).
     pub lsm_compression: f64,
     /// Process memory per state byte with the heap backend.
     pub heap_memory_factor: f64,
@@ -70,17 +70,18 @@ pub struct CheckpointCosts {
 impl CheckpointCosts {
     /// Calibrated to scripts/bench-state.sh on this project's 2-core machine, with
     /// checkpoints to the Cloud Storage emulator (BENCHMARKS.md, "Window state and
-    /// checkpoints", 2026-12-01): uploads of 14–23 MB/s (the emulator serves one call at
-    /// a time; Google's service is far faster, so `--checkpoint-upload-rate` should be
-    /// set for a cloud estimate), LZ4 SST files 0.6 of the records' bytes (incremental
-    /// uploads against the interval's input), the heap backend's malloc peak about 3×
+    /// checkpoints", 2026-12-01 and -02): uploads of 14–23 MB/s (the emulator serves one
+    /// call at a time; Google's service is far faster, so `--checkpoint-upload-rate`
+    /// should be set for a cloud estimate), SST files 0.32 of the records' bytes with
+    /// zstd (incremental uploads against the interval's input, the same at all three
+    /// rates; 0.6 with LZ4 in 4 KiB blocks before), the heap backend's malloc peak about 3×
     /// its state (records, the snapshot and a full checkpoint's encoded parts at once),
     /// lsm's resident set about 256 MiB beside its files, and the synchronous parts
     /// (heap 0.07 s for 155 MiB; lsm about 0.2 s to flush an interval's memtable).
     pub fn calibrated() -> CheckpointCosts {
         CheckpointCosts {
             upload_bytes_per_s: 20.0 * 1048576.0,
-            lsm_compression: 0.6,
+            lsm_compression: 0.32,
             heap_memory_factor: 3.0,
             lsm_memory_bytes: 256.0 * 1048576.0,
             heap_sync_s_per_gib: 0.4,
