@@ -8,6 +8,11 @@
 //!
 //! Shards record into their own [`StageStats`] and merge into the job's
 //! [`JobStats`] once per batch, so the hot path takes no lock.
+//!
+//! kafka-to-gcs uses the same stages, except `transform`, with `write` a window's
+//! commit and `end_to_end` ending when a record's file is published (see
+//! `kafka_to_gcs::windows`). The data watermark age and system latency of both
+//! templates are [`watermark_age_s`] and [`system_lag_s`].
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -94,6 +99,15 @@ impl StageStats {
     /// Record one value.
     pub fn record(&mut self, stage: Stage, micros: u64) {
         self.record_n(stage, micros, 1);
+    }
+
+    /// Percentiles of every stage (empty ones included), then clear them.
+    pub fn take(&mut self) -> Vec<StageSummary> {
+        let out = summarize(self);
+        for h in self.hists.iter_mut() {
+            h.reset();
+        }
+        out
     }
 
     /// Add another shard's latencies and clear them there.
@@ -442,5 +456,51 @@ mod tests {
         job.add_batch(&BatchCounts::default(), &mut st);
         assert_eq!(job.summary().stages[3].count, 100);
         assert!(s.render(1.0).contains("reconciliation: read = written + dead-lettered: yes"));
+    }
+}
+
+/// Dataflow's data watermark age, seconds: how far behind now the oldest partition
+/// with messages waiting is. `times` holds each partition's event time (ms) up to which
+/// the job has its records (kafka-to-bq: committed; kafka-to-gcs: read into a window),
+/// `backlog` its waiting messages. None while a backlogged partition has no time yet.
+pub fn watermark_age_s(times: &BTreeMap<i32, i64>, backlog: &BTreeMap<i32, i64>, now_ms: i64) -> Option<f64> {
+    let mut age = 0.0f64;
+    for (p, n) in backlog {
+        if *n > 0 {
+            age = age.max((now_ms - *times.get(p)?).max(0) as f64 / 1000.0);
+        }
+    }
+    Some(age)
+}
+
+/// Dataflow's system latency (`job/system_lag`: "the longest time an item has been
+/// processing or waiting"), seconds: the larger of the data watermark age (the oldest
+/// waiting message is at most that old) and the interval's end-to-end p99 (messages
+/// that were in processing, from their Kafka timestamp to their commit).
+pub fn system_lag_s(watermark_age_s: f64, end_to_end_p99_ms: Option<f64>) -> f64 {
+    watermark_age_s.max(end_to_end_p99_ms.unwrap_or(0.0) / 1000.0)
+}
+
+#[cfg(test)]
+mod watermark_tests {
+    use super::*;
+
+    #[test]
+    fn the_age_is_the_oldest_backlogged_partitions_and_zero_when_nothing_waits() {
+        let times: BTreeMap<i32, i64> = [(0, 10_000), (1, 4_000), (2, 1_000)].into_iter().collect();
+        let backlog: BTreeMap<i32, i64> = [(0, 5), (1, 3), (2, 0)].into_iter().collect();
+        // Partition 2 is the oldest but has nothing waiting: it does not hold the watermark.
+        assert_eq!(watermark_age_s(&times, &backlog, 12_000), Some(8.0));
+        let idle: BTreeMap<i32, i64> = [(0, 0), (1, 0)].into_iter().collect();
+        assert_eq!(watermark_age_s(&times, &idle, 12_000), Some(0.0));
+        let unknown: BTreeMap<i32, i64> = [(7, 1)].into_iter().collect();
+        assert_eq!(watermark_age_s(&times, &unknown, 12_000), None, "nothing committed from it yet");
+    }
+
+    #[test]
+    fn system_lag_counts_items_in_processing_when_nothing_waits() {
+        assert_eq!(system_lag_s(0.0, Some(2_500.0)), 2.5, "no backlog, but items took 2.5 s to commit");
+        assert_eq!(system_lag_s(8.0, Some(2_500.0)), 8.0, "a waiting item is older");
+        assert_eq!(system_lag_s(0.0, None), 0.0);
     }
 }

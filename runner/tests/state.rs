@@ -152,6 +152,9 @@ async fn every_backend_and_kind_checkpoints_and_writes_each_record_once() {
         let cks = st["checkpoints"].as_array().unwrap();
         assert!(cks.len() >= 3, "{backend}/{kind}: checkpoints every 400 ms over a run of over 2 s: {j}");
         assert!(st["peak_state_bytes"].as_u64().unwrap() >= n * 100, "{j}");
+        // Keys are (window, shard): 3,000 records fill all 4 shards of a window.
+        let keys = st["peak_state_keys"].as_u64().unwrap();
+        assert!((4..=4 * 8).contains(&keys), "peak keys {keys}: {j}");
         assert!(out.contains(&format!("state: {backend} backend, {kind} checkpoints")), "{out}");
         // The state was full and unchanged for most checkpoints (every record read in
         // the first few hundred ms, no window closing before the drain).

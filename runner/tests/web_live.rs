@@ -70,3 +70,56 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// kafka-to-gcs with `--web`: its points carry the stages' latencies (read, write,
+/// end-to-end), the watermark and the window state, and /metrics exports them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_kafka_to_gcs_job_publishes_latencies_and_state() {
+    let s = stack();
+    let f = s.fixture("webgcs", 2).await;
+    f.produce(&s, 0, 5_000, None).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let ck = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let p = format!(
+        "readBootstrapServerAndTopic={};{},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputDirectory={}/,windowDuration=1s,numShards=2",
+        s.kafka,
+        f.topic,
+        out.path().display()
+    );
+    let child = flexrun(&["--template", "kafka-to-gcs", "--job-name", "webgcs", "--checkpoint-dir"])
+        .arg(ck.path())
+        .args(["--web", &addr, "--checkpoint-interval", "1s", "--idle-timeout", "30s", "--parameters", &p])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut point = serde_json::Value::Null;
+    while Instant::now() < deadline && point.is_null() {
+        if let Some(j) =
+            http_get(&addr, "/api/jobs/webgcs/metrics").and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        {
+            let points = j["points"].as_array().cloned().unwrap_or_default();
+            let has = |p: &serde_json::Value, s: &str| p["stages"][s]["p99_ms"].as_f64().is_some_and(|v| v > 0.0);
+            if let Some(p) = points.iter().find(|p| has(p, "read") && has(p, "end_to_end")) {
+                point = p.clone();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(point.is_object(), "no point with read and end-to-end latencies within 60 s");
+    assert!(point["state"]["backend"] == "heap", "the default backend's state is on the point: {point}");
+    let metrics = http_get(&addr, "/metrics").unwrap();
+    for want in [
+        "job_stage_end_to_end_latencies{job=\"webgcs\",quantile=\"0.99\",stage=\"read\"}",
+        "job_data_watermark_age{job=\"webgcs\"}",
+        "job_system_lag{job=\"webgcs\"}",
+    ] {
+        assert!(metrics.contains(want), "missing {want}:\n{metrics}");
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o));
+}

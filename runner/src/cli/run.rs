@@ -151,8 +151,15 @@ fn render_state(
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  state: {} backend, {} checkpoints to {} · peak state {:.1} MiB · peak RSS {:.1} MiB · peak heap {:.1} MiB · CPU {:.1} s",
-        s.backend, s.kind, s.location, mib(s.peak_state_bytes), mib(s.peak_rss_bytes), mib(s.peak_heap_bytes), s.cpu_s
+        "  state: {} backend, {} checkpoints to {} · peak state {:.1} MiB in {} keys · peak RSS {:.1} MiB · peak heap {:.1} MiB · CPU {:.1} s",
+        s.backend,
+        s.kind,
+        s.location,
+        mib(s.peak_state_bytes),
+        s.peak_state_keys,
+        mib(s.peak_rss_bytes),
+        mib(s.peak_heap_bytes),
+        s.cpu_s
     );
     if let Some(id) = s.restored_from {
         let _ = writeln!(o, "  restored from checkpoint {id} in {:.2} s", s.recovery_s);

@@ -9,7 +9,7 @@ use crate::bigquery::{proto, rest, write::WriteClient, Endpoints, TableRef};
 use crate::control::lock;
 use crate::kafka::Metadata;
 use crate::kafka_to_bq::transform::{Input, Mapper};
-use crate::stats::{JobStats, Summary};
+use crate::stats::{watermark_age_s, JobStats, Summary};
 use anyhow::{bail, Context, Result};
 use prost_types::DescriptorProto;
 use serde::{Deserialize, Serialize};
@@ -229,50 +229,6 @@ impl JobCtx {
     pub fn add_partitions(&self, lows: &BTreeMap<i32, i64>) {
         self.start_positions.lock().expect("start positions lock").extend(lows);
         self.retention_floors.lock().expect("floors lock").extend(lows);
-    }
-}
-
-/// See [`JobCtx::data_watermark_age_s`]: `times` holds each partition's last committed
-/// event time (ms), `backlog` its waiting messages.
-pub fn watermark_age_s(times: &BTreeMap<i32, i64>, backlog: &BTreeMap<i32, i64>, now_ms: i64) -> Option<f64> {
-    let mut age = 0.0f64;
-    for (p, n) in backlog {
-        if *n > 0 {
-            age = age.max((now_ms - *times.get(p)?).max(0) as f64 / 1000.0);
-        }
-    }
-    Some(age)
-}
-
-/// Dataflow's system latency (`job/system_lag`: "the longest time an item has been
-/// processing or waiting"), seconds: the larger of the data watermark age (the oldest
-/// waiting message is at most that old) and the interval's end-to-end p99 (messages
-/// that were in processing, from their Kafka timestamp to their commit).
-pub fn system_lag_s(watermark_age_s: f64, end_to_end_p99_ms: Option<f64>) -> f64 {
-    watermark_age_s.max(end_to_end_p99_ms.unwrap_or(0.0) / 1000.0)
-}
-
-#[cfg(test)]
-mod watermark_tests {
-    use super::*;
-
-    #[test]
-    fn the_age_is_the_oldest_backlogged_partitions_and_zero_when_nothing_waits() {
-        let times: BTreeMap<i32, i64> = [(0, 10_000), (1, 4_000), (2, 1_000)].into_iter().collect();
-        let backlog: BTreeMap<i32, i64> = [(0, 5), (1, 3), (2, 0)].into_iter().collect();
-        // Partition 2 is the oldest but has nothing waiting: it does not hold the watermark.
-        assert_eq!(watermark_age_s(&times, &backlog, 12_000), Some(8.0));
-        let idle: BTreeMap<i32, i64> = [(0, 0), (1, 0)].into_iter().collect();
-        assert_eq!(watermark_age_s(&times, &idle, 12_000), Some(0.0));
-        let unknown: BTreeMap<i32, i64> = [(7, 1)].into_iter().collect();
-        assert_eq!(watermark_age_s(&times, &unknown, 12_000), None, "nothing committed from it yet");
-    }
-
-    #[test]
-    fn system_lag_counts_items_in_processing_when_nothing_waits() {
-        assert_eq!(system_lag_s(0.0, Some(2_500.0)), 2.5, "no backlog, but items took 2.5 s to commit");
-        assert_eq!(system_lag_s(8.0, Some(2_500.0)), 8.0, "a waiting item is older");
-        assert_eq!(system_lag_s(0.0, None), 0.0);
     }
 }
 

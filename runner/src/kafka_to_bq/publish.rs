@@ -59,7 +59,7 @@ impl Publisher {
         let watermark_age = ctx
             .data_watermark_age_s(&by_partition, chrono::Utc::now().timestamp_millis())
             .unwrap_or(started.elapsed().as_secs_f64());
-        let system_lag = super::job::system_lag_s(watermark_age, stages.get("end_to_end").map(|s| s.p99_ms));
+        let system_lag = crate::stats::system_lag_s(watermark_age, stages.get("end_to_end").map(|s| s.p99_ms));
         let throughput_msgs = (s.messages_read - self.last_read) as f64 / dt;
         let p = flexrun_web::MetricsPoint {
             t_s: started.elapsed().as_secs_f64(),

@@ -74,6 +74,8 @@ pub struct StateReport {
     pub recovery_s: f64,
     /// The largest state seen, bytes.
     pub peak_state_bytes: u64,
+    /// The most state keys (window, shard) seen at once.
+    pub peak_state_keys: u64,
     /// The largest resident set seen, bytes.
     pub peak_rss_bytes: u64,
     /// The largest heap in use seen, bytes.
@@ -196,7 +198,9 @@ impl Checkpoints {
         self.last_sample = Instant::now();
         let (rss, heap) = crate::stats::process_memory();
         let r = &mut self.report;
-        r.peak_state_bytes = r.peak_state_bytes.max(ow.stats().bytes);
+        let stats = ow.stats();
+        r.peak_state_bytes = r.peak_state_bytes.max(stats.bytes);
+        r.peak_state_keys = r.peak_state_keys.max(stats.keys);
         r.peak_rss_bytes = r.peak_rss_bytes.max(rss);
         r.peak_heap_bytes = r.peak_heap_bytes.max(heap);
     }

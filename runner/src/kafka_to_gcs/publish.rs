@@ -1,5 +1,8 @@
 //! [`Publisher`]: a kafka-to-gcs job's state for the dashboard and `/metrics`, about
-//! once a second: workers, throughput, backlog, utilization, and the window state with
+//! once a second: workers, throughput, backlog, the stages' latencies (`read`, `write`,
+//! `end_to_end`; see [`OpenWindows`]), the data watermark age and system latency
+//! (as kafka-to-bq's, with the newest Kafka timestamp read in place of the newest
+//! committed), and the window state with
 //! its checkpoints (size, keys, process memory and CPU, checkpoint size, duration and
 //! age, recovery time).
 
@@ -61,6 +64,16 @@ impl Publisher {
         let n = workers.workers();
         let limits = scaler.limits();
         let throughput_msgs = (read - self.last_read) as f64 / dt;
+        let stages: BTreeMap<String, flexrun_web::StageLatency> = ow
+            .take_stages()
+            .into_iter()
+            .filter(|st| st.count > 0)
+            .map(|st| (st.stage, flexrun_web::StageLatency { p50_ms: st.p50_ms, p95_ms: st.p95_ms, p99_ms: st.p99_ms }))
+            .collect();
+        let waiting: BTreeMap<i32, i64> = hw.iter().map(|(p, h)| (*p, h - pos.get(p).copied().unwrap_or(0))).collect();
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let watermark_age = crate::stats::watermark_age_s(&ow.newest_ts(), &waiting, now_ms)
+            .unwrap_or(self.started.elapsed().as_secs_f64());
         let p = flexrun_web::MetricsPoint {
             t_s: self.started.elapsed().as_secs_f64(),
             workers: n,
@@ -75,6 +88,9 @@ impl Publisher {
             max_workers: limits.max_workers,
             partition_backlog: by_partition,
             estimated_backlog_processing_s: if throughput_msgs > 0.0 { backlog as f64 / throughput_msgs } else { 0.0 },
+            system_lag_s: crate::stats::system_lag_s(watermark_age, stages.get("end_to_end").map(|s| s.p99_ms)),
+            data_watermark_age_s: watermark_age,
+            stages,
             state: Some(state_point(ow, ck)),
             ..Default::default()
         };

@@ -6,6 +6,12 @@
 //! [`close`]s it (from then on, late records for it go to the next window), renders
 //! its shards, and once its files are published, [`committed`] drops it.
 //!
+//! Beside them, the stages' latencies for the dashboard: `read` (Kafka timestamp → read
+//! into a window), `write` (a window's close → its files published) and `end_to_end`
+//! (Kafka timestamp → the record's file published; kept per open window as a small
+//! histogram of how long before the window's end each record arrived, so no record's
+//! time is stored in the state).
+//!
 //! [`due`]: OpenWindows::due
 //! [`close`]: OpenWindows::close
 //! [`committed`]: OpenWindows::committed
@@ -13,11 +19,14 @@
 use super::window::{assign, shard_of, Published};
 use crate::state::manifest::Manifest;
 use crate::state::{Record, Slot, Snapshot, StateError, StateStats, Window, WindowState};
+use crate::stats::{Stage, StageStats, StageSummary};
 use bytes::Bytes;
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 /// One message as a reader hands it over.
 #[derive(Debug, Clone)]
@@ -65,6 +74,38 @@ struct Progress {
     closed_through: Option<Window>,
     published: Published,
     counts: Counts,
+    latency: Latency,
+}
+
+/// Latencies since the dashboard last took them, and what end-to-end needs per window.
+#[derive(Default)]
+struct Latency {
+    stages: StageStats,
+    /// Per open window: milliseconds from each record's timestamp to the window's end.
+    before_end: BTreeMap<Window, Histogram<u64>>,
+    /// When each window being committed was closed.
+    closed_at: BTreeMap<Window, Instant>,
+}
+
+impl Latency {
+    fn read(&mut self, w: Window, ts_ms: i64, now_ms: i64) {
+        self.stages.record(Stage::Read, (now_ms - ts_ms).max(0) as u64 * 1000);
+        // 1 ms to a day, 2 significant digits: a few KiB per open window.
+        let h =
+            self.before_end.entry(w).or_insert_with(|| Histogram::new_with_bounds(1, 86_400_000, 2).expect("bounds"));
+        let _ = h.record((w.end_ms - ts_ms).clamp(1, 86_400_000) as u64);
+    }
+
+    fn published(&mut self, w: Window, now_ms: i64) {
+        if let Some(t) = self.closed_at.remove(&w) {
+            self.stages.record(Stage::Write, t.elapsed().as_micros() as u64);
+        }
+        let Some(h) = self.before_end.remove(&w) else { return };
+        let after_end_ms = (now_ms - w.end_ms).max(0) as u64;
+        for v in h.iter_recorded() {
+            self.stages.record_n(Stage::EndToEnd, (v.value_iterated_to() + after_end_ms) * 1000, v.count_at_value());
+        }
+    }
 }
 
 /// Open windows over a state backend.
@@ -103,6 +144,7 @@ impl OpenWindows {
             closed_through: published.last,
             published,
             counts,
+            latency: Latency::default(),
         };
         Ok(OpenWindows { size_ms, shards, state, p: Mutex::new(p) })
     }
@@ -114,6 +156,7 @@ impl OpenWindows {
     /// Place a batch of messages, and advance their partitions' positions with it.
     pub fn add(&self, msgs: &[Msg]) -> Result<(), StateError> {
         let mut g = self.lock();
+        let now_ms = chrono::Utc::now().timestamp_millis();
         let mut batch: Vec<Record> = Vec::with_capacity(msgs.len());
         for m in msgs {
             g.read_pos.insert(m.partition, m.offset + 1);
@@ -134,6 +177,7 @@ impl OpenWindows {
             g.counts.bytes += v.len() as u64;
             let low = g.min_offset.entry(window).or_default().entry(m.partition).or_insert(m.offset);
             *low = (*low).min(m.offset);
+            g.latency.read(window, m.ts_ms, now_ms);
             let key = shard_of(m.partition, m.offset, self.shards);
             batch.push((Slot { window, key, partition: m.partition, offset: m.offset }, v.clone()));
         }
@@ -168,6 +212,7 @@ impl OpenWindows {
     pub fn close(&self, w: Window) -> (BTreeMap<i32, i64>, BTreeMap<i32, i64>) {
         let mut g = self.lock();
         g.closed_through = Some(g.closed_through.map_or(w, |c| c.max(w)));
+        g.latency.closed_at.insert(w, Instant::now());
         let close_pos = g.read_pos.clone();
         let mut resume = close_pos.clone();
         for (_, lows) in g.min_offset.iter().filter(|(ow, _)| **ow > w) {
@@ -184,6 +229,7 @@ impl OpenWindows {
         let mut g = self.lock();
         g.published = Published { last: Some(w), close_pos };
         g.min_offset.remove(&w);
+        g.latency.published(w, chrono::Utc::now().timestamp_millis());
         self.state.drop_window(w)
     }
 
@@ -229,6 +275,16 @@ impl OpenWindows {
         }
     }
 
+    /// Per partition, the newest Kafka timestamp read (ms).
+    pub fn newest_ts(&self) -> BTreeMap<i32, i64> {
+        self.lock().newest_ts.clone()
+    }
+
+    /// Stage latencies since the last call (`read`, `write`, `end_to_end`), then reset.
+    pub fn take_stages(&self) -> Vec<StageSummary> {
+        self.lock().latency.stages.take()
+    }
+
     /// Counts so far.
     pub fn counts(&self) -> Counts {
         self.lock().counts
@@ -271,6 +327,43 @@ mod tests {
         assert_eq!(ow.first_open(), Some(Window::of(1000, 1000)));
         let late: Vec<i64> = (0..2).flat_map(|k| ow.records(Window::of(1000, 1000), k).unwrap()).map(|r| r.1).collect();
         assert!(late.contains(&1), "offset 1 of partition 1 went to the next window: {late:?}");
+    }
+
+    /// Read latency is per record at read; end-to-end is per record at the window's
+    /// publish, so it includes the wait for the window to end; write is per window.
+    #[test]
+    fn stage_latencies_cover_read_window_wait_and_publish() {
+        let now = chrono::Utc::now().timestamp_millis();
+        let ow = OpenWindows::new(
+            60_000,
+            2,
+            Box::new(HeapState::default()),
+            BTreeMap::new(),
+            Extras::default(),
+            Published::default(),
+        )
+        .unwrap();
+        let w = Window::of(now - 30_000, 60_000);
+        // Three records 30, 20 and 10 s old (all in one window with an end after `now`,
+        // or one that ended already: either way each is older than its window's end).
+        let ts: Vec<i64> =
+            [30_000, 20_000, 10_000].iter().map(|a| now - a).filter(|t| Window::of(*t, 60_000) == w).collect();
+        let msgs: Vec<Msg> = ts.iter().enumerate().map(|(i, t)| msg(0, i as i64, *t)).collect();
+        ow.add(&msgs).unwrap();
+        let read = ow.take_stages();
+        assert_eq!(read[Stage::Read as usize].count, ts.len() as u64);
+        assert!(read[Stage::Read as usize].p99_ms >= 10_000.0 * 0.99, "{read:?}");
+        assert_eq!(read[Stage::EndToEnd as usize].count, 0, "nothing published yet");
+        let (close_pos, _) = ow.close(w);
+        ow.committed(w, close_pos).unwrap();
+        let done = ow.take_stages();
+        assert_eq!(done[Stage::Write as usize].count, 1, "one window committed");
+        assert_eq!(done[Stage::Read as usize].count, 0, "taken and reset");
+        let e2e = &done[Stage::EndToEnd as usize];
+        assert_eq!(e2e.count, ts.len() as u64);
+        // The oldest record's end-to-end is at least its age now (2 significant digits).
+        let oldest = (now - ts[0]) as f64;
+        assert!(e2e.max_ms >= oldest * 0.99, "{e2e:?} against {oldest} ms");
     }
 
     #[test]
