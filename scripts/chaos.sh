@@ -20,5 +20,6 @@ cargo test --release --no-fail-fast --features flexrun/failpoints,flexrun/integr
 echo
 echo "| scenario | messages | faults | rows | distinct ids | lost | duplicates | recovery (s) |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|"
-grep '^CHAOS|' "$out" | sed 's/^CHAOS|/| /; s/|/ | /g; s/$/ |/' | sed 's/  */ /g'
+# A row may follow its test's name on the same line (libtest prints "test x ... " first).
+grep -o 'CHAOS|.*' "$out" | sed 's/^CHAOS|/| /; s/|/ | /g; s/$/ |/' | sed 's/  */ /g' || true
 ! grep -q "test result: FAILED" "$out" && grep -q "test result: ok" "$out"
