@@ -197,21 +197,31 @@ fn the_grafana_dashboard_queries_only_metrics_we_export() {
         flexrun_web::metrics::JOB_ESTIMATED_BACKLOG_PROCESSING_TIME,
         flexrun_web::metrics::JOB_DATA_WATERMARK_AGE,
         flexrun_web::metrics::JOB_SYSTEM_LAG,
+        flexrun_web::metrics::JOB_STATE_BYTES,
+        flexrun_web::metrics::PROCESS_RESIDENT_MEMORY_BYTES,
+        flexrun_web::metrics::PROCESS_HEAP_BYTES,
+        flexrun_web::metrics::PROCESS_CPU_SECONDS_TOTAL,
+        flexrun_web::metrics::JOB_LAST_CHECKPOINT_BYTES,
+        flexrun_web::metrics::JOB_LAST_CHECKPOINT_DURATION,
+        flexrun_web::metrics::JOB_LAST_CHECKPOINT_SYNC_DURATION,
+        flexrun_web::metrics::JOB_LAST_CHECKPOINT_AGE,
     ];
     let re = regex_lite_names(&d);
+    assert!(re.iter().any(|n| n.starts_with("process_")), "process metrics are read too: {re:?}");
     assert!(!re.is_empty());
     for name in re {
         assert!(exported.contains(&name.as_str()), "the dashboard queries {name}, which /metrics does not export");
     }
 }
 
-/// Metric names (job_...) used in the dashboard's queries.
+/// Metric names (job_... and process_...) used in the dashboard's queries.
 fn regex_lite_names(d: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
     for p in d["panels"].as_array().unwrap() {
         for t in p["targets"].as_array().unwrap() {
             let e = t["expr"].as_str().unwrap();
-            for (i, _) in e.match_indices("job_") {
+            let starts = e.match_indices("job_").chain(e.match_indices("process_"));
+            for (i, _) in starts {
                 if i > 0 && (e.as_bytes()[i - 1].is_ascii_alphanumeric() || e.as_bytes()[i - 1] == b'_') {
                     continue;
                 }
