@@ -18,13 +18,39 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
 }
 
+/// A free local address for `--web`.
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// Poll `job`'s series for up to 60 s; the series and its first point that `want`
+/// accepts (Null, Null when none did).
+fn wait_for_point(
+    addr: &str,
+    job: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, serde_json::Value) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let series = http_get(addr, &format!("/api/jobs/{job}/metrics"))
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok());
+        if let Some(j) = series {
+            if let Some(p) = j["points"].as_array().and_then(|ps| ps.iter().find(|p| want(p)).cloned()) {
+                return (j, p);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    (serde_json::Value::Null, serde_json::Value::Null)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let s = stack();
     let f = s.fixture("web", 4).await;
     f.produce(&s, 0, 20_000, None).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let ck = tempfile::tempdir().unwrap();
     let child = spawn_job(
         "webjob",
@@ -32,22 +58,9 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
         &f.params(&s, ""),
         &["--web", &addr, "--worker-capacity", "4MB/s", "--batch-rows", "1000"],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut job = serde_json::Value::Null;
-    while Instant::now() < deadline {
-        if let Some(body) = http_get(&addr, "/api/jobs/webjob/metrics") {
-            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&body) {
-                if j["points"].as_array().is_some_and(|p| {
-                    p.iter()
-                        .any(|p| p["elements_read"].as_u64().unwrap_or(0) > 0 && p["stages"]["end_to_end"].is_object())
-                }) {
-                    job = j;
-                    break;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let (job, _) = wait_for_point(&addr, "webjob", |p| {
+        p["elements_read"].as_u64().unwrap_or(0) > 0 && p["stages"]["end_to_end"].is_object()
+    });
     assert!(job.is_object(), "the job's series never showed progress");
     assert_eq!(job["template"], "kafka-to-bq");
     let first = &job["points"][0];
@@ -78,8 +91,7 @@ async fn a_running_kafka_to_gcs_job_publishes_latencies_and_state() {
     let s = stack();
     let f = s.fixture("webgcs", 2).await;
     f.produce(&s, 0, 5_000, None).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let ck = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let p = format!(
@@ -95,20 +107,8 @@ async fn a_running_kafka_to_gcs_job_publishes_latencies_and_state() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut point = serde_json::Value::Null;
-    while Instant::now() < deadline && point.is_null() {
-        if let Some(j) =
-            http_get(&addr, "/api/jobs/webgcs/metrics").and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-        {
-            let points = j["points"].as_array().cloned().unwrap_or_default();
-            let has = |p: &serde_json::Value, s: &str| p["stages"][s]["p99_ms"].as_f64().is_some_and(|v| v > 0.0);
-            if let Some(p) = points.iter().find(|p| has(p, "read") && has(p, "end_to_end")) {
-                point = p.clone();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let has = |p: &serde_json::Value, s: &str| p["stages"][s]["p99_ms"].as_f64().is_some_and(|v| v > 0.0);
+    let (_, point) = wait_for_point(&addr, "webgcs", |p| has(p, "read") && has(p, "end_to_end"));
     assert!(point.is_object(), "no point with read and end-to-end latencies within 60 s");
     assert!(point["state"]["backend"] == "heap", "the default backend's state is on the point: {point}");
     let metrics = http_get(&addr, "/metrics").unwrap();
