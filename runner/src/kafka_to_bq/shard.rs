@@ -20,8 +20,9 @@ use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLo
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{anyhow, bail, Context, Result};
+use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,6 +31,74 @@ use tokio::sync::watch;
 
 /// How long an open batch waits for one more message before it is flushed.
 const IDLE_FLUSH: Duration = Duration::from_millis(20);
+
+/// Most messages taken from librdkafka's queue per clock read (see [`Shard::collect`]).
+const BURST: usize = 256;
+
+/// The batch [`Shard::collect`] is filling, and when it must be cut.
+struct OpenBatch {
+    msgs: Vec<OwnedMessage>,
+    bytes: usize,
+    deadline: Option<tokio::time::Instant>,
+    max_rows: usize,
+    max_bytes: usize,
+    frequency: Duration,
+}
+
+impl OpenBatch {
+    fn new(ctx: &JobCtx) -> OpenBatch {
+        let run = &ctx.cfg.run;
+        OpenBatch {
+            msgs: Vec::with_capacity(run.batch_rows.min(4096)),
+            bytes: 0,
+            deadline: None,
+            max_rows: run.batch_rows,
+            max_bytes: run.batch_bytes,
+            frequency: ctx.cfg.triggering_frequency,
+        }
+    }
+
+    /// Add message `m`, read at `now_ms`, timing its read stage. True when the batch is full.
+    fn take(&mut self, ctx: &JobCtx, stages: &mut StageStats, m: BorrowedMessage<'_>, now_ms: i64) -> bool {
+        if let Some(ts) = m.timestamp().to_millis() {
+            stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
+        }
+        self.bytes += m.payload_len();
+        self.msgs.push(m.detach());
+        if self.deadline.is_none() {
+            ctx.stats.mark_read();
+            self.deadline = Some(tokio::time::Instant::now() + self.frequency);
+        }
+        self.msgs.len() >= self.max_rows || self.bytes >= self.max_bytes
+    }
+
+    /// How long to wait for the next message: long while empty, briefly once open.
+    fn wait(&self) -> Duration {
+        match self.deadline {
+            None => Duration::from_millis(200),
+            Some(d) => IDLE_FLUSH.min(d.saturating_duration_since(tokio::time::Instant::now())),
+        }
+    }
+
+    /// Whether the triggering frequency has passed since the first message.
+    fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
+    }
+
+    /// Cut the batch: its ranges, and the positions after it (from `positions`).
+    fn cut(self, positions: &BTreeMap<i32, i64>) -> Cut {
+        let mut ranges = BTreeMap::new();
+        let mut positions = positions.clone();
+        for m in &self.msgs {
+            let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
+            r.0 = r.0.min(m.offset());
+            r.1 = r.1.max(m.offset() + 1);
+            let pos = positions.entry(m.partition()).or_insert(0);
+            *pos = (*pos).max(m.offset() + 1);
+        }
+        Cut { msgs: self.msgs, ranges, positions, processed_ms: Some(now_ms()) }
+    }
+}
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -199,56 +268,63 @@ impl Shard {
 
     /// Gather one batch: until it is full, the triggering frequency has passed since
     /// its first message, the source has nothing more for a moment, or a drain starts.
+    ///
+    /// Messages librdkafka already holds are taken in bursts of up to [`BURST`] with one
+    /// clock read and no timer; only when none is ready does the shard wait, with a
+    /// timeout, for the next one.
     async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
-        let cfg = &self.ctx.cfg;
-        let mut msgs: Vec<OwnedMessage> = Vec::new();
-        let mut bytes = 0usize;
-        let mut deadline: Option<tokio::time::Instant> = None;
+        let ctx = self.ctx.clone();
+        let mut open = OpenBatch::new(&ctx);
+        let mut stream = self.consumer.stream();
         loop {
             if *cancel.borrow() {
                 break;
             }
-            let wait = match deadline {
-                None => Duration::from_millis(200),
-                Some(d) => IDLE_FLUSH.min(d.saturating_duration_since(tokio::time::Instant::now())),
-            };
-            tokio::select! {
-                biased;
-                _ = cancel.changed() => break,
-                r = tokio::time::timeout(wait, self.consumer.recv()) => match r {
-                    Ok(Ok(m)) => {
-                        let now = now_ms();
-                        if let Some(ts) = m.timestamp().to_millis() {
-                            self.stages.record(Stage::Read, ((now - ts).max(0) as u64) * 1000);
-                        }
-                        bytes += m.payload_len();
-                        self.ctx.stats.mark_read();
-                        msgs.push(m.detach());
-                        self.ctx.last_read_ms.store(now, Ordering::Relaxed);
-                        deadline.get_or_insert_with(|| tokio::time::Instant::now() + cfg.triggering_frequency);
-                        if msgs.len() >= cfg.run.batch_rows || bytes >= cfg.run.batch_bytes {
+            let now = now_ms();
+            let mut full = false;
+            for _ in 0..BURST {
+                match stream.next().now_or_never() {
+                    Some(Some(Ok(m))) => {
+                        full = open.take(&ctx, &mut self.stages, m, now);
+                        if full {
                             break;
                         }
                     }
-                    Ok(Err(e)) => tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)"),
-                    Err(_) if !msgs.is_empty() => break,
+                    Some(Some(Err(e))) => {
+                        tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)")
+                    }
+                    Some(None) | None => break,
+                }
+            }
+            if !open.msgs.is_empty() {
+                ctx.last_read_ms.store(now, Ordering::Relaxed);
+            }
+            if full || open.expired() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.changed() => break,
+                r = tokio::time::timeout(open.wait(), stream.next()) => match r {
+                    Ok(Some(Ok(m))) => {
+                        let now = now_ms();
+                        ctx.last_read_ms.store(now, Ordering::Relaxed);
+                        if open.take(&ctx, &mut self.stages, m, now) {
+                            break;
+                        }
+                    }
+                    Ok(Some(Err(e))) => tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)"),
+                    Ok(None) => bail!("shard {}: the Kafka message stream ended", self.id),
+                    Err(_) if !open.msgs.is_empty() => break,
                     Err(_) => {}
                 }
             }
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            if open.expired() {
                 break;
             }
         }
-        let mut ranges = BTreeMap::new();
-        let mut positions = self.positions.clone();
-        for m in &msgs {
-            let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
-            r.0 = r.0.min(m.offset());
-            r.1 = r.1.max(m.offset() + 1);
-            let pos = positions.entry(m.partition()).or_insert(0);
-            *pos = (*pos).max(m.offset() + 1);
-        }
-        Ok(Cut { msgs, ranges, positions, processed_ms: Some(now_ms()) })
+        drop(stream);
+        Ok(open.cut(&self.positions))
     }
 
     /// Map, log, append and commit one batch (the protocol in the module docs).
