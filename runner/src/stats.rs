@@ -2,7 +2,7 @@
 //!
 //! Stages (names as the dashboards and Prometheus metrics will use them):
 //! - `read`: Kafka record timestamp → the record is in the runner's hands.
-//! - `transform`: parse + map + encode of one record.
+//! - `transform`: parse + map + encode of one record (its batch's mean per record).
 //! - `write`: one batch's durable log write plus its appends, until acknowledged.
 //! - `end_to_end`: Kafka record timestamp → its batch is acknowledged by BigQuery.
 //!
@@ -33,7 +33,7 @@ use std::time::Instant;
 pub enum Stage {
     /// Kafka record timestamp → the record is in the runner's hands.
     Read,
-    /// Parse + map + encode of one record.
+    /// Parse + map + encode of one record (each record of a batch counts the batch's mean).
     Transform,
     /// One batch's durable log write plus its appends, until acknowledged.
     Write,
@@ -140,6 +140,8 @@ struct Inner {
     replayed_batches: u64,
     already_existed: u64,
     last_commit: Option<Instant>,
+    /// Process CPU seconds (user + system) when the last batch was committed.
+    cpu_at_last_commit: f64,
     reliability: Reliability,
 }
 
@@ -237,6 +239,10 @@ pub struct Summary {
     pub cpu_user_s: f64,
     /// This process's system CPU seconds (getrusage).
     pub cpu_sys_s: f64,
+    /// This process's CPU seconds (user + system) up to its last batch commit: the run
+    /// without the idle wait before it drains, which a reader that stops at the end of
+    /// the topic does not have.
+    pub cpu_to_last_commit_s: f64,
     /// Per-stage latency.
     pub stages: Vec<StageSummary>,
     /// Retries, lost streams, retention gaps.
@@ -288,6 +294,8 @@ impl JobStats {
         g.replayed_batches += counts.replayed as u64;
         g.already_existed += counts.already_existed;
         g.last_commit = Some(Instant::now());
+        let (user, sys) = process_cpu_seconds();
+        g.cpu_at_last_commit = user + sys;
         for (a, b) in g.window.hists.iter_mut().zip(stages.hists.iter()) {
             let _ = a.add(b);
         }
@@ -327,6 +335,7 @@ impl JobStats {
             active_s,
             cpu_user_s,
             cpu_sys_s,
+            cpu_to_last_commit_s: g.cpu_at_last_commit,
             messages_read: g.read,
             rows_written: g.written,
             dead_lettered: g.dead_lettered,
@@ -456,6 +465,10 @@ mod tests {
         job.add_batch(&BatchCounts::default(), &mut st);
         assert_eq!(job.summary().stages[3].count, 100);
         assert!(s.render(1.0).contains("reconciliation: read = written + dead-lettered: yes"));
+        // CPU to the last commit is read at the commit, so it never exceeds the total.
+        let later = job.summary();
+        assert!(later.cpu_to_last_commit_s > 0.0, "{later:?}");
+        assert!(later.cpu_to_last_commit_s <= later.cpu_user_s + later.cpu_sys_s + 1e-6, "{later:?}");
     }
 }
 

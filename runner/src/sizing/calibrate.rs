@@ -4,7 +4,7 @@
 //!
 //! The path measured is the runner's own, batch by batch as a shard runs it, through the
 //! same functions: map every message onto the table's schema as a protobuf row, timed
-//! per message ([`crate::kafka_to_bq::batch::map_values`]), digest the rows
+//! per batch ([`crate::kafka_to_bq::batch::map_values`]), digest the rows
 //! ([`crate::kafka_to_bq::batch::rows_digest`]), split them into requests under the
 //! 10 MB limit and build each `AppendRowsRequest`
 //! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::write::append_request`])
