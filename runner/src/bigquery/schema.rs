@@ -210,10 +210,21 @@ impl Schema {
     }
 
     /// The column for a JSON key, matched case-insensitively as Google's template does.
+    ///
+    /// A table of up to [`SCAN_COLUMNS`] columns is scanned for an exact match, which is
+    /// cheaper than hashing the key; wider tables use the map.
     pub fn lookup(&self, key: &str) -> Option<usize> {
-        self.exact.get(key).copied().or_else(|| self.lower.get(&key.to_lowercase()).copied())
+        let exact = if self.columns.len() <= SCAN_COLUMNS {
+            self.columns.iter().position(|c| c.name == key)
+        } else {
+            self.exact.get(key).copied()
+        };
+        exact.or_else(|| self.lower.get(&key.to_lowercase()).copied())
     }
 }
+
+/// Widest table whose exact key match is a linear scan (see [`Schema::lookup`]).
+pub const SCAN_COLUMNS: usize = 8;
 
 /// The dotted path of field `name` inside `prefix` (`""` at the top level), as row
 /// errors name nested fields (`payload.items.sku`).

@@ -318,15 +318,28 @@ fn encode_object(
 /// The fast path's top level: the same order and checks as [`encode_object`], with
 /// plain string values copied from the message and everything else parsed on its own.
 fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut Vec<u8>) -> Result<(), RecordError> {
-    let mut seen = vec![false; schema.columns.len()];
+    // Which columns were set, on the stack for the usual narrow table.
+    let (mut small, mut wide) = ([false; 32], Vec::new());
+    let seen: &mut [bool] = match schema.columns.len() {
+        n if n <= small.len() => &mut small[..n],
+        n => {
+            wide.resize(n, false);
+            &mut wide
+        }
+    };
     for (key, raw) in obj {
         let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(field_path("", key)))?;
         let col = &schema.columns[idx];
         let text = raw.get();
-        let stringy = matches!(col.typ, ColumnType::String | ColumnType::StringLike);
-        if col.mode != Mode::Repeated && stringy {
-            if let Some(s) = plain_string(text) {
-                put_bytes(idx as u32 + 1, s.as_bytes(), out);
+        if col.mode != Mode::Repeated {
+            let done = match col.typ {
+                ColumnType::String | ColumnType::StringLike => {
+                    plain_string(text).map(|s| put_bytes(idx as u32 + 1, s.as_bytes(), out))
+                }
+                ColumnType::Int64 => plain_integer(text).map(|n| put_varint(idx as u32 + 1, n as u64, out)),
+                _ => None,
+            };
+            if done.is_some() {
                 seen[idx] = true;
                 continue;
             }
@@ -334,7 +347,18 @@ fn encode_borrowed(schema: &Schema, obj: &BTreeMap<&str, &RawValue>, out: &mut V
         let v: Value = serde_json::from_str(text).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
         seen[idx] |= encode_field(col, idx, &v, "", out)?;
     }
-    check_required(schema, &seen, "")
+    check_required(schema, seen, "")
+}
+
+/// A JSON integer literal that fits an i64, straight from the message (what
+/// `serde_json::Number::as_i64` gives for it); anything else returns None and is
+/// parsed by serde_json. `-0` is among the rest: serde_json reads it as the float -0.0.
+fn plain_integer(raw: &str) -> Option<i64> {
+    let digits = raw.strip_prefix('-').unwrap_or(raw);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok().filter(|n| *n != 0 || digits.len() == raw.len())
 }
 
 /// The contents of a JSON string literal without escapes, straight from the message.
@@ -570,6 +594,29 @@ mod tests {
         assert_eq!(err(br#"{"logStreamId": 1, "message": {"a": 1}}"#).class(), "wrong_type");
         let big = format!(r#"{{"logStreamId": 1, "message": "{}"}}"#, "x".repeat(2000));
         assert!(matches!(err(big.as_bytes()), RecordError::Oversize { limit: 1000, .. }));
+    }
+
+    #[test]
+    fn integers_take_the_fast_path_only_where_serde_json_reads_an_i64() {
+        for (raw, want) in [("0", Some(0)), ("-12", Some(-12)), ("9223372036854775807", Some(i64::MAX))] {
+            assert_eq!(plain_integer(raw), want, "{raw}");
+        }
+        assert_eq!(plain_integer("-9223372036854775808"), Some(i64::MIN));
+        for raw in ["-0", "9223372036854775808", "1.0", "1e3", "-", "", "\"7\""] {
+            assert_eq!(plain_integer(raw), None, "{raw}");
+        }
+        // Both paths agree, -0 included (a wrong type on both).
+        let m = mapper();
+        for v in
+            [&br#"{"logStreamId": -0}"#[..], br#"{"logStreamId": 12}"#, br#"{"logStreamId": 18446744073709551615}"#]
+        {
+            let text = std::str::from_utf8(v).unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let fast = m.map_into(v, &mut a).map_err(|e| e.to_string());
+            let slow = m.map_via_value(text, &mut b).map_err(|e| e.to_string());
+            assert_eq!(fast, slow, "{text}");
+            assert_eq!(a, b, "{text}");
+        }
     }
 
     #[test]
