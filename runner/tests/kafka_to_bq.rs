@@ -192,3 +192,24 @@ async fn a_restart_with_another_topic_under_the_same_job_name_is_refused() {
         text(&o)
     );
 }
+
+/// Issue 27, item 1: a job that starts at `latest`, reads nothing and is run again must
+/// resume where it began, not at a newly resolved `latest` that skips what was
+/// produced in between. The first run's resolved start is on disk before it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_job_started_at_latest_restarts_where_it_began() {
+    let s = stack();
+    let f = s.fixture("idle_latest", 1).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "").replace("kafkaReadOffset=earliest", "kafkaReadOffset=latest");
+    let o = run_job("idle", ck.path(), &params, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let saved = flexrun::kafka::starts::read(&ck.path().join("idle")).unwrap();
+    assert_eq!(saved, std::collections::BTreeMap::from([(0, 0)]), "the resolved start is saved before any read");
+    f.produce(&s, 0, 100, None).await;
+    let sj = ck.path().join("summary.json");
+    let o = run_job("idle", ck.path(), &params, "2s", &["--summary-json", sj.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sj)["summary"]["messages_read"], 100);
+    assert_eq!(s.count(&f.table).await, (100, 100));
+}

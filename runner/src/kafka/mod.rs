@@ -13,6 +13,8 @@
 //!   failures, and times them when messages carry their creation time.
 //! - [`admin`]: topic creation for the local stack, tests and the demo.
 //! - [`params`]: the read parameters Google's templates share, into [`SourceSettings`].
+//! - [`starts`]: start positions made durable before the first read, so a restart
+//!   without a checkpoint resumes where the last run began instead of at a new `latest`.
 //! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
 //!
 //! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
@@ -28,6 +30,7 @@ pub mod history;
 pub mod metadata;
 pub mod params;
 pub mod source;
+pub mod starts;
 
 pub use acks::{AckContext, Acks, Timing};
 pub use admin::create_topic;

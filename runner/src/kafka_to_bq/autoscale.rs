@@ -181,6 +181,9 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
         return Ok(());
     }
     let lows = ctx.metadata.low_watermarks(&new).await?;
+    // Saved before any shard reads them: a shard that dies before its first commit
+    // must resume here after a restart, not at the partition's latest offset.
+    crate::kafka::starts::record(&ctx.job_dir, &lows).with_context(|| format!("writing {}", ctx.job_dir.display()))?;
     ctx.add_partitions(&lows);
     partitions.extend(&new);
     positions::write_known(&ctx.job_dir, &partitions.iter().copied().collect())

@@ -307,7 +307,8 @@ async fn start_positions(
 ) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
     let checkpoint = positions::checkpoint_positions(job_dir)?;
     let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
-    let initial = cfg.source.initial_positions(partitions).await?;
+    let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let initial = crate::kafka::starts::overlay(cfg.source.initial_positions(partitions).await?, &saved);
     let lows = metadata.low_watermarks(partitions).await?;
     let plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &lows);
     for g in &plan.gaps {
@@ -320,6 +321,9 @@ async fn start_positions(
         tracing::info!(job = %cfg.job_name, partitions = ?plan.new_partitions, "partitions added since the job last ran start at their earliest offset");
         stats.note(|r| r.partitions_discovered += plan.new_partitions.len() as u64);
     }
+    // Durable before the first read: a restart without a commit resumes here, not at a
+    // newly resolved `latest` (which would skip what was produced in between).
+    crate::kafka::starts::record(job_dir, &plan.positions).with_context(|| format!("writing {}", job_dir.display()))?;
     positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>())
         .with_context(|| format!("writing {}", job_dir.display()))?;
     Ok((plan.positions, lows))

@@ -10,7 +10,7 @@
 //! fires all windows.
 
 use super::checkpoints::{Checkpoints, RestoredStart};
-use super::committer::{CommitTimes, Committer};
+use super::committer::{staging_prefix, CommitTimes, Committer};
 use super::config::KafkaToGcsConfig;
 use super::log::{Entry, FilePlan, Prepared, Recovered, WindowLog};
 use super::pool::Workers;
@@ -184,13 +184,17 @@ async fn start(
     control.start(&job_dir)?;
     let (mut log, rec) =
         WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
-    let committer = Committer { store, parallelism: cfg.parallelism };
+    let committer = Committer { store, parallelism: cfg.parallelism, staging: staging_prefix(&cfg.job_name) };
     let mut report = GcsReport::default();
     recover(&rec, &committer, &mut log, &mut report).await?;
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
-    let initial = cfg.source.initial_positions(&partitions).await?;
+    let saved = crate::kafka::starts::read(&job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let initial = crate::kafka::starts::overlay(cfg.source.initial_positions(&partitions).await?, &saved);
     let RestoredStart { state, positions, extras } = checkpoints.restore(&rec, initial).await?;
+    // Durable before the first read, as kafka-to-bq's: a restart before the first
+    // checkpoint or window resumes here, not at a newly resolved `latest`.
+    crate::kafka::starts::record(&job_dir, &positions).with_context(|| format!("writing {}", job_dir.display()))?;
     let size_ms = cfg.window.as_millis() as i64;
     let ow = Arc::new(OpenWindows::new(size_ms, cfg.shards, state, positions, extras, rec.published())?);
     let n = cfg.pool.initial_workers(partitions.len() as u32);

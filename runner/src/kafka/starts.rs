@@ -1,0 +1,94 @@
+//! Durable start positions: where each partition began reading before anything of it
+//! was committed.
+//!
+//! A start position that is resolved but never saved is resolved again on the next
+//! start. With `kafkaReadOffset=latest` that silently skips whatever was produced in
+//! between: a job that read nothing, a shard idle until a crash, a job killed before
+//! its first batch, or a partition discovered mid-run whose shard died before it
+//! committed. So every resolved position (from latest, earliest, a timestamp or the
+//! consumer group) is written here and fsynced, file and directory, before the first
+//! read, and a restart of the same job resumes from it where it has no checkpoint.
+//!
+//! Both templates use it: a checkpoint or commit log, when there is one, still wins.
+//!
+//! ```
+//! use flexrun::kafka::starts;
+//! use std::collections::BTreeMap;
+//! let d = tempfile::tempdir().unwrap();
+//! starts::record(d.path(), &BTreeMap::from([(0, 7)])).unwrap();
+//! starts::record(d.path(), &BTreeMap::from([(1, 3)])).unwrap();
+//! assert_eq!(starts::read(d.path()).unwrap(), BTreeMap::from([(0, 7), (1, 3)]));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+const FILE: &str = "starts.json";
+
+/// The saved start positions (empty before the first start). A file that does not
+/// parse is an error naming it, never "no positions": reading it as empty would
+/// re-resolve `latest` and lose records.
+pub fn read(job_dir: &Path) -> io::Result<BTreeMap<i32, i64>> {
+    let path = job_dir.join(FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is not a partition → offset map: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Merge `positions` into the saved ones (a partition given here replaces its saved
+/// position) and make the result durable: temporary file, fsync, rename, and an
+/// fsync of the directory so the rename itself survives a power cut.
+pub fn record(job_dir: &Path, positions: &BTreeMap<i32, i64>) -> io::Result<()> {
+    let mut all = read(job_dir)?;
+    all.extend(positions);
+    std::fs::create_dir_all(job_dir)?;
+    let tmp = job_dir.join(format!("{FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec(&all)?)?;
+    File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, job_dir.join(FILE))?;
+    File::open(job_dir)?.sync_all()
+}
+
+/// `initial` with every saved position laid over it: where a partition without a
+/// checkpoint starts.
+pub fn overlay(mut initial: BTreeMap<i32, i64>, saved: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+    initial.extend(saved);
+    initial
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_start_beats_a_freshly_resolved_latest() {
+        let latest_now = BTreeMap::from([(0, 100), (1, 40)]);
+        let saved = BTreeMap::from([(0, 0)]);
+        assert_eq!(overlay(latest_now, &saved), BTreeMap::from([(0, 0), (1, 40)]));
+    }
+
+    #[test]
+    fn a_torn_file_is_an_error_not_an_empty_map() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(FILE), b"{\"0\": 1").unwrap();
+        let e = read(d.path()).unwrap_err();
+        assert!(e.to_string().contains("starts.json"), "{e}");
+    }
+
+    #[test]
+    fn record_replaces_only_the_partitions_it_is_given() {
+        let d = tempfile::tempdir().unwrap();
+        record(d.path(), &BTreeMap::from([(0, 5), (1, 6)])).unwrap();
+        record(d.path(), &BTreeMap::from([(1, 9)])).unwrap();
+        assert_eq!(read(d.path()).unwrap(), BTreeMap::from([(0, 5), (1, 9)]));
+    }
+}
