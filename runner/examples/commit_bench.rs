@@ -12,7 +12,7 @@
 //!     --files 5000 --size 65536 --parallelism 1,4,16,64 --csv out.csv --svg out.svg
 //! ```
 
-use flexrun::kafka_to_gcs::committer::{Committer, STAGING};
+use flexrun::kafka_to_gcs::committer::{staging_prefix, Committer};
 use flexrun::kafka_to_gcs::log::FilePlan;
 use flexrun::store::{Location, Store};
 use std::time::Instant;
@@ -68,10 +68,10 @@ async fn stage(c: &Committer, n: usize, size: usize, tag: &str, shards_of: usize
     let plans: Vec<FilePlan> = (0..n)
         .map(|i| {
             let final_name = format!("w/output-W-pane-0-last-{i:05}-of-{shards_of:05}.json");
-            FilePlan { staged: format!("{STAGING}W/{tag}/{final_name}"), final_name, records: 1 }
+            FilePlan { staged: format!("{}W/{tag}/{final_name}", c.staging), final_name, records: 1 }
         })
         .collect();
-    let loader = Committer { store: c.store.clone(), parallelism: 64 };
+    let loader = Committer { store: c.store.clone(), parallelism: 64, staging: c.staging.clone() };
     let data = plans.iter().map(|p| (p.staged.clone(), vec![b'x'; size])).collect();
     loader.stage(data).await.expect("staging");
     plans
@@ -89,7 +89,7 @@ async fn main() {
     for &par in &a.parallelism {
         let dir = format!("{}p{par}/", a.output);
         let store = Store::open(&Location::parse(&dir).expect("--output"), None).await.expect("open the store");
-        let c = Committer { store, parallelism: par };
+        let c = Committer { store, parallelism: par, staging: staging_prefix("bench") };
         let first = stage(&c, a.files, a.size, "a1", a.files).await;
         let t = Instant::now();
         c.publish(&["w/output-W-pane-".to_string()], &first).await.expect("publish");

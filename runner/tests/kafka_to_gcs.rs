@@ -457,3 +457,49 @@ async fn avro_records_become_avro_files_named_as_google_names_them() {
     assert!(text(&o).contains("partition 0 offset 150"), "{}", text(&o));
     assert_eq!(store.list("").await.unwrap(), names, "nothing else was published");
 }
+
+/// Issue 27, item 1, for kafka-to-gcs: before its first checkpoint or window a job
+/// started at `latest` resumes where it began, so records produced while it was
+/// stopped are written, once.
+#[tokio::test]
+async fn an_idle_job_started_at_latest_restarts_where_it_began() {
+    let s = stack();
+    let t = topic(&s, "gcs_idle_latest", 1).await;
+    let disk = tempfile::tempdir().unwrap();
+    let out = format!("{}/", disk.path().display());
+    let ck = tempfile::tempdir().unwrap();
+    let p = params(&s, &t, &out, "").replace("kafkaReadOffset=earliest", "kafkaReadOffset=latest");
+    let o = job("idle", ck.path(), &p).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let saved = flexrun::kafka::starts::read(&ck.path().join("idle")).unwrap();
+    assert_eq!(saved, BTreeMap::from([(0, 0)]), "the resolved start is saved before any read");
+    produce(&s, &t, 1, 100, 10).await;
+    let o = job("idle", ck.path(), &p).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_exactly_once(&files(&out).await.0, 100);
+    assert_eq!(summary_of(ck.path(), "idle")["records"], 100);
+}
+
+/// Issue 27, item 4: the start-up sweep removes this job's orphaned staging objects and
+/// leaves another job's, in the same output directory, alone.
+#[tokio::test]
+async fn the_start_up_sweep_keeps_to_the_jobs_own_staging_prefix() {
+    let s = stack();
+    let t = topic(&s, "gcs_sweep_scope", 1).await;
+    produce(&s, &t, 1, 100, 10).await;
+    let disk = tempfile::tempdir().unwrap();
+    let out = format!("{}/", disk.path().display());
+    let store = Store::open(&Location::parse(&out).unwrap(), None).await.unwrap();
+    let mine = format!("{}W/old-attempt/orphan.json", flexrun::kafka_to_gcs::committer::staging_prefix("sweeper"));
+    let theirs = format!("{}W/their-attempt/in-flight.json", flexrun::kafka_to_gcs::committer::staging_prefix("other"));
+    store.put(&mine, b"{}".to_vec()).await.unwrap();
+    store.put(&theirs, b"{}".to_vec()).await.unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let o = job("sweeper", ck.path(), &params(&s, &t, &out, "")).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary_of(ck.path(), "sweeper")["swept"], 1, "only this job's orphan is swept");
+    let staged: Vec<String> = store.list("_temporary/").await.unwrap();
+    assert_eq!(staged, vec![theirs], "the other job's staged file survives");
+    let (m, _) = files(&out).await;
+    assert_exactly_once(&m, 100);
+}

@@ -4,11 +4,11 @@
 //! time, and on an object store a rename is a copy plus a delete, so the commit took
 //! 29 times as long as on HDFS. Here every step runs `parallelism` requests at once
 //! (`--commit-parallelism`; 1 is the serial baseline):
-//! 1. [`Committer::stage`]: upload each file under `_temporary/<window>/<attempt>/`.
+//! 1. [`Committer::stage`]: upload each file under `_temporary/<job>/<window>/<attempt>/`.
 //! 2. [`Committer::publish`]: remove files of the same window that an earlier run left
 //!    under other names (the seed's trash step), then rename each staged file to its
 //!    final name (copy + delete on a bucket, `rename(2)` on disk).
-//! 3. [`Committer::sweep`]: at start, remove staging objects no decided window names.
+//! 3. [`Committer::sweep`]: at start, remove this job's staging objects no decided window names.
 
 use super::log::FilePlan;
 use crate::store::{Store, StoreError};
@@ -19,6 +19,16 @@ use std::time::{Duration, Instant};
 /// The directory staging objects live under, relative to the output directory.
 pub const STAGING: &str = "_temporary/";
 
+/// Where job `job` stages its files: `_temporary/<job>/`. Every sweep stays inside it,
+/// so two jobs sharing an output directory never delete each other's staged files.
+///
+/// ```
+/// assert_eq!(flexrun::kafka_to_gcs::committer::staging_prefix("j1"), "_temporary/j1/");
+/// ```
+pub fn staging_prefix(job: &str) -> String {
+    format!("{STAGING}{job}/")
+}
+
 /// Stages, publishes and sweeps with `parallelism` requests in flight.
 #[derive(Clone)]
 pub struct Committer {
@@ -26,6 +36,8 @@ pub struct Committer {
     pub store: Store,
     /// Requests in flight.
     pub parallelism: usize,
+    /// This job's staging prefix ([`staging_prefix`]): what [`Committer::sweep`] clears.
+    pub staging: String,
 }
 
 /// How long each phase of one window's commit took.
@@ -74,9 +86,10 @@ impl Committer {
         Ok(CommitTimes { stage: Duration::ZERO, publish: t.elapsed(), files: files.len(), trashed: stale.len() })
     }
 
-    /// Remove every staging object not in `keep`.
+    /// Remove every object under this job's staging prefix that is not in `keep`.
     pub async fn sweep(&self, keep: &BTreeSet<String>) -> Result<usize, StoreError> {
-        let orphans: Vec<String> = self.store.list(STAGING).await?.into_iter().filter(|n| !keep.contains(n)).collect();
+        let orphans: Vec<String> =
+            self.store.list(&self.staging).await?.into_iter().filter(|n| !keep.contains(n)).collect();
         let n = orphans.len();
         self.each(orphans, |store, name| async move { store.delete(&name).await }).await?;
         Ok(n)

@@ -21,7 +21,7 @@
 //!
 //! # The commit protocol, and every crash point
 //! For each window, in window order:
-//! 1. Stage each shard file under `_temporary/<window>/<attempt>/<final name>`.
+//! 1. Stage each shard file under `_temporary/<job>/<window>/<attempt>/<final name>`.
 //!    Crash point `gcs::before_prepare`: nothing is decided; recovery removes the
 //!    staging objects and the records are read again (they are after the resume
 //!    positions of the last decided window).

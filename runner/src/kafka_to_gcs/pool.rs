@@ -10,7 +10,7 @@
 //! Both kinds of work run on the worker's emulated CPU ([`WorkerSlot`]), so its busy
 //! time is what the autoscaler's CPU target reads.
 
-use super::committer::STAGING;
+use super::committer::staging_prefix;
 use super::config::{KafkaToGcsConfig, OutputFormat};
 use super::encode::{encode, Destination, Rec};
 use super::log::FilePlan;
@@ -132,7 +132,7 @@ impl Workers {
             for (dest, data) in encoded.context("an undecodable message stops the job")? {
                 let (final_name, prefix) = names(&self.cfg, &w, shard, &dest);
                 prefixes.insert(prefix);
-                let staged = format!("{STAGING}{}/{attempt}/{final_name}", w.label());
+                let staged = format!("{}{}/{attempt}/{final_name}", staging_prefix(&self.cfg.job_name), w.label());
                 files.push((FilePlan { staged, final_name, records: n }, data));
             }
         }
