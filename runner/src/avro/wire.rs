@@ -70,6 +70,14 @@ async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
                     client.url()
                 ))
             }
+            // 401/403 (credentials), 408 (timeout) and 429 (rate limit) say nothing about
+            // the id: waited out like an outage, never cached as the id's answer (a cached
+            // refusal would dead-letter every later message with that id for good).
+            Err(e @ RegistryError::Status { status: 401 | 403 | 408 | 429, .. }) => {
+                tracing::error!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry refused the request: retrying (the batch waits)");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(10));
+            }
             Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
                 return Err(format!("Error retrieving Avro schema for id {id}: {e}"))
             }
@@ -218,6 +226,16 @@ mod tests {
         status: u16,
         body: &'static str,
     ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        refusing_registry(503, failures, status, body).await
+    }
+
+    /// A registry stand-in answering `refusal` to the first `failures` requests, then `answer`.
+    async fn refusing_registry(
+        refusal: u16,
+        failures: usize,
+        status: u16,
+        body: &'static str,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -229,7 +247,7 @@ mod tests {
                 let mut buf = [0u8; 4096];
                 let _ = sock.read(&mut buf).await;
                 let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let (code, text) = if n < failures { (503, "{}") } else { (status, body) };
+                let (code, text) = if n < failures { (refusal, "{}") } else { (status, body) };
                 let resp =
                     format!("HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len());
                 let _ = sock.write_all(resp.as_bytes()).await;
@@ -257,6 +275,25 @@ mod tests {
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         let e = d.decode(&framed).unwrap_err().to_string();
         assert!(e.contains("id 7") && e.contains("not found") && e.contains("40403"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn auth_timeout_and_rate_limit_answers_are_retried_not_cached_as_unknown() {
+        let body =
+            r#"{"schema":"{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"}]}"}"#;
+        let mut framed = Vec::new();
+        confluent_frame(7, &datum(5), &mut framed);
+        for refusal in [401, 403, 408, 429] {
+            let (url, calls) = refusing_registry(refusal, 2, 200, body).await;
+            let d = AvroDecoder::with_registry(Registry::new(&url));
+            d.prefetch([framed.as_slice()].into_iter()).await;
+            assert_eq!(
+                calls.load(std::sync::atomic::Ordering::SeqCst),
+                3,
+                "{refusal}: two refusals retried, then the schema"
+            );
+            assert!(d.decode(&framed).is_ok(), "{refusal}: the id is known once the registry answers");
+        }
     }
 
     #[test]
