@@ -26,6 +26,12 @@ impl JobLock {
     /// (exit status 2) that names the process holding it.
     pub fn acquire(job_dir: &Path, job: &str) -> Result<JobLock> {
         std::fs::create_dir_all(job_dir).with_context(|| format!("creating {}", job_dir.display()))?;
+        // The job's directory holds its record and control socket: its owner's alone.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(job_dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("restricting {}", job_dir.display()))?;
+        }
         let path = job_dir.join("LOCK");
         let mut file = OpenOptions::new()
             .read(true)

@@ -124,7 +124,13 @@ impl Control {
             id: record::new_job_id(chrono::Utc::now(), pid),
             name: name.into(),
             template: template.into(),
-            parameters,
+            parameters: parameters
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = record::redact(&k, &v);
+                    (k, v)
+                })
+                .collect(),
             region: region.into(),
             pid,
             state: JobState::Running,
@@ -161,6 +167,12 @@ impl Control {
         let sock = job_dir.join(SOCKET_FILE);
         let _ = std::fs::remove_file(&sock);
         let listener = tokio::net::UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+        // Only the job's owner may drain, cancel or reconfigure it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting {}", sock.display()))?;
+        }
         *self.job_dir.lock().expect("job dir") = job_dir.to_path_buf();
         self.record.lock().expect("record").socket = sock;
         self.save();
@@ -291,13 +303,9 @@ pub async fn serve(control: Arc<Control>, listener: tokio::net::UnixListener) {
         let control = control.clone();
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
-            let mut line = String::new();
-            if BufReader::new(read).read_line(&mut line).await.is_err() {
-                return;
-            }
-            let (resp, exit) = match serde_json::from_str::<Request>(&line) {
+            let (resp, exit) = match read_request(read).await {
                 Ok(req) => control.answer(req),
-                Err(e) => (Response { record: None, status: None, error: Some(format!("bad request: {e}")) }, false),
+                Err(e) => (Response { record: None, status: None, error: Some(e) }, false),
             };
             let mut out = serde_json::to_vec(&resp).expect("a response serializes");
             out.push(b'\n');
@@ -309,6 +317,23 @@ pub async fn serve(control: Arc<Control>, listener: tokio::net::UnixListener) {
             }
         });
     }
+}
+
+/// The longest request line the socket reads; requests are a few hundred bytes.
+pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
+/// One request line, read at most [`MAX_REQUEST_BYTES`] into memory.
+async fn read_request(read: impl tokio::io::AsyncRead + Unpin) -> std::result::Result<Request, String> {
+    use tokio::io::AsyncReadExt;
+    let mut line = String::new();
+    BufReader::new(read.take(MAX_REQUEST_BYTES + 1))
+        .read_line(&mut line)
+        .await
+        .map_err(|e| format!("bad request: {e}"))?;
+    if line.len() as u64 > MAX_REQUEST_BYTES {
+        return Err(format!("bad request: longer than {MAX_REQUEST_BYTES} bytes"));
+    }
+    serde_json::from_str::<Request>(&line).map_err(|e| format!("bad request: {e}"))
 }
 
 /// Send one request to the job listening on `socket`.
@@ -323,4 +348,33 @@ pub async fn request(socket: &Path, req: &Request) -> Result<Response> {
     let mut answer = String::new();
     BufReader::new(read).read_line(&mut answer).await?;
     serde_json::from_str(&answer).with_context(|| format!("the job answered {answer:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_line_past_the_bound_is_refused_without_reading_it_all() {
+        let long = vec![b'x'; MAX_REQUEST_BYTES as usize * 4];
+        let e = read_request(&long[..]).await.unwrap_err();
+        assert!(e.contains("longer than 65536 bytes"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_request_within_the_bound_is_read() {
+        let line = serde_json::to_string(&Request::Drain).unwrap() + "\n";
+        assert!(matches!(read_request(line.as_bytes()).await, Ok(Request::Drain)));
+    }
+
+    #[test]
+    fn the_record_keeps_no_literal_secret() {
+        let (tx, _rx) = watch::channel(false);
+        let params = vec![("kafkaReadPasswordSecretId".to_string(), "hunter2".to_string()), ("a".into(), "b".into())];
+        let c = Control::new(tx, "j", "kafka-to-bq", params, "us-central1");
+        let r = c.record.lock().unwrap().clone();
+        assert_eq!(r.parameters[0].1, record::REDACTED);
+        assert_eq!(r.parameters[1].1, "b");
+        assert!(!serde_json::to_string(&r).unwrap().contains("hunter2"));
+    }
 }

@@ -100,12 +100,43 @@ fn pid_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
+/// What a redacted parameter value reads as.
+pub const REDACTED: &str = "[redacted]";
+
+/// A parameter as the record keeps it: a credential given literally (a name with
+/// `Secret` or `Password` in it, and a value that is not `env:VAR`, `file:PATH` or a
+/// Secret Manager resource name) becomes [`REDACTED`], so neither `control.json`,
+/// `jobs describe` nor `export` shows it. References are kept: they name, not reveal.
+///
+/// ```
+/// use flexrun::control::record::redact;
+/// assert_eq!(redact("kafkaReadPasswordSecretId", "hunter2"), "[redacted]");
+/// assert_eq!(redact("kafkaReadPasswordSecretId", "env:PW"), "env:PW");
+/// assert_eq!(redact("outputTableSpec", "p:d.t"), "p:d.t");
+/// ```
+pub fn redact(name: &str, value: &str) -> String {
+    let n = name.to_ascii_lowercase();
+    let credential = n.contains("secret") || n.contains("password");
+    let reference = value.starts_with("env:")
+        || value.starts_with("file:")
+        || (value.starts_with("projects/") && value.contains("/secrets/"));
+    if credential && !reference && !value.is_empty() {
+        REDACTED.to_string()
+    } else {
+        value.to_string()
+    }
+}
+
 impl JobRecord {
     /// Write the record into `job_dir` (through a temporary file, so readers never see
-    /// half of it).
+    /// half of it), readable by its owner only (0600).
     pub fn save(&self, job_dir: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let tmp = job_dir.join(format!("{RECORD_FILE}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self).expect("a record serializes"))?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(self).expect("a record serializes"))?;
+        drop(f);
         std::fs::rename(tmp, job_dir.join(RECORD_FILE))
     }
 
@@ -153,6 +184,27 @@ mod tests {
             end_time: None,
             socket: "s".into(),
         }
+    }
+
+    #[test]
+    fn the_record_is_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        record(std::process::id(), JobState::Running).save(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(RECORD_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn literal_credentials_are_redacted_and_references_kept() {
+        assert_eq!(redact("schemaRegistryOauthClientSecretId", "s3cret"), REDACTED);
+        assert_eq!(redact("keystorePassword", "pw"), REDACTED);
+        assert_eq!(
+            redact("kafkaReadUsernameSecretId", "projects/p/secrets/u/versions/1"),
+            "projects/p/secrets/u/versions/1"
+        );
+        assert_eq!(redact("kafkaReadPasswordSecretId", "file:/run/pw"), "file:/run/pw");
+        assert_eq!(redact("readBootstrapServerAndTopic", "h:9092;t"), "h:9092;t");
     }
 
     #[test]
