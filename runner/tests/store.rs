@@ -9,7 +9,7 @@
 mod common;
 
 use common::gcs_faults;
-use flexrun::kafka_to_gcs::committer::{Committer, STAGING};
+use flexrun::kafka_to_gcs::committer::{staging_prefix, Committer};
 use flexrun::kafka_to_gcs::log::FilePlan;
 use flexrun::store::{Location, Store};
 use std::collections::BTreeSet;
@@ -55,28 +55,29 @@ async fn put_list_rename_and_delete_on_the_emulator_and_on_disk() {
 #[tokio::test]
 async fn the_committer_trashes_stale_files_publishes_in_parallel_and_sweeps() {
     for (store, _dir) in stores().await {
-        let c = Committer { store: store.clone(), parallelism: 16 };
+        let staging = staging_prefix("store-test");
+        let c = Committer { store: store.clone(), parallelism: 16, staging: staging.clone() };
         // An earlier run left 3 files for the window, one under a name this run does not use.
         for i in 0..3 {
             store.put(&format!("out-W-pane-0-last-{i:02}-of-03.json"), b"old\n".to_vec()).await.unwrap();
         }
         let files: Vec<FilePlan> = (0..2)
             .map(|i| FilePlan {
-                staged: format!("{STAGING}W/a1/out-W-pane-0-last-{i:02}-of-02.json"),
+                staged: format!("{staging}W/a1/out-W-pane-0-last-{i:02}-of-02.json"),
                 final_name: format!("out-W-pane-0-last-{i:02}-of-02.json"),
                 records: 1,
             })
             .collect();
         let data = files.iter().map(|f| (f.staged.clone(), format!("new {}\n", f.final_name).into_bytes())).collect();
         c.stage(data).await.unwrap();
-        store.put(&format!("{STAGING}V/a0/orphan"), b"x".to_vec()).await.unwrap();
+        store.put(&format!("{staging}V/a0/orphan"), b"x".to_vec()).await.unwrap();
         let t = c.publish(&["out-W-pane-".to_string()], &files).await.unwrap();
         assert_eq!((t.files, t.trashed), (2, 3), "the old window's three files were removed");
         let left = store.list("out-W-").await.unwrap();
         assert_eq!(left, files.iter().map(|f| f.final_name.clone()).collect::<Vec<_>>());
         assert_eq!(store.get(&left[0]).await.unwrap(), format!("new {}\n", left[0]).into_bytes());
         assert_eq!(c.sweep(&BTreeSet::new()).await.unwrap(), 1, "only the orphan was still staged");
-        assert!(store.list(STAGING).await.unwrap().is_empty());
+        assert!(store.list(&staging).await.unwrap().is_empty());
     }
 }
 
