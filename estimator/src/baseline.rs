@@ -78,7 +78,45 @@ pub struct Baseline {
     pub vcpu_ns_per_byte: Option<f64>,
 }
 
+/// The CPU a message costs: a part per message plus a part per byte, in vCPU time at
+/// 100% busy.
+///
+/// ```
+/// let t = flexrun_estimator::CpuTerms { vcpu_us_per_message: 40.0, vcpu_ns_per_byte: 50.0 };
+/// assert!((t.vcpu_s(1000.0) - 90e-6).abs() < 1e-12);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuTerms {
+    /// vCPU-microseconds per message, whatever its size.
+    pub vcpu_us_per_message: f64,
+    /// vCPU-nanoseconds per byte.
+    pub vcpu_ns_per_byte: f64,
+}
+
+impl CpuTerms {
+    /// vCPU-seconds for one message of `bytes`.
+    pub fn vcpu_s(&self, bytes: f64) -> f64 {
+        self.vcpu_us_per_message * 1e-6 + self.vcpu_ns_per_byte * 1e-9 * bytes
+    }
+}
+
 impl Baseline {
+    /// The two CPU terms: the file's, when it has them (Google's, calibrated to two
+    /// published runs; `flexrun calibrate`'s, measured), or else all of the measured
+    /// CPU (`workers` × `vcpus_per_worker` × `mean_cpu`) charged per byte of the input.
+    pub fn cpu_terms(&self, vcpus_per_worker: f64) -> CpuTerms {
+        match (self.vcpu_us_per_message, self.vcpu_ns_per_byte) {
+            (None, None) => {
+                let busy = self.workers * vcpus_per_worker * self.mean_cpu;
+                CpuTerms {
+                    vcpu_us_per_message: 0.0,
+                    vcpu_ns_per_byte: busy / (self.input_mib_s() * crate::units::MIB) * 1e9,
+                }
+            }
+            (us, ns) => CpuTerms { vcpu_us_per_message: us.unwrap_or(0.0), vcpu_ns_per_byte: ns.unwrap_or(0.0) },
+        }
+    }
+
     /// Bytes per second one worker of the baseline's machine processes at 100% CPU:
     /// the throughput divided by workers × mean CPU (assumes CPU grows linearly with
     /// throughput, the same assumption as Google's linear sizing rule).

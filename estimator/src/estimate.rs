@@ -1,7 +1,15 @@
-//! The estimate: scale a baseline linearly to the asked throughput, then price it.
+//! The estimate: workers from the two-part CPU model, then the whole pipeline's bill.
+//!
+//! vCPUs busy = messages/s × (vCPU-µs per message + vCPU-ns per byte × message size);
+//! workers = vCPUs busy ÷ (vCPUs per worker × the baseline's mean CPU). SECU scale with
+//! bytes, as Google's sizing rule scales them. BigQuery's lines bill the rows' bytes by
+//! its data size calculation ([`crate::rowsize`]), estimated from the table and the
+//! message size unless given.
 
-use crate::baseline::{BaselineError, BaselineFile, Mode};
+use crate::baseline::{BaselineError, BaselineFile, CpuTerms, Mode};
+use crate::pipeline::{self, Line, PipelineOptions, Totals};
 use crate::pricing::{Commitment, Pricing};
+use crate::rowsize::{self, Column};
 use crate::units::MIB;
 use serde::{Deserialize, Serialize};
 
@@ -10,29 +18,67 @@ use serde::{Deserialize, Serialize};
 pub struct Request {
     /// Input throughput, bytes per second.
     pub throughput_bytes_s: f64,
+    /// Message size, bytes (messages/s = throughput ÷ this).
+    pub message_bytes: f64,
     /// Delivery mode.
     pub mode: Mode,
     /// Worker machine type.
     pub machine_type: String,
     /// Committed use discount.
     pub commitment: Commitment,
+    /// The lines to price and what they assume.
+    pub pipeline: PipelineOptions,
+    /// Billed bytes per BigQuery row when known; None estimates them from `table`.
+    pub row_bytes: Option<f64>,
+    /// The table's columns; None is seed 001's table (an integer and a string).
+    pub table: Option<Vec<Column>>,
+}
+
+impl Request {
+    /// A request for the whole pipeline with the default assumptions.
+    pub fn new(
+        throughput_bytes_s: f64,
+        message_bytes: f64,
+        mode: Mode,
+        machine_type: &str,
+        commitment: Commitment,
+    ) -> Request {
+        Request {
+            throughput_bytes_s,
+            message_bytes,
+            mode,
+            machine_type: machine_type.into(),
+            commitment,
+            pipeline: PipelineOptions::default(),
+            row_bytes: None,
+            table: None,
+        }
+    }
 }
 
 /// One line of the bill.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostItem {
+    /// The part of the pipeline it belongs to.
+    pub line: Line,
     /// What is billed.
     pub item: String,
-    /// How much of it.
+    /// How much of it (for storage, month 1's average).
     pub quantity: f64,
     /// In what unit.
     pub unit: String,
-    /// Price per unit-hour.
+    /// List price per unit (per unit-hour for Dataflow's resources, per GiB ingested,
+    /// per GiB-month stored).
     pub unit_price: f64,
-    /// Dollars per hour.
+    /// Effective dollars per hour in month 1 (free tiers taken off).
     pub per_hour: f64,
-    /// Dollars per month.
+    /// Dollars in month 1.
     pub per_month: f64,
+    /// Dollars in month 12.
+    pub per_month_12: f64,
+    /// Dollars a month the free tier takes off, in month 1.
+    #[serde(default)]
+    pub free_per_month: f64,
 }
 
 /// The result.
@@ -42,7 +88,13 @@ pub struct Estimate {
     pub request: Request,
     /// Throughput in MiB/s.
     pub throughput_mib_s: f64,
-    /// Throughput ÷ the baseline's throughput.
+    /// Messages per second.
+    pub messages_per_s: f64,
+    /// The CPU model's two terms.
+    pub cpu: CpuTerms,
+    /// vCPUs kept busy.
+    pub vcpus_busy: f64,
+    /// Throughput ÷ the baseline's throughput (informational).
     pub scaling_factor: f64,
     /// Workers needed, unrounded.
     pub workers_exact: f64,
@@ -58,13 +110,21 @@ pub struct Estimate {
     pub secu_per_hour: f64,
     /// The baseline's mean CPU (the utilization the estimate assumes).
     pub mean_cpu: f64,
+    /// Billed bytes per BigQuery row.
+    pub row_bytes: f64,
+    /// Whether `row_bytes` was given or estimated, and from what.
+    pub row_bytes_basis: String,
     /// The bill, item by item.
     pub items: Vec<CostItem>,
-    /// Dollars per hour.
+    /// The bill per line, month 1 and month 12, and which line dominates.
+    pub totals: Totals,
+    /// Effective dollars per hour in month 1, every priced line.
     pub per_hour: f64,
-    /// Dollars per month.
+    /// Dollars in month 1.
     pub per_month: f64,
-    /// Where the baseline and prices come from, and caveats.
+    /// Dollars in month 12.
+    pub per_month_12: f64,
+    /// Where the baseline and prices come from, and the assumptions lines are built on.
     pub notes: Vec<String>,
 }
 
@@ -74,6 +134,9 @@ pub enum EstimateError {
     /// Throughput not above zero.
     #[error("invalid throughput {0}: expected a rate above 0")]
     Throughput(f64),
+    /// Message size not above zero.
+    #[error("invalid message size {0}: expected a size above 0 bytes")]
+    MessageSize(f64),
     /// A machine type not in the pricing file.
     #[error("unknown machine type {given:?}: expected one of {known}")]
     MachineType {
@@ -82,21 +145,54 @@ pub enum EstimateError {
         /// The choices.
         known: String,
     },
+    /// Row bytes or a table that cannot be sized.
+    #[error("{0}")]
+    Row(String),
+    /// Retention or another pipeline option out of range.
+    #[error("{0}")]
+    Pipeline(String),
     /// The baseline has no figures for the mode.
     #[error(transparent)]
     Baseline(#[from] BaselineError),
 }
 
-/// Estimate workers, SECU and cost for `req` from `baseline` and `pricing`.
+fn check(req: &Request) -> Result<(), EstimateError> {
+    if !(req.throughput_bytes_s > 0.0 && req.throughput_bytes_s.is_finite()) {
+        return Err(EstimateError::Throughput(req.throughput_bytes_s));
+    }
+    if !(req.message_bytes > 0.0 && req.message_bytes.is_finite()) {
+        return Err(EstimateError::MessageSize(req.message_bytes));
+    }
+    if req.row_bytes.is_some_and(|b| !(b > 0.0 && b.is_finite())) {
+        return Err(EstimateError::Row(format!(
+            "invalid row bytes {:?}: expected a size above 0",
+            req.row_bytes.unwrap()
+        )));
+    }
+    req.pipeline.check().map_err(EstimateError::Pipeline)
+}
+
+/// Billed bytes per row and how they were found.
+fn row_bytes(req: &Request) -> Result<(f64, String), EstimateError> {
+    if let Some(b) = req.row_bytes {
+        return Ok((b, format!("{b:.0} B per row, given")));
+    }
+    let (cols, what) = match &req.table {
+        Some(c) => (c.clone(), "the table schema"),
+        None => (rowsize::seed_table(), "seed 001's table (an INT64 and a STRING)"),
+    };
+    let b = rowsize::estimate_row_bytes(&cols, req.message_bytes).map_err(|e| EstimateError::Row(e.to_string()))?;
+    Ok((b, format!("{b:.0} B per row, estimated from {what} and {:.0} B JSON messages", req.message_bytes)))
+}
+
+/// Estimate workers, SECU and the whole pipeline's cost for `req` from `baseline` and `pricing`.
 pub fn estimate(
     req: &Request,
     baseline_name: &str,
     baseline: &BaselineFile,
     pricing: &Pricing,
 ) -> Result<Estimate, EstimateError> {
-    if !(req.throughput_bytes_s > 0.0 && req.throughput_bytes_s.is_finite()) {
-        return Err(EstimateError::Throughput(req.throughput_bytes_s));
-    }
+    check(req)?;
     let machine = pricing.machine_types.get(&req.machine_type).ok_or_else(|| EstimateError::MachineType {
         given: req.machine_type.clone(),
         known: pricing.machine_types.keys().cloned().collect::<Vec<_>>().join(", "),
@@ -110,52 +206,26 @@ pub fn estimate(
         .or(baseline.vcpus_per_worker)
         .unwrap_or(machine.vcpus);
     let b = baseline.for_mode(baseline_name, req.mode)?;
-    let mib_s = req.throughput_bytes_s / MIB;
-    let factor = mib_s / b.throughput_mib_s;
-    // Throughput per vCPU is assumed to carry over between machine types.
-    let workers_exact = b.workers * factor * base_vcpus / machine.vcpus;
+    let cpu = b.cpu_terms(base_vcpus);
+    let msgs = req.throughput_bytes_s / req.message_bytes;
+    let vcpus_busy = msgs * cpu.vcpu_s(req.message_bytes);
+    let workers_exact = vcpus_busy / (machine.vcpus * b.mean_cpu.max(1e-9));
     let workers = (workers_exact - 1e-9).ceil().max(1.0) as u32;
     let w = workers as f64;
+    let factor = req.throughput_bytes_s / (b.input_mib_s() * MIB);
     let secu = b.secu_per_hour * factor;
-    let (items, per_hour) = bill(w, machine, secu, req.commitment, pricing);
-    let months = pricing.hours_per_month;
-    let mut notes = vec![
-        format!(
-            "baseline: {} ({}), {} on {}, {:.0} MiB/s with {} workers at {:.0}% CPU",
-            baseline.source,
-            baseline.date,
-            req.mode.as_str(),
-            baseline.machine_type,
-            b.throughput_mib_s,
-            b.workers,
-            b.mean_cpu * 100.0
-        ),
-        format!("prices: {} {} ({})", pricing.region, pricing.source, pricing.date),
-    ];
-    if req.machine_type != baseline.machine_type {
-        notes.push(format!(
-            "{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over",
-            req.machine_type, machine.vcpus, base_vcpus, baseline.machine_type
-        ));
-    }
-    if workers_exact < 1.0 {
-        notes.push(format!(
-            "a small job: it needs {:.2} of a worker but at least 1 is billed, so fixed costs dominate ({:.0}% of the worker's cost is headroom)",
-            workers_exact,
-            (1.0 - workers_exact) * 100.0
-        ));
-    } else if (w - workers_exact) / w > 0.2 {
-        notes.push(format!(
-            "rounding {workers_exact:.2} workers up to {workers} adds {:.0}% to the worker cost",
-            (w - workers_exact) / workers_exact * 100.0
-        ));
-    }
-    if req.commitment != Commitment::None {
-        notes.push("the commitment discount covers worker vCPU, memory and SECU, not persistent disk".into());
-    }
+    let (row, basis) = row_bytes(req)?;
+    let mut items =
+        if req.pipeline.has(Line::Dataflow) { bill(w, machine, secu, req.commitment, pricing).0 } else { vec![] };
+    items.extend(pipeline::items(msgs, row, req.throughput_bytes_s, &req.pipeline, pricing));
+    let totals = pipeline::totals(&items);
+    let notes = notes(req, baseline, b, base_vcpus, machine.vcpus, workers_exact, &cpu, &basis, pricing);
     Ok(Estimate {
         request: req.clone(),
-        throughput_mib_s: mib_s,
+        throughput_mib_s: req.throughput_bytes_s / MIB,
+        messages_per_s: msgs,
+        cpu,
+        vcpus_busy,
         scaling_factor: factor,
         workers_exact,
         workers,
@@ -164,16 +234,122 @@ pub fn estimate(
         disk_gb: w * pricing.default_disk_gb,
         secu_per_hour: secu,
         mean_cpu: b.mean_cpu,
+        row_bytes: row,
+        row_bytes_basis: basis,
+        per_hour: totals.per_hour,
+        per_month: totals.month_1,
+        per_month_12: totals.month_12,
         items,
-        per_hour,
-        per_month: per_hour * months,
+        totals,
         notes,
     })
 }
 
-/// The hourly bill of `workers` workers of `machine` and `secu_per_hour` Streaming Engine
-/// compute units: one [`CostItem`] per billed resource, and the total per hour. Workers may
-/// be fractional (a time-averaged pool, as the simulator reports).
+#[allow(clippy::too_many_arguments)]
+fn notes(
+    req: &Request,
+    file: &BaselineFile,
+    b: &crate::baseline::Baseline,
+    base_vcpus: f64,
+    vcpus: f64,
+    workers_exact: f64,
+    cpu: &CpuTerms,
+    row_basis: &str,
+    pricing: &Pricing,
+) -> Vec<String> {
+    let mut notes = vec![
+        format!(
+            "baseline: {} ({}), {} on {}, {:.1} MiB/s with {} workers at {:.0}% CPU",
+            file.source,
+            file.date,
+            req.mode.as_str(),
+            file.machine_type,
+            b.input_mib_s(),
+            b.workers,
+            b.mean_cpu * 100.0
+        ),
+        format!(
+            "CPU: {:.2} vCPU-µs per message + {:.3} vCPU-ns per byte ({})",
+            cpu.vcpu_us_per_message,
+            cpu.vcpu_ns_per_byte,
+            if b.vcpu_us_per_message.is_some() {
+                "the baseline's two terms"
+            } else {
+                "the baseline's CPU, all per byte"
+            }
+        ),
+        format!("prices: {} {} ({})", pricing.region, pricing.source, pricing.date),
+    ];
+    if req.machine_type != file.machine_type {
+        notes.push(format!(
+            "{} has {} vCPUs against the baseline's {} on {}: assumes throughput per vCPU carries over",
+            req.machine_type, vcpus, base_vcpus, file.machine_type
+        ));
+    }
+    let w = (workers_exact - 1e-9).ceil().max(1.0);
+    if workers_exact < 1.0 {
+        notes.push(format!(
+            "a small job: it needs {:.2} of a worker but at least 1 is billed, so fixed costs dominate ({:.0}% of the worker's cost is headroom)",
+            workers_exact,
+            (1.0 - workers_exact) * 100.0
+        ));
+    } else if (w - workers_exact) / w > 0.2 {
+        notes.push(format!(
+            "rounding {workers_exact:.2} workers up to {w} adds {:.0}% to the worker cost",
+            (w - workers_exact) / workers_exact * 100.0
+        ));
+    }
+    if req.commitment != Commitment::None {
+        notes.push("the commitment discount covers worker vCPU, memory and SECU, not persistent disk".into());
+    }
+    notes.extend(pipeline_notes(req, row_basis, pricing));
+    notes
+}
+
+fn pipeline_notes(req: &Request, row_basis: &str, pricing: &Pricing) -> Vec<String> {
+    let p = &req.pipeline;
+    let mut notes = Vec::new();
+    if p.has(Line::BigqueryIngestion) || p.has(Line::BigqueryStorage) {
+        notes.push(format!("BigQuery bytes: {row_basis} (BigQuery's data size calculation)"));
+        notes.push(format!(
+            "BigQuery prices: {} ({}); at-least-once and exactly-once are priced alike",
+            pricing.bigquery.source, pricing.bigquery.date
+        ));
+    }
+    if p.has(Line::BigqueryIngestion) {
+        notes.push(format!(
+            "ingestion: the first {:.0} GiB a month per billing account are free; assumes no other Storage Write use on the account",
+            pricing.bigquery.storage_write_free_gib_month
+        ));
+    }
+    if p.has(Line::BigqueryStorage) {
+        notes.push(format!(
+            "storage: assumes a {} table {}; month 12 shown beside month 1",
+            match p.partitioning {
+                pipeline::Partitioning::Day => "day-partitioned (each partition long-term after 90 days unmodified)",
+                pipeline::Partitioning::None => "unpartitioned (appends keep it all active)",
+            },
+            match p.bq_retention_days {
+                Some(d) => format!("with a {d:.0}-day expiration"),
+                None => "kept forever".into(),
+            }
+        ));
+    }
+    match (p.lines.contains(&Line::Kafka), p.kafka) {
+        (true, pipeline::KafkaChoice::Managed) => notes.push(format!(
+            "Kafka: Managed Service for Apache Kafka sized by Google's guide, {:.0} h retention; inter-zone networking not priced ({}, {})",
+            p.kafka_retention_hours, pricing.managed_kafka.source, pricing.managed_kafka.date
+        )),
+        (true, pipeline::KafkaChoice::Own) => notes.push("Kafka: your own cluster, not priced (--kafka managed prices Google's)".into()),
+        (false, _) => {}
+    }
+    notes.push("not priced: network egress, BigQuery queries, Cloud Monitoring and logging".into());
+    notes
+}
+
+/// Dataflow's hourly bill of `workers` workers of `machine` and `secu_per_hour` Streaming
+/// Engine compute units: one [`CostItem`] per billed resource, and the total per hour.
+/// Workers may be fractional (a time-averaged pool, as the simulator reports).
 pub fn bill(
     workers: f64,
     machine: &crate::pricing::MachineType,
@@ -185,7 +361,17 @@ pub fn bill(
     let months = pricing.hours_per_month;
     let item = |item: &str, quantity: f64, unit: &str, unit_price: f64| {
         let per_hour = quantity * unit_price;
-        CostItem { item: item.into(), quantity, unit: unit.into(), unit_price, per_hour, per_month: per_hour * months }
+        CostItem {
+            line: Line::Dataflow,
+            item: item.into(),
+            quantity,
+            unit: unit.into(),
+            unit_price,
+            per_hour,
+            per_month: per_hour * months,
+            per_month_12: per_hour * months,
+            free_per_month: 0.0,
+        }
     };
     let items = vec![
         item("worker vCPU", workers * machine.vcpus, "vCPU", p.vcpu_hour),
@@ -202,51 +388,103 @@ mod tests {
     use super::*;
     use crate::baseline::google_kafka_to_bq;
 
-    fn est(mib_s: f64, mode: Mode, machine: &str, c: Commitment) -> Estimate {
-        let req = Request { throughput_bytes_s: mib_s * MIB, mode, machine_type: machine.into(), commitment: c };
-        estimate(&req, "google", &google_kafka_to_bq(), &Pricing::us_central1()).unwrap()
+    const MB: f64 = 1e6;
+
+    fn req(bytes_s: f64, mode: Mode, machine: &str, c: Commitment) -> Request {
+        Request::new(bytes_s, 1000.0, mode, machine, c)
+    }
+
+    fn est_req(r: &Request) -> Estimate {
+        estimate(r, "google", &google_kafka_to_bq(), &Pricing::us_central1()).unwrap()
+    }
+
+    fn est(bytes_s: f64, mode: Mode, machine: &str, c: Commitment) -> Estimate {
+        est_req(&req(bytes_s, mode, machine, c))
     }
 
     fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
+        (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    fn dataflow(e: &Estimate) -> f64 {
+        e.items.iter().filter(|i| i.line == Line::Dataflow).map(|i| i.per_hour).sum()
     }
 
     #[test]
-    fn the_published_sizing_rule_reproduces() {
-        // 100 MiB/s exactly-once: 63 x 0.1 = 6.3 workers and 58 x 0.1 = 5.8 SECU/h.
-        let e = est(100.0, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
-        assert!(close(e.scaling_factor, 0.1));
-        assert!(close(e.workers_exact, 6.3));
-        assert_eq!(e.workers, 7);
-        assert!(close(e.secu_per_hour, 5.8));
-    }
-
-    #[test]
-    fn the_worked_dollar_example_reproduces() {
-        // 63 workers + 58 SECU: $8.69 vCPU + $1.79 memory + $0.10 PD + $5.16 SECU = $15.75/h.
-        let e = est(1000.0, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
-        assert_eq!(e.workers, 63);
-        let cents: Vec<f64> = e.items.iter().map(|i| (i.per_hour * 100.0).round() / 100.0).collect();
+    fn the_published_measurement_is_reproduced_at_its_own_input() {
+        // 1,000,000 msg/s of 1,000 B: 63 workers and 58 SECU/h exactly-once.
+        let e = est(1000.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert!(close(e.messages_per_s, 1e6) && close(e.workers_exact, 63.0), "{}", e.workers_exact);
+        assert!(close(e.secu_per_hour, 58.0));
+        // $8.69 vCPU + $1.79 memory + $0.10 PD + $5.16 SECU = $15.75/h of Dataflow.
+        let cents: Vec<f64> = e.items[..4].iter().map(|i| (i.per_hour * 100.0).round() / 100.0).collect();
         assert_eq!(cents, vec![8.69, 1.79, 0.10, 5.16]);
-        assert_eq!((e.per_hour * 100.0).round() / 100.0, 15.75);
-        assert!(close(e.per_month, e.per_hour * 730.0));
-        // At-least-once: 53 workers, 0 SECU: $8.91/h.
-        let a = est(1000.0, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
-        assert_eq!((a.workers, (a.per_hour * 100.0).round() / 100.0), (53, 8.91));
-        assert_eq!(a.secu_per_hour, 0.0);
+        assert_eq!((dataflow(&e) * 100.0).round() / 100.0, 15.75);
+        let a = est(1000.0 * MB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        assert_eq!((a.workers, (dataflow(&a) * 100.0).round() / 100.0), (53, 8.91));
+        // Google's worked example: a tenth of the input, 6.3 workers.
+        let tenth = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert!(close(tenth.workers_exact, 6.3) && tenth.workers == 7);
+    }
+
+    #[test]
+    fn small_messages_pay_the_per_message_term() {
+        let big = est(100.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        let r =
+            Request { message_bytes: 100.0, ..req(100.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None) };
+        let small = est_req(&r);
+        assert!(close(small.messages_per_s, 10.0 * big.messages_per_s));
+        // Per byte alone would give the same vCPUs; the per-message term makes 100 B
+        // messages cost (43.84 + 3.57) / (43.84 + 35.66) * 10 = 6.0x the CPU.
+        let ratio = small.vcpus_busy / big.vcpus_busy;
+        assert!((ratio - 10.0 * (43.844 + 3.5656) / (43.844 + 35.656)).abs() < 1e-3, "{ratio}");
+        // The held-out small-message run: 130 B at-least-once, 20.6k rows/s per busy vCPU.
+        let r = Request {
+            message_bytes: 130.0,
+            ..req(130.0 * 401_000.0, Mode::AtLeastOnce, "n2-standard-4", Commitment::None)
+        };
+        let busy = est_req(&r).vcpus_busy;
+        assert!((busy - 24.0 * 0.81).abs() < 1e-3, "calibrated to it: {busy}");
+    }
+
+    #[test]
+    fn the_whole_pipeline_is_billed_and_bigquery_dominates_at_1_gib_s() {
+        let e = est(1024.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        let ing = e.items.iter().find(|i| i.line == Line::BigqueryIngestion).unwrap();
+        // 3,600 GiB/h of messages, 972/1000 of it as billed row bytes.
+        assert!(close(ing.quantity, 3600.0 * e.row_bytes / 1000.0), "{}", ing.quantity);
+        assert!((e.row_bytes - 971.0).abs() < 1.0 && e.row_bytes_basis.contains("estimated"));
+        assert!(ing.quantity * ing.unit_price > 85.0 && ing.per_hour > 85.0);
+        assert_eq!(e.totals.dominant, Line::BigqueryIngestion);
+        assert!(close(e.per_hour, e.items.iter().map(|i| i.per_hour).sum()));
+        assert!(e.per_hour > dataflow(&e) * 5.0, "{} vs {}", e.per_hour, dataflow(&e));
+        assert!(e.per_month_12 > e.per_month, "storage grows");
+        // Both modes ingest at the same price.
+        let x = est(1024.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        let ing_x = x.items.iter().find(|i| i.line == Line::BigqueryIngestion).unwrap();
+        assert!(close(ing_x.per_month, ing.per_month));
+        // Only Dataflow, when asked.
+        let mut r = req(1024.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        r.pipeline.lines = vec![Line::Dataflow];
+        assert!(close(est_req(&r).per_hour, dataflow(&e)));
+        // Given row bytes replace the estimate.
+        let r = Request { row_bytes: Some(500.0), ..req(MB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None) };
+        let g = est_req(&r);
+        assert_eq!(g.row_bytes, 500.0);
+        assert!(g.row_bytes_basis.contains("given"));
     }
 
     #[test]
     fn machine_types_commitments_and_small_jobs() {
-        let big = est(100.0, Mode::ExactlyOnce, "e2-standard-4", Commitment::None);
+        let big = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-4", Commitment::None);
         assert!(close(big.workers_exact, 3.15));
         assert_eq!(big.workers, 4);
         assert!(big.notes.iter().any(|n| n.contains("per vCPU carries over")));
-        let on_demand = est(100.0, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
-        let three = est(100.0, Mode::ExactlyOnce, "e2-standard-2", Commitment::ThreeYears);
+        let on_demand = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        let three = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::ThreeYears);
         assert!(close(three.items[0].per_hour, on_demand.items[0].per_hour * 0.0414 / 0.069));
         assert!(close(three.items[2].per_hour, on_demand.items[2].per_hour), "disk is not discounted");
-        let tiny = est(1.0, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        let tiny = est(MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
         assert_eq!(tiny.workers, 1);
         assert!(tiny.notes.iter().any(|n| n.contains("fixed costs dominate")), "{:?}", tiny.notes);
     }
@@ -254,13 +492,16 @@ mod tests {
     #[test]
     fn bad_inputs_are_named() {
         let p = Pricing::us_central1();
-        let req = Request {
-            throughput_bytes_s: 0.0,
-            mode: Mode::ExactlyOnce,
-            machine_type: "e2-standard-2".into(),
-            commitment: Commitment::None,
-        };
+        let req = Request::new(0.0, 1000.0, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
         assert!(estimate(&req, "g", &google_kafka_to_bq(), &p).unwrap_err().to_string().contains("above 0"));
+        let neg = Request { throughput_bytes_s: 1.0, message_bytes: -5.0, ..req.clone() };
+        assert!(estimate(&neg, "g", &google_kafka_to_bq(), &p)
+            .unwrap_err()
+            .to_string()
+            .contains("invalid message size -5"));
+        let mut ret = Request { throughput_bytes_s: 1.0, ..req.clone() };
+        ret.pipeline.bq_retention_days = Some(-3.0);
+        assert!(estimate(&ret, "g", &google_kafka_to_bq(), &p).unwrap_err().to_string().contains("retention -3"));
         let req = Request { throughput_bytes_s: 1.0, machine_type: "m9-huge".into(), ..req };
         let e = estimate(&req, "g", &google_kafka_to_bq(), &p).unwrap_err().to_string();
         assert!(e.contains("unknown machine type \"m9-huge\"") && e.contains("e2-standard-2"), "{e}");

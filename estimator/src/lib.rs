@@ -1,6 +1,6 @@
-//! Workers, Streaming Engine compute units and dollars, extrapolated linearly from
-//! benchmark baselines (Google's published sizing rule: scale the baseline's workers
-//! and SECU by the ratio of throughputs).
+//! The whole pipeline's bill: Dataflow workers and Streaming Engine compute units from
+//! benchmark baselines with a two-part CPU model (vCPU time per message plus per byte),
+//! and BigQuery's ingestion and storage and Managed Kafka from their price lists.
 //!
 //! A pure library: baselines, prices and a request in, an itemised estimate out. No
 //! clocks, sockets or files; the data files ship inside (`data/`), and callers may
@@ -11,7 +11,9 @@
 //!   `1KiB`, `90s`).
 //! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
-//! - [`estimate`](mod@estimate): the extrapolation and the bill.
+//! - [`estimate`](mod@estimate): workers from the CPU model, and the bill.
+//! - [`rowsize`]: the bytes BigQuery bills per row (its data size calculation).
+//! - [`pipeline`]: the bill's other lines: BigQuery ingestion and storage, Managed Kafka.
 //! - [`files`]: windowed file output (kafka-to-gcs): the publish time of a window.
 //! - [`state`]: window state and checkpoints (kafka-to-gcs): state size, memory, and
 //!   each checkpoint's bytes and duration per backend and kind.
@@ -22,12 +24,17 @@ pub mod baseline;
 pub mod boundary;
 pub mod estimate;
 pub mod files;
+pub mod pipeline;
 pub mod pricing;
+pub mod rowsize;
 pub mod state;
 pub mod units;
 
-pub use baseline::{google_kafka_to_bq, Baseline, BaselineError, BaselineFile, Mode, GOOGLE_KAFKA_TO_BQ_NAME};
+pub use baseline::{
+    google_kafka_to_bq, Baseline, BaselineError, BaselineFile, CpuTerms, Mode, GOOGLE_KAFKA_TO_BQ_NAME,
+};
 pub use boundary::{search, Boundary, SearchError, SearchSpace, Trial};
 pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request};
+pub use pipeline::{KafkaChoice, Line, Partitioning, PipelineOptions, Totals};
 pub use pricing::{Commitment, MachineType, Pricing};
 pub use units::{parse_duration, parse_duration_or_zero, parse_size, Rate, UnitError};

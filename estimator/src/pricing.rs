@@ -1,4 +1,5 @@
-//! Dataflow prices and machine types, from a data file with its source and date.
+//! Prices and machine types, from a data file with its source and date: Dataflow's
+//! workers and Streaming Engine, BigQuery's ingestion and storage, and Managed Kafka.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,6 +70,58 @@ impl Commitment {
     }
 }
 
+/// BigQuery's prices: Storage Write API ingestion and logical storage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BigQueryPrices {
+    /// Where the prices come from.
+    pub source: String,
+    /// As of.
+    pub date: String,
+    /// Storage Write API, per GiB ingested.
+    pub storage_write_gib: f64,
+    /// Storage Write API GiB free per month, per billing account.
+    pub storage_write_free_gib_month: f64,
+    /// Active logical storage, per GiB-month.
+    pub active_storage_gib_month: f64,
+    /// Long-term logical storage (unmodified for `long_term_after_days`), per GiB-month.
+    pub long_term_storage_gib_month: f64,
+    /// Storage GiB free per month.
+    pub storage_free_gib_month: f64,
+    /// Days a table or partition stays unmodified before it is billed as long-term.
+    pub long_term_after_days: f64,
+}
+
+/// Google Cloud Managed Service for Apache Kafka: prices and its sizing guide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManagedKafkaPrices {
+    /// Where the prices come from.
+    pub source: String,
+    /// As of.
+    pub date: String,
+    /// Per Data Compute Unit hour.
+    pub dcu_hour: f64,
+    /// DCUs per vCPU.
+    pub dcu_per_vcpu: f64,
+    /// DCUs per GiB of RAM.
+    pub dcu_per_gib_ram: f64,
+    /// RAM per vCPU, GiB (the guide's clusters).
+    pub ram_gib_per_vcpu: f64,
+    /// Local (broker) storage provisioned per vCPU, GiB.
+    pub local_storage_gib_per_vcpu: f64,
+    /// Local storage, per GiB-month.
+    pub local_storage_gib_month: f64,
+    /// Persistent storage of one replica of what topics retain, per GiB-month.
+    pub persistent_storage_gib_month: f64,
+    /// Publish traffic one vCPU handles, MiB/s.
+    pub publish_mib_s_per_vcpu: f64,
+    /// Consume traffic one vCPU handles, MiB/s.
+    pub consume_mib_s_per_vcpu: f64,
+    /// The vCPU utilization the guide sizes at.
+    pub target_utilization: f64,
+    /// The smallest cluster, vCPUs.
+    pub min_vcpus: f64,
+}
+
 /// A pricing file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pricing {
@@ -90,7 +143,14 @@ pub struct Pricing {
     pub machine_types: BTreeMap<String, MachineType>,
     /// Boot disk per worker, GB.
     pub default_disk_gb: f64,
+    /// BigQuery's prices.
+    pub bigquery: BigQueryPrices,
+    /// Managed Kafka's prices.
+    pub managed_kafka: ManagedKafkaPrices,
 }
+
+/// The regions whose prices ship.
+pub const REGIONS: &[&str] = &["us-central1"];
 
 impl Pricing {
     /// The shipped us-central1 prices (parsed once).
@@ -101,6 +161,14 @@ impl Pricing {
                 .expect("the shipped pricing file is valid")
         })
         .clone()
+    }
+
+    /// The shipped prices of `region`, or an error naming the regions that ship.
+    pub fn for_region(region: &str) -> Result<Pricing, String> {
+        match region {
+            "us-central1" => Ok(Pricing::us_central1()),
+            other => Err(format!("unknown region {other:?}: expected one of {}", REGIONS.join(", "))),
+        }
     }
 
     /// Streaming prices under a commitment.

@@ -90,7 +90,7 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
-/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+/// Parse `500ms`, `5s`, `2m`, `1h`, `7d` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
@@ -101,12 +101,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         (n, 60.0)
     } else if let Some(n) = s.strip_suffix('h') {
         (n, 3600.0)
+    } else if let Some(n) = s.strip_suffix('d') {
+        (n, 86400.0)
     } else {
         (s, 1.0)
     };
     match num.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v * mult)),
-        _ => Err(format!("invalid duration {s:?}: expected a positive number with ms, s, m or h (e.g. 5s)")),
+        _ => Err(format!("invalid duration {s:?}: expected a positive number with ms, s, m, h or d (e.g. 5s)")),
     }
 }
 
