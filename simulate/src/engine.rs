@@ -206,13 +206,9 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         .get(&cfg.machine_type)
         .copied()
         .unwrap_or(flexrun_estimator::MachineType { vcpus, memory_gb: 4.0 * vcpus });
-    let (items, per_hour) = flexrun_estimator::bill(
-        billed_mean,
-        &machine,
-        secu,
-        flexrun_estimator::Commitment::None,
-        &flexrun_estimator::Pricing::us_central1(),
-    );
+    let records_s = post.totals.processed / (steps_post * STEP_S);
+    let items = bill(cfg, billed_mean, &machine, secu, records_s, mean_bytes);
+    let per_hour = items.iter().map(|i| i.per_hour).sum();
     let [p50, p95, p99] = percentiles(&latency.stage_ms);
     let [e50, e95, e99] = percentiles(&latency.end_to_end_ms);
     let growth_mib_s =
@@ -240,7 +236,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
     report.summary = SimSummary {
         input_mib_s,
         throughput_mib_s: processed_mib_s,
-        throughput_records_per_s: post.totals.processed / (steps_post * STEP_S),
+        throughput_records_per_s: records_s,
         throughput_per_worker_mb_s: if workers_mean > 0.0 { processed_mib_s * MIB / 1e6 / workers_mean } else { 0.0 },
         mean_cpu: post.totals.cpu(),
         workers_mean,
@@ -251,6 +247,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         secu_per_hour: secu,
         latency_ms: [p50, p95, p99],
         end_to_end_ms: [e50, e95, e99],
+        cost_totals: flexrun_estimator::pipeline::totals(&items),
         cost_items: items,
         cost_per_hour: per_hour,
         backlog_final_mib: backlog.iter().sum::<f64>() * mean_bytes / MIB,
@@ -509,6 +506,31 @@ impl PostWarmUp {
         self.last_backlog = f.backlog;
         self.peak_backlog = self.peak_backlog.max(f.backlog);
     }
+}
+
+/// The whole pipeline's bill at the simulated rates: Dataflow for the time-averaged
+/// billed pool, and the lines `cfg.pipeline` asks for at `records_s` of `mean_bytes`.
+fn bill(
+    cfg: &SimConfig,
+    workers: f64,
+    machine: &flexrun_estimator::MachineType,
+    secu: f64,
+    records_s: f64,
+    mean_bytes: f64,
+) -> Vec<flexrun_estimator::CostItem> {
+    use flexrun_estimator::{pipeline, rowsize, Commitment, Line, Pricing};
+    let pricing = Pricing::us_central1();
+    let mut items = if cfg.pipeline.has(Line::Dataflow) {
+        flexrun_estimator::bill(workers, machine, secu, Commitment::None, &pricing).0
+    } else {
+        Vec::new()
+    };
+    let row = cfg
+        .row_bytes
+        .or_else(|| rowsize::estimate_row_bytes(&rowsize::seed_table(), mean_bytes).ok())
+        .unwrap_or(mean_bytes);
+    items.extend(pipeline::items(records_s, row, records_s * mean_bytes, &cfg.pipeline, &pricing));
+    items
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 //!
 //! # What comes from where
 //! From Google's publication (seed 001, `estimator/data/google-kafka-to-bq-e2-standard-2.yaml`):
-//! - **the per-worker capacity**: published throughput ÷ (workers × mean CPU), i.e. what one
-//!   e2-standard-2 worker carries at 100% CPU (22.1 MiB/s exactly-once, 24.6 MiB/s
-//!   at-least-once, with the input taken as 1,000,000 msg/s × 1 KiB = 976.6 MiB/s, the
-//!   baseline's `input_mib_s`). This is the only calibration input for workers and CPU; the worker
-//!   count and CPU the simulation reports come out of the autoscaler's decisions. A
-//!   locally measured baseline (`flexrun calibrate`) or `--vcpu-capacity` replaces it.
+//! - **the CPU a message costs**: the baseline's two terms, vCPU-µs per message plus
+//!   vCPU-ns per byte ([`flexrun_estimator::CpuTerms`]), calibrated to seed 001
+//!   (1,000,000 msg/s of 1,000 B on 63 or 53 workers) and to a published 130 B run. This
+//!   is the only calibration input for workers and CPU; the worker count and CPU the
+//!   simulation reports come out of the autoscaler's decisions. A locally measured
+//!   baseline (`flexrun calibrate`) or `--vcpu-capacity` replaces it.
 //! - **SECU per MiB/s** (58 SECU/h at 976.6 MiB/s exactly-once, 0 at-least-once), scaled
 //!   linearly with the simulated throughput, as Google's sizing rule does.
 //! - the template's settings: `numStorageWriteApiStreams` (400 in the benchmark, from
@@ -64,17 +64,11 @@ pub struct CpuCost {
 }
 
 impl CpuCost {
-    /// From a baseline measured on machines with `vcpus` vCPUs per worker: the capacity
-    /// per vCPU is the worker's ÷ vCPUs. A baseline with a per-message cost (as
-    /// `flexrun calibrate` measures) splits the cost; otherwise it is all per byte.
+    /// From a baseline measured on machines with `vcpus` vCPUs per worker: its two terms
+    /// ([`Baseline::cpu_terms`], the estimator's one CPU model).
     pub fn from_baseline(b: &Baseline, vcpus: f64) -> CpuCost {
-        let per_vcpu_bytes_s = b.worker_capacity_bytes_s() / vcpus;
-        match b.vcpu_us_per_message {
-            Some(us) => {
-                CpuCost { vcpu_s_per_byte: b.vcpu_ns_per_byte.unwrap_or(0.0) * 1e-9, vcpu_s_per_message: us * 1e-6 }
-            }
-            None => CpuCost { vcpu_s_per_byte: 1.0 / per_vcpu_bytes_s, vcpu_s_per_message: 0.0 },
-        }
+        let t = b.cpu_terms(vcpus);
+        CpuCost { vcpu_s_per_byte: t.vcpu_ns_per_byte * 1e-9, vcpu_s_per_message: t.vcpu_us_per_message * 1e-6 }
     }
 
     /// A fixed capacity per vCPU in bytes per second.
@@ -127,6 +121,12 @@ pub struct SimConfig {
     /// Windowed file output (kafka-to-gcs): at each window's end every worker stops
     /// reading while it publishes its share of the window's files.
     pub file_commit: Option<FileCommit>,
+    /// The bill's other lines (BigQuery ingestion and storage, Managed Kafka), priced at
+    /// the simulated throughput.
+    pub pipeline: flexrun_estimator::PipelineOptions,
+    /// Billed bytes per BigQuery row; None estimates them from seed 001's table and the
+    /// mean message size.
+    pub row_bytes: Option<f64>,
 }
 
 /// kafka-to-gcs's window commit, as the simulation models it.
@@ -168,6 +168,8 @@ impl SimConfig {
             series_interval_s: DEFAULT_SERIES_INTERVAL_S,
             record_snapshots: false,
             file_commit: None,
+            pipeline: flexrun_estimator::PipelineOptions::default(),
+            row_bytes: None,
         }
     }
 

@@ -87,10 +87,13 @@ pub struct SimSummary {
     pub latency_ms: [f64; 3],
     /// Latency including the wait in Kafka, P50/P95/P99 ms.
     pub end_to_end_ms: [f64; 3],
-    /// The bill (from the estimator's prices) for the mean billed pool.
+    /// The whole pipeline's bill (the estimator's prices): Dataflow for the mean billed
+    /// pool, BigQuery and Kafka for the simulated throughput.
     pub cost_items: Vec<CostItem>,
-    /// Dollars per hour.
+    /// Effective dollars per hour in month 1, every line.
     pub cost_per_hour: f64,
+    /// The bill per line, month 1 and month 12.
+    pub cost_totals: flexrun_estimator::Totals,
     /// Backlog left at the end, MiB.
     pub backlog_final_mib: f64,
     /// The largest backlog after warm-up, MiB.
