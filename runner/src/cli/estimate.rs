@@ -1,4 +1,5 @@
-//! `flexrun estimate`: workers, Streaming Engine compute units and cost for a
+//! `flexrun estimate`: workers, Streaming Engine compute units and the whole pipeline's
+//! bill (Dataflow, BigQuery ingestion and storage, optionally Managed Kafka) for a
 //! throughput, from a baseline.
 
 use super::flags::Format;
@@ -13,8 +14,9 @@ pub struct EstimateArgs {
     /// Input throughput: 100MiB/s, 1GB/s, 5000msg/s (with --message-size), ...
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| flexrun_estimator::Rate::parse(s).map_err(|e| e.to_string()))]
     pub throughput: flexrun_estimator::Rate,
-    /// Message size for a msg/s throughput (default: the baseline's, 1 KiB for Google's).
-    #[arg(long, value_parser = |s: &str| flexrun_estimator::parse_size(s).map_err(|e| e.to_string()))]
+    /// Message size (default: the baseline's, 1,000 B for Google's). With a byte rate it
+    /// sets the messages per second; with msg/s, the bytes.
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| flexrun_estimator::parse_size(s).map_err(|e| e.to_string()))]
     pub message_size: Option<f64>,
     /// exactly-once or at-least-once.
     #[arg(long, default_value = "exactly-once", value_parser = |s: &str| s.parse::<flexrun_estimator::Mode>())]
@@ -42,6 +44,12 @@ pub struct EstimateArgs {
     /// kafka-to-gcs: the window commit and the window state.
     #[command(flatten)]
     pub gcs: super::gcs_model::GcsModelFlags,
+    /// Region whose prices to use (us-central1's ship).
+    #[arg(long, default_value = "us-central1")]
+    pub region: String,
+    /// The bill's lines and what they assume.
+    #[command(flatten)]
+    pub bill: super::bill_flags::BillFlags,
 }
 
 /// kafka-to-gcs's windows at the estimated worker count.
@@ -139,16 +147,7 @@ pub fn load_baseline(path: Option<&std::path::Path>) -> Result<(String, flexrun_
 pub fn run(a: EstimateArgs) -> Result<()> {
     use flexrun_estimator as est;
     let (name, baseline) = load_baseline(a.baseline.as_deref())?;
-    let msg = a.message_size.or(baseline.message_bytes).unwrap_or(1024.0);
-    if matches!(a.throughput, est::Rate::BytesPerSecond(_)) && a.message_size.is_some() {
-        return Err(usage("--message-size only applies to a throughput in msg/s"));
-    }
-    let req = est::Request {
-        throughput_bytes_s: a.throughput.bytes_per_second(msg),
-        mode: a.mode,
-        machine_type: a.machine_type.clone(),
-        commitment: a.commitment,
-    };
+    let msg = a.message_size.or(baseline.message_bytes).unwrap_or(1000.0);
     let gcs = match a.template.as_str() {
         "kafka-to-bq" | "Kafka_to_BigQuery_Flex" => None,
         "kafka-to-gcs" | "Kafka_to_Gcs_Flex" => Some(()),
@@ -157,8 +156,15 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     if gcs.is_none() && (!a.parameters.is_empty() || a.gcs.state_backend.is_some()) {
         return Err(usage("--parameters and --state-backend: only for --template kafka-to-gcs"));
     }
-    let req = if gcs.is_some() { est::Request { mode: est::Mode::AtLeastOnce, ..req } } else { req };
-    let e = est::estimate(&req, &name, &baseline, &est::Pricing::us_central1()).map_err(|e| usage(e.to_string()))?;
+    let pricing = super::bill_flags::pricing(&a.region)?;
+    let mut req = est::Request::new(a.throughput.bytes_per_second(msg), msg, a.mode, &a.machine_type, a.commitment);
+    req.pipeline = a.bill.options(gcs.is_some())?;
+    req.row_bytes = a.bill.row_bytes;
+    req.table = a.bill.table()?;
+    if gcs.is_some() {
+        req.mode = est::Mode::AtLeastOnce;
+    }
+    let e = est::estimate(&req, &name, &baseline, &pricing).map_err(|e| usage(e.to_string()))?;
     let gcs = match gcs {
         Some(()) => Some(gcs_sizing(&a, req.throughput_bytes_s, e.workers as f64)?),
         None => None,
@@ -170,42 +176,75 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&e)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&e)?),
         Format::Table => {
-            println!(
-                "{:.1} MiB/s {} on {} (commitment {}): scaling factor {:.4}",
-                e.throughput_mib_s,
-                req.mode.as_str(),
-                req.machine_type,
-                req.commitment.as_str(),
-                e.scaling_factor
-            );
-            println!(
-                "workers {:.2} → {} billed ({} vCPU, {} GB memory, {} GB disk), SECU {:.2}/h, at {:.0}% CPU",
-                e.workers_exact,
-                e.workers,
-                e.vcpus,
-                e.memory_gb,
-                e.disk_gb,
-                e.secu_per_hour,
-                e.mean_cpu * 100.0
-            );
-            println!(
-                "{:<32} {:>12} {:>8} {:>12} {:>10} {:>12}",
-                "item", "quantity", "unit", "$/unit-h", "$/hour", "$/month"
-            );
-            for i in &e.items {
-                println!(
-                    "{:<32} {:>12.2} {:>8} {:>12.6} {:>10.2} {:>12.2}",
-                    i.item, i.quantity, i.unit, i.unit_price, i.per_hour, i.per_month
-                );
-            }
-            println!("{:<32} {:>12} {:>8} {:>12} {:>10.2} {:>12.2}", "total", "", "", "", e.per_hour, e.per_month);
-            for n in &e.notes {
-                println!("note: {n}");
-            }
+            print_table(&e);
             if let Some(g) = &gcs {
                 print_gcs(g, e.workers);
             }
         }
     }
     Ok(())
+}
+
+/// The estimate as text: the sizing, then the bill item by item with month 1 and month
+/// 12, the totals per line, and the notes.
+fn print_table(e: &flexrun_estimator::Estimate) {
+    let r = &e.request;
+    println!(
+        "{:.1} MiB/s = {:.0} msg/s of {:.0} B, {} on {} (commitment {})",
+        e.throughput_mib_s,
+        e.messages_per_s,
+        r.message_bytes,
+        r.mode.as_str(),
+        r.machine_type,
+        r.commitment.as_str()
+    );
+    println!(
+        "workers {:.2} → {} billed ({} vCPU, {} GB memory, {} GB disk), SECU {:.2}/h, at {:.0}% CPU ({:.2} vCPUs busy)",
+        e.workers_exact,
+        e.workers,
+        e.vcpus,
+        e.memory_gb,
+        e.disk_gb,
+        e.secu_per_hour,
+        e.mean_cpu * 100.0,
+        e.vcpus_busy
+    );
+    println!(
+        "{:<20} {:<34} {:>12} {:>9} {:>10} {:>10} {:>12} {:>12}",
+        "line", "item", "quantity", "unit", "$/unit", "$/hour", "$ month 1", "$ month 12"
+    );
+    for i in &e.items {
+        println!(
+            "{:<20} {:<34} {:>12.2} {:>9} {:>10.6} {:>10.2} {:>12.2} {:>12.2}",
+            i.line.as_str(),
+            i.item,
+            i.quantity,
+            i.unit,
+            i.unit_price,
+            i.per_hour,
+            i.per_month,
+            i.per_month_12
+        );
+    }
+    for l in &e.totals.lines {
+        println!(
+            "{:<20} {:<34} {:>12} {:>9} {:>10} {:>10.2} {:>12.2} {:>12.2}",
+            l.line.as_str(),
+            "(line total)",
+            "",
+            "",
+            "",
+            l.per_hour,
+            l.month_1,
+            l.month_12
+        );
+    }
+    println!(
+        "{:<20} {:<34} {:>12} {:>9} {:>10} {:>10.2} {:>12.2} {:>12.2}",
+        "total", "", "", "", "", e.per_hour, e.per_month, e.per_month_12
+    );
+    println!("{}", e.totals.summary);
+    for n in &e.notes {
+        println!("note: {n}");
+    }
 }

@@ -115,12 +115,9 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
                     s.at_least_once_experiment()
                 };
                 let mode = if at_least_once { est::Mode::AtLeastOnce } else { est::Mode::ExactlyOnce };
-                let req = est::Request {
-                    throughput_bytes_s: rate.bytes_per_second(1024.0),
-                    mode,
-                    machine_type: l.machine_type.clone().unwrap_or_default(),
-                    commitment: est::Commitment::None,
-                };
+                let machine = l.machine_type.clone().unwrap_or_default();
+                let req =
+                    est::Request::new(rate.bytes_per_second(1000.0), 1000.0, mode, &machine, est::Commitment::None);
                 let name = "google-kafka-to-bq-e2-standard-2.yaml";
                 let e = est::estimate(&req, name, &est::google_kafka_to_bq(), &est::Pricing::us_central1())
                     .map_err(|e| usage(format!("--throughput: {e}")))?;

@@ -23,6 +23,7 @@
 //! the run forms share and the value parsers; [`ui`] the progress bars and signals.
 //! [`dispatch`] maps a parsed command line to its subcommand.
 
+pub mod bill_flags;
 pub mod estimate;
 pub mod export;
 pub mod flags;

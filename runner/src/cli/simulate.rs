@@ -44,7 +44,7 @@ pub struct SimulateArgs {
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub rate: Option<Rate>,
     /// Message size: 1KiB, uniform:512..1536, normal:1024,200 or lognormal:800,0.5.
-    #[arg(long, default_value = "1KiB", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, default_value = "1000B", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
     pub message_size: MessageSize,
     /// Kafka partitions of the topic.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -110,6 +110,9 @@ pub struct SimulateArgs {
     /// kafka-to-gcs: the window commit and the window state.
     #[command(flatten)]
     pub gcs: super::gcs_model::GcsModelFlags,
+    /// The bill's lines and what they assume (the prices are --region's).
+    #[command(flatten)]
+    pub bill: super::bill_flags::BillFlags,
 }
 
 fn fraction(s: &str) -> Result<f64, String> {
@@ -267,6 +270,16 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
     if warm_up_s >= duration_s {
         return Err(usage(format!("--warm-up ({warm_up_s} s) must be shorter than --duration ({duration_s} s)")));
     }
+    super::bill_flags::pricing(a.scaling.region.as_deref().unwrap_or("us-central1"))?;
+    let pipeline = a.bill.options(t.file_commit.is_some())?;
+    let row_bytes = match (a.bill.row_bytes, a.bill.table()?) {
+        (Some(b), _) => Some(b),
+        (None, Some(cols)) => Some(
+            flexrun_estimator::rowsize::estimate_row_bytes(&cols, mean)
+                .map_err(|e| usage(format!("--table-schema: {e}")))?,
+        ),
+        (None, None) => None,
+    };
     let series_interval_s = a.series_interval.as_secs_f64().round();
     if series_interval_s < 1.0 {
         return Err(usage("--series-interval must be at least 1s"));
@@ -294,6 +307,8 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         series_interval_s,
         record_snapshots: false,
         file_commit: t.file_commit,
+        pipeline,
+        row_bytes,
     })
 }
 
