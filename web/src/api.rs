@@ -39,67 +39,154 @@ pub struct CurvePoint {
     pub throughput_mib_s: f64,
     /// Workers billed.
     pub workers: u32,
-    /// Dollars per hour.
+    /// The whole pipeline's dollars per hour in month 1.
     pub per_hour: f64,
+    /// Dataflow's part of it.
+    pub dataflow_per_hour: f64,
 }
 
-/// `/api/estimate`'s answer: the estimate and a curve around it for the chart.
+/// One delivery mode's bill, for the chart that sets the two side by side.
+#[derive(Debug, Serialize)]
+pub struct ModeBill {
+    /// The mode.
+    pub mode: est::Mode,
+    /// Workers billed.
+    pub workers: u32,
+    /// Per-line totals, month 1 and month 12.
+    pub totals: est::Totals,
+}
+
+/// `/api/estimate`'s answer: the estimate, both modes' bills and a curve for the chart.
 #[derive(Debug, Serialize)]
 pub struct EstimateResponse {
     /// The estimate.
     pub estimate: est::Estimate,
+    /// Exactly-once's and at-least-once's bills with the same inputs.
+    pub modes: Vec<ModeBill>,
     /// Cost and workers from a tenth to twice the asked throughput.
     pub curve: Vec<CurvePoint>,
 }
 
-/// Parse the estimate query (`throughput`, `message_size`, `mode`, `machine_type`, `commitment`, `baseline`).
-pub fn estimate_from_query(q: &HashMap<String, String>) -> Result<EstimateResponse, ApiError> {
-    let known = ["throughput", "message_size", "mode", "machine_type", "commitment", "baseline"];
-    if let Some(k) = q.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(ApiError::bad(k, format!("unknown field {k:?}; expected one of {}", known.join(", "))));
+/// The fields `/api/estimate` reads.
+pub const ESTIMATE_FIELDS: [&str; 13] = [
+    "throughput",
+    "message_size",
+    "mode",
+    "machine_type",
+    "commitment",
+    "baseline",
+    "region",
+    "lines",
+    "kafka",
+    "kafka_retention",
+    "bq_retention",
+    "bq_partitioning",
+    "row_bytes",
+];
+
+type Get<'a> = dyn Fn(&str) -> Option<&'a str> + 'a;
+
+fn retention(get: &Get, field: &str, default: Option<&str>) -> Result<Option<f64>, ApiError> {
+    match get(field).or(default) {
+        None => Ok(None),
+        Some(s) => est::parse_duration_or_zero(s)
+            .map(|d| Some(d.as_secs_f64()))
+            .map_err(|e| ApiError::bad(field, format!("{e}; a retention cannot be below zero"))),
     }
-    let t = q.get("throughput").map(String::as_str).unwrap_or("");
+}
+
+/// The pipeline options from the query, each error naming its field.
+fn pipeline_from(get: &Get) -> Result<est::PipelineOptions, ApiError> {
+    let d = est::PipelineOptions::default();
+    let o = est::PipelineOptions {
+        lines: match get("lines") {
+            Some(s) => est::Line::parse_list(s).map_err(|e| ApiError::bad("lines", e))?,
+            None => d.lines,
+        },
+        kafka: get("kafka").unwrap_or("own").parse().map_err(|e| ApiError::bad("kafka", e))?,
+        kafka_retention_hours: retention(get, "kafka_retention", Some("7d"))?.unwrap_or(0.0) / 3600.0,
+        bq_retention_days: retention(get, "bq_retention", None)?.map(|s| s / 86400.0),
+        partitioning: get("bq_partitioning")
+            .unwrap_or("day")
+            .parse()
+            .map_err(|e| ApiError::bad("bq_partitioning", e))?,
+    };
+    o.check().map_err(|e| ApiError::bad("lines", e))?;
+    Ok(o)
+}
+
+/// The request the query describes, and its baseline.
+fn request_from(get: &Get) -> Result<(est::Request, est::BaselineFile), ApiError> {
+    let t = get("throughput").unwrap_or("");
     if t.is_empty() {
         return Err(ApiError::bad("throughput", "throughput is required, e.g. 100MiB/s or 5000msg/s"));
     }
     let rate = est::Rate::parse(t).map_err(|e| ApiError::bad("throughput", e.to_string()))?;
-    let baseline = match q.get("baseline").map(String::as_str).unwrap_or("google") {
-        "google" | "" => est::google_kafka_to_bq(),
+    let baseline = match get("baseline").unwrap_or("google") {
+        "google" => est::google_kafka_to_bq(),
         other => return Err(ApiError::bad("baseline", format!("unknown baseline {other:?}; expected google"))),
     };
-    let msg = match q.get("message_size").map(String::as_str).filter(|s| !s.is_empty()) {
+    let msg = match get("message_size") {
         Some(s) => est::parse_size(s).map_err(|e| ApiError::bad("message_size", e.to_string()))?,
-        None => baseline.message_bytes.unwrap_or(1024.0),
+        None => baseline.message_bytes.unwrap_or(1000.0),
     };
-    let mode = q
-        .get("mode")
-        .map(String::as_str)
-        .unwrap_or("exactly-once")
-        .parse::<est::Mode>()
-        .map_err(|e| ApiError::bad("mode", e))?;
-    let commitment = q
-        .get("commitment")
-        .map(String::as_str)
-        .unwrap_or("none")
-        .parse::<est::Commitment>()
-        .map_err(|e| ApiError::bad("commitment", e))?;
-    let machine_type = q.get("machine_type").cloned().unwrap_or_else(|| "e2-standard-2".into());
-    let req = est::Request { throughput_bytes_s: rate.bytes_per_second(msg), mode, machine_type, commitment };
-    let pricing = est::Pricing::us_central1();
-    // The curve re-prices the same request at other throughputs.
+    let mode = get("mode").unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
+    let commitment =
+        get("commitment").unwrap_or("none").parse::<est::Commitment>().map_err(|e| ApiError::bad("commitment", e))?;
+    let machine_type = get("machine_type").unwrap_or("e2-standard-2");
+    let mut req = est::Request::new(rate.bytes_per_second(msg), msg, mode, machine_type, commitment);
+    req.pipeline = pipeline_from(get)?;
+    req.row_bytes = match get("row_bytes") {
+        Some(s) => Some(est::parse_size(s).map_err(|e| ApiError::bad("row_bytes", e.to_string()))?),
+        None => None,
+    };
+    Ok((req, baseline))
+}
+
+fn field_of(err: &est::EstimateError) -> &'static str {
+    match err {
+        est::EstimateError::MachineType { .. } => "machine_type",
+        est::EstimateError::MessageSize(_) => "message_size",
+        est::EstimateError::Row(_) => "row_bytes",
+        est::EstimateError::Pipeline(_) => "lines",
+        _ => "throughput",
+    }
+}
+
+/// Parse the estimate query (the fields in [`ESTIMATE_FIELDS`]).
+pub fn estimate_from_query(q: &HashMap<String, String>) -> Result<EstimateResponse, ApiError> {
+    if let Some(k) = q.keys().find(|k| !ESTIMATE_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::bad(k, format!("unknown field {k:?}; expected one of {}", ESTIMATE_FIELDS.join(", "))));
+    }
+    let get = |k: &str| q.get(k).map(String::as_str).map(str::trim).filter(|s| !s.is_empty());
+    let (req, baseline) = request_from(&get)?;
+    let pricing =
+        est::Pricing::for_region(get("region").unwrap_or("us-central1")).map_err(|e| ApiError::bad("region", e))?;
     let name = "google-kafka-to-bq-e2-standard-2.yaml";
-    let e = est::estimate(&req, name, &baseline, &pricing).map_err(|err| match err {
-        est::EstimateError::MachineType { .. } => ApiError::bad("machine_type", err.to_string()),
-        other => ApiError::bad("throughput", other.to_string()),
-    })?;
+    let run = |r: &est::Request| est::estimate(r, name, &baseline, &pricing);
+    let e = run(&req).map_err(|err| ApiError::bad(field_of(&err), err.to_string()))?;
+    let modes = [est::Mode::ExactlyOnce, est::Mode::AtLeastOnce]
+        .into_iter()
+        .map(|mode| {
+            let p = run(&est::Request { mode, ..req.clone() }).expect("same inputs, other mode");
+            ModeBill { mode, workers: p.workers, totals: p.totals }
+        })
+        .collect();
+    // The curve re-prices the same request at other throughputs.
     let curve = (1..=20)
         .map(|i| {
             let r = est::Request { throughput_bytes_s: req.throughput_bytes_s * i as f64 / 10.0, ..req.clone() };
-            let p = est::estimate(&r, name, &baseline, &pricing).expect("same inputs, other throughput");
-            CurvePoint { throughput_mib_s: p.throughput_mib_s, workers: p.workers, per_hour: p.per_hour }
+            let p = run(&r).expect("same inputs, other throughput");
+            let dataflow = p.totals.lines.iter().filter(|l| l.line == est::Line::Dataflow).map(|l| l.per_hour).sum();
+            CurvePoint {
+                throughput_mib_s: p.throughput_mib_s,
+                workers: p.workers,
+                per_hour: p.per_hour,
+                dataflow_per_hour: dataflow,
+            }
         })
         .collect();
-    Ok(EstimateResponse { estimate: e, curve })
+    Ok(EstimateResponse { estimate: e, modes, curve })
 }
 
 /// `GET /api/estimate?throughput=100MiB/s&mode=exactly-once&...`
@@ -184,7 +271,7 @@ pub fn sweep_from_query(
     let get = |k: &str| q.get(k).map(String::as_str).map(str::trim).filter(|s| !s.is_empty());
     let rate = est::Rate::parse(get("throughput").unwrap_or(""))
         .map_err(|e| ApiError::bad("throughput", format!("{e} (e.g. 100MiB/s or 5000msg/s)")))?;
-    let message = MessageSize::parse(get("message_size").unwrap_or("1KiB"))
+    let message = MessageSize::parse(get("message_size").unwrap_or("1000B"))
         .map_err(|e| ApiError::bad("message_size", e.to_string()))?;
     let mode = get("mode").unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
     let partitions = match get("partitions").unwrap_or("1000").parse::<u32>() {

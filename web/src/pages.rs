@@ -32,69 +32,118 @@ fn layout(title: &str, body: &str, script: &str) -> Html<String> {
     ))
 }
 
-/// `/estimate`: the form, the itemised result and a chart of cost and workers.
+/// `/estimate`: the form, the itemised whole-pipeline bill, a stacked chart of each
+/// line's share for both delivery modes in month 1 and month 12, and a chart of cost and
+/// workers against throughput.
 pub async fn estimate_page() -> Html<String> {
-    layout(
-        "Price a Kafka → BigQuery pipeline",
-        r##"<p class="note">Linear extrapolation from Google's published kafka-to-bq benchmark (e2-standard-2), us-central1 prices.</p>
+    layout("Price a Kafka → BigQuery pipeline", ESTIMATE_BODY, ESTIMATE_SCRIPT)
+}
+
+const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 prices: Dataflow workers and Streaming Engine (CPU calibrated to Google's published kafka-to-bq benchmark and a small-message run), BigQuery Storage Write ingestion and storage, and optionally Google Cloud Managed Service for Apache Kafka. Each price's source and date are in <code>estimator/data/pricing-us-central1.yaml</code>. Not priced: network egress, BigQuery queries, Kafka's networking.</p>
 <form id="f">
 <label for="throughput">Throughput</label><span><input id="throughput" name="throughput" value="100" size="8" required>
 <select id="unit" name="unit"><option>MiB/s</option><option>MB/s</option><option>GiB/s</option><option>GB/s</option><option>msg/s</option></select></span>
-<label for="message_size">Message size (for msg/s)</label><input id="message_size" name="message_size" placeholder="1KiB">
+<label for="message_size">Message size</label><input id="message_size" name="message_size" placeholder="1000B">
 <label for="mode">Mode</label><select id="mode" name="mode"><option>exactly-once</option><option>at-least-once</option></select>
 <label for="machine_type">Machine type</label><select id="machine_type" name="machine_type"><option>e2-standard-2</option><option>e2-standard-4</option><option>e2-standard-8</option><option>n1-standard-1</option><option>n1-standard-2</option><option>n1-standard-4</option><option>n2-standard-2</option><option>n2-standard-4</option></select>
 <label for="commitment">Commitment</label><select id="commitment" name="commitment"><option value="none">none</option><option value="1y">1 year</option><option value="3y">3 years</option></select>
 <label for="baseline">Baseline</label><select id="baseline" name="baseline"><option value="google">Google, kafka-to-bq, e2-standard-2</option></select>
+<label for="lines">Lines</label><input id="lines" name="lines" value="dataflow,bigquery-ingestion,bigquery-storage,kafka">
+<label for="kafka">Kafka</label><select id="kafka" name="kafka"><option value="own">your own (not priced)</option><option value="managed">Managed Service for Apache Kafka</option></select>
+<label for="kafka_retention">Kafka retention</label><input id="kafka_retention" name="kafka_retention" value="7d">
+<label for="bq_retention">BigQuery expiration</label><input id="bq_retention" name="bq_retention" placeholder="none (rows kept)">
+<label for="bq_partitioning">BigQuery partitioning</label><select id="bq_partitioning" name="bq_partitioning"><option>day</option><option>none</option></select>
+<label for="row_bytes">Billed bytes per row</label><input id="row_bytes" name="row_bytes" placeholder="estimated from the table">
 <span></span><button id="go" type="submit">Estimate</button>
 </form>
 <div id="error" class="error" role="alert"></div>
 <div id="result"></div>
 <p><a id="simulate-link" href="/simulate">Simulate this pipeline: cost against p99 for machine types, utilization hints and policies →</a></p>
-<h2>Cost and workers against throughput</h2><div id="chart"></div>"##,
-        r##"
+<h2>Where the money goes: each line, both modes, month 1 and month 12</h2><div id="stack"></div>
+<h2>Cost and workers against throughput</h2><div id="chart"></div>"##;
+
+const ESTIMATE_SCRIPT: &str = r##"
 const $ = id => document.getElementById(id);
+const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","row_bytes"];
+const COLORS = {"dataflow": "#2a6fdb", "bigquery-ingestion": "#e07b00", "bigquery-storage": "#1a9e3a", "kafka": "#8e44ad"};
 const params = new URLSearchParams(location.search);
-for (const k of ["throughput","unit","message_size","mode","machine_type","commitment","baseline"]) if (params.has(k)) $(k).value = params.get(k);
+for (const k of FIELDS) if (params.has(k)) $(k).value = params.get(k);
+const f = (x, d) => Number(x).toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
 let chart;
+function query() {
+  const q = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value});
+  for (const k of FIELDS.slice(2)) if ($(k).value.trim()) q.set(k, $(k).value.trim());
+  return q;
+}
+function table(e) {
+  let h = `<p id="summary"><b>${f(e.workers_exact,2)}</b> workers → <b id="workers">${e.workers}</b> billed, <b>${f(e.secu_per_hour,2)}</b> SECU/h;
+    whole pipeline <b id="per_hour">$${f(e.per_hour,2)}</b> per hour, <b id="per_month">$${f(e.per_month,0)}</b> in month 1, <b id="per_month_12">$${f(e.per_month_12,0)}</b> in month 12</p>
+    <p id="dominant">${e.totals.summary}</p>
+    <table id="items"><tr><th>line</th><th>item</th><th>quantity</th><th>unit</th><th>$/unit</th><th>$/hour</th><th>month 1</th><th>month 12</th></tr>`;
+  for (const i of e.items) h += `<tr data-line="${i.line}"><td>${i.line}</td><td>${i.item}</td><td>${f(i.quantity,2)}</td><td>${i.unit}</td><td>${Number(i.unit_price).toPrecision(3)}</td><td>${f(i.per_hour,2)}</td><td>${f(i.per_month,0)}</td><td>${f(i.per_month_12,0)}</td></tr>`;
+  for (const l of e.totals.lines) h += `<tr class="line-total"><th>${l.line}</th><td colspan="4"></td><th>${f(l.per_hour,2)}</th><th>${f(l.month_1,0)}</th><th>${f(l.month_12,0)}</th></tr>`;
+  h += `<tr><th>total</th><td colspan="4"></td><th>${f(e.per_hour,2)}</th><th>${f(e.per_month,0)}</th><th>${f(e.per_month_12,0)}</th></tr></table>`;
+  h += `<p class="note">Row size: ${e.row_bytes_basis}.</p>`;
+  for (const n of e.notes) h += `<p class="note">${n}</p>`;
+  return h;
+}
+// One bar per mode and month, stacked by line.
+function stack(modes) {
+  const bars = [];
+  for (const m of modes) for (const [label, key] of [["month 1", "month_1"], ["month 12", "month_12"]])
+    bars.push({label: `${m.mode}, ${label}`, parts: m.totals.lines.map(l => [l.line, l[key]]), total: m.totals[key]});
+  const W = 720, H = 320, L = 80, B = 50, bw = 90, top = Math.max(...bars.map(b => b.total), 1) * 1.1;
+  const py = y => H - B - y / top * (H - B - 10);
+  let s = `<svg id="stack-chart" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg" font-size="12">`;
+  s += `<line x1="${L}" y1="${H-B}" x2="${W-150}" y2="${H-B}" stroke="#333"/><line x1="${L}" y1="10" x2="${L}" y2="${H-B}" stroke="#333"/>`;
+  s += `<text x="14" y="${H/2}" transform="rotate(-90 14 ${H/2})" text-anchor="middle">USD per month</text>`;
+  for (let k = 0; k <= 4; k++) s += `<text x="${L-4}" y="${py(top*k/5)+4}" text-anchor="end">${f(top*k/5,0)}</text>`;
+  bars.forEach((b, i) => {
+    const x = L + 20 + i * (bw + 20);
+    let y = 0;
+    for (const [line, v] of b.parts) {
+      s += `<rect class="part" data-line="${line}" x="${x}" y="${py(y + v)}" width="${bw}" height="${py(y) - py(y + v)}" fill="${COLORS[line] || "#999"}"><title>${line}: $${f(v,0)}</title></rect>`;
+      y += v;
+    }
+    s += `<text x="${x + bw/2}" y="${py(b.total) - 4}" text-anchor="middle">$${f(b.total,0)}</text>`;
+    s += `<text x="${x + bw/2}" y="${H-B+14}" text-anchor="middle">${b.label.split(", ")[0]}</text><text x="${x + bw/2}" y="${H-B+28}" text-anchor="middle">${b.label.split(", ")[1]}</text>`;
+  });
+  Object.entries(COLORS).forEach(([line, c], i) => s += `<rect x="${W-140}" y="${20+i*18}" width="12" height="12" fill="${c}"/><text x="${W-122}" y="${30+i*18}">${line}</text>`);
+  return s + "</svg>";
+}
+function curve(points) {
+  const xs = points.map(c => c.throughput_mib_s), cost = points.map(c => c.per_hour), df = points.map(c => c.dataflow_per_hour), workers = points.map(c => c.workers);
+  if (chart) chart.destroy();
+  chart = new uPlot({width: 720, height: 300, scales: {x: {time: false}},
+    axes: [{label: "MiB/s"}, {label: "$/hour", scale: "$"}, {label: "workers", scale: "w", side: 1, grid: {show: false}}],
+    series: [{label: "MiB/s"}, {label: "whole pipeline $/hour", scale: "$", stroke: "#2a6fdb", width: 2}, {label: "Dataflow $/hour", scale: "$", stroke: "#7aa6ef", dash: [6, 4], width: 2},
+      {label: "workers", scale: "w", stroke: "#e07b00", width: 2, paths: uPlot.paths.stepped({align: 1})}]},
+    [xs, cost, df, workers], $("chart"));
+}
 async function run(ev) {
   if (ev) ev.preventDefault();
   $("error").textContent = "";
-  const q = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value, mode: $("mode").value,
-    machine_type: $("machine_type").value, commitment: $("commitment").value, baseline: $("baseline").value});
-  if ($("message_size").value.trim()) q.set("message_size", $("message_size").value.trim());
-  const r = await fetch("/api/estimate?" + q);
+  const r = await fetch("/api/estimate?" + query());
   const j = await r.json();
   if (!r.ok) { $("error").textContent = j.field + ": " + j.error; $("result").innerHTML = ""; document.body.dataset.result = "error"; return; }
-  const e = j.estimate, f = (x, d) => Number(x).toFixed(d);
-  let h = `<p id="summary"><b>${f(e.workers_exact,2)}</b> workers → <b id="workers">${e.workers}</b> billed, <b>${f(e.secu_per_hour,2)}</b> SECU/h,
-    <b id="per_hour">$${f(e.per_hour,2)}</b> per hour, <b id="per_month">$${f(e.per_month,0)}</b> per month</p>
-    <table><tr><th>item</th><th>quantity</th><th>unit</th><th>$/unit-hour</th><th>$/hour</th><th>$/month</th></tr>`;
-  for (const i of e.items) h += `<tr><td>${i.item}</td><td>${f(i.quantity,2)}</td><td>${i.unit}</td><td>${f(i.unit_price,6)}</td><td>${f(i.per_hour,2)}</td><td>${f(i.per_month,2)}</td></tr>`;
-  h += `<tr><th>total</th><td></td><td></td><td></td><th>${f(e.per_hour,2)}</th><th>${f(e.per_month,2)}</th></tr></table>`;
-  for (const n of e.notes) h += `<p class="note">${n}</p>`;
-  $("result").innerHTML = h;
+  $("result").innerHTML = table(j.estimate);
   document.body.dataset.result = "ok";
-  const sq = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value, mode: $("mode").value, submit: "1"});
+  $("stack").innerHTML = stack(j.modes);
+  document.body.dataset.stackDrawn = String($("stack").querySelectorAll("rect.part").length);
+  const sq = new URLSearchParams({throughput: $("throughput").value.trim() + $("unit").value, mode: $("mode").value});
   if ($("message_size").value.trim()) sq.set("message_size", $("message_size").value.trim());
   $("simulate-link").href = "/simulate?" + sq;
   // Keep the form in the URL, so an estimate can be shared by link.
   const state = new URLSearchParams();
-  for (const k of ["throughput","unit","message_size","mode","machine_type","commitment","baseline"]) if ($(k).value.trim()) state.set(k, $(k).value.trim());
+  for (const k of FIELDS) if ($(k).value.trim()) state.set(k, $(k).value.trim());
   history.replaceState(null, "", "?" + state);
-  const xs = j.curve.map(c => c.throughput_mib_s), cost = j.curve.map(c => c.per_hour), workers = j.curve.map(c => c.workers);
-  if (chart) chart.destroy();
-  chart = new uPlot({width: 720, height: 300, scales: {x: {time: false}},
-    axes: [{label: "MiB/s"}, {label: "$/hour", scale: "$"}, {label: "workers", scale: "w", side: 1, grid: {show: false}}],
-    series: [{label: "MiB/s"}, {label: "$/hour", scale: "$", stroke: "#2a6fdb", width: 2}, {label: "workers", scale: "w", stroke: "#e07b00", width: 2, paths: uPlot.paths.stepped({align: 1})}]},
-    [xs, cost, workers], $("chart"));
+  curve(j.curve);
   document.body.dataset.chartDrawn = $("chart").querySelector("canvas") ? "1" : "0";
 }
 $("f").addEventListener("submit", run);
-// The default estimate and its chart show on first load.
+// The default estimate and its charts show on first load.
 run();
-"##,
-    )
-}
+"##;
 
 /// `/simulate`: a small what-if sweep for a throughput (machine types × utilization
 /// hints × policies, simulated in virtual time), as a table and a chart of cost against
@@ -102,10 +151,10 @@ run();
 pub async fn simulate_page() -> Html<String> {
     layout(
         "Simulate: cost against p99",
-        r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see the README for what is calibrated and what is predicted). p99 includes the wait in Kafka.</p>
+        r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see the README for what is calibrated and what is predicted). p99 includes the wait in Kafka. $/month is the whole pipeline's month-1 bill: Dataflow, BigQuery ingestion and storage.</p>
 <form id="f">
 <label for="throughput">Throughput</label><input id="throughput" name="throughput" value="100MiB/s" size="12" required>
-<label for="message_size">Message size</label><input id="message_size" name="message_size" value="1KiB">
+<label for="message_size">Message size</label><input id="message_size" name="message_size" value="1000B">
 <label for="mode">Mode</label><select id="mode" name="mode"><option>exactly-once</option><option>at-least-once</option></select>
 <label for="partitions">Kafka partitions</label><input id="partitions" name="partitions" value="1000">
 <label for="streams">Storage Write streams</label><input id="streams" name="streams" value="400">
@@ -163,7 +212,8 @@ async function run(ev) {
   document.body.dataset.frontDrawn = document.querySelectorAll("#front-chart circle.pareto").length > 0 ? "1" : "0";
 }
 $("f").addEventListener("submit", run);
-if (params.get("submit") === "1") $("f").requestSubmit();
+// The default sweep runs on first load, as the cost page's estimate does.
+run();
 "##,
     )
 }

@@ -6,6 +6,7 @@
 // Needs headless Chromium (scripts/test.sh installs it and turns this feature on).
 #![cfg(feature = "browser")]
 
+use flexrun_estimator as est;
 use flexrun_web::{serve, DecisionView, JobRegistry, MetricsPoint, StageLatency};
 use std::path::PathBuf;
 use std::process::Command;
@@ -124,6 +125,11 @@ fn job() -> JobRegistry {
     jobs
 }
 
+fn api_estimate(q: &[(&str, &str)]) -> flexrun_web::api::EstimateResponse {
+    let q = q.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    flexrun_web::api::estimate_from_query(&q).expect("a valid query")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_estimate_page_and_a_job_page_render_with_charts() {
     let (addr, _h) = serve("127.0.0.1:0", job()).await.unwrap();
@@ -143,11 +149,21 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     .unwrap();
     assert!(dom.contains(r#"data-result="ok""#), "the form was submitted and answered:\n{dom}");
     assert!(dom.contains(r#"<b id="workers">7</b>"#), "7 workers billed");
-    assert!(dom.contains(r#"<b id="per_hour">$1.69</b>"#), "the itemised total");
+    // The page shows the API's whole-pipeline figures (their arithmetic is tested in the
+    // estimator): BigQuery's lines are on it, and the total is theirs plus Dataflow's.
+    let api = api_estimate(&[("throughput", "100MiB/s"), ("mode", "exactly-once")]);
+    let e = &api.estimate;
+    assert!(e.totals.lines.iter().any(|l| l.line == est::Line::BigqueryIngestion && l.per_hour > e.per_hour / 2.0));
+    assert!(dom.contains(&format!(r#"<b id="per_hour">${:.2}</b>"#, e.per_hour)), "the whole pipeline's total:\n{dom}");
     assert!(dom.contains("Streaming Engine compute units"));
+    assert!(dom.contains(r#"data-line="bigquery-ingestion""#) && dom.contains(r#"data-line="bigquery-storage""#));
+    assert!(dom.contains(&e.totals.summary), "the sentence naming the largest line");
     assert!(dom.contains(r#"data-chart-drawn="1""#), "the cost chart drew");
+    let parts: usize = api.modes.iter().map(|m| 2 * m.totals.lines.len()).sum();
+    assert!(parts >= 12, "two modes x two months x at least three lines");
+    assert!(dom.contains(&format!(r#"data-stack-drawn="{parts}""#)), "every line of every bar was drawn:\n{dom}");
     assert!(
-        dom.contains(r#"href="/simulate?throughput=100MiB%2Fs&amp;mode=exactly-once&amp;submit=1""#),
+        dom.contains(r#"href="/simulate?throughput=100MiB%2Fs&amp;mode=exactly-once""#),
         "the simulate link carries the form:\n{dom}"
     );
 
@@ -177,6 +193,18 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
         "the default estimate shows on first load:\n{dom}"
     );
     assert!(dom.contains(r#"<b id="workers">7</b>"#), "100 MiB/s exactly-once by default");
+    assert!(dom.contains(r#"data-stack-drawn=""#), "the stacked bill shows on first load");
+
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || render(&format!("{base}/simulate"), "simulate-first-load.png")
+    })
+    .await
+    .unwrap();
+    assert!(
+        dom.contains(r#"data-result="ok""#) && dom.contains(r#"data-front-drawn="1""#),
+        "the default sweep shows on first load, without pressing Simulate:\n{dom}"
+    );
 
     let dom = tokio::task::spawn_blocking({
         let base = base.clone();

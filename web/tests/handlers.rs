@@ -19,8 +19,22 @@ async fn estimate_api_answers_and_names_bad_fields() {
     let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&mode=exactly-once").await;
     assert_eq!(s, StatusCode::OK, "{body}");
     let j: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert!((j["estimate"]["workers_exact"].as_f64().unwrap() - 6.3).abs() < 1e-9);
+    // 104,857.6 messages/s of 1,000 B, each 48.642 vCPU-µs + 39.558 vCPU-ns per byte, on
+    // 2-vCPU workers at Google's 70 % mean CPU.
+    let want = 104_857.6 * (48.642e-6 + 39.558e-9 * 1000.0) / (2.0 * 0.7);
+    assert!((j["estimate"]["workers_exact"].as_f64().unwrap() - want).abs() < 1e-6, "{want}: {body}");
     assert_eq!(j["curve"].as_array().unwrap().len(), 20);
+    let modes = j["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2, "exactly-once and at-least-once side by side");
+    let total = |m: &serde_json::Value| m["totals"]["month_1"].as_f64().unwrap();
+    assert!(total(&modes[0]) > total(&modes[1]), "exactly-once costs more CPU: {body}");
+    let lines: Vec<&str> =
+        j["estimate"]["totals"]["lines"].as_array().unwrap().iter().map(|l| l["line"].as_str().unwrap()).collect();
+    assert!(lines.contains(&"bigquery-ingestion") && lines.contains(&"bigquery-storage"), "{lines:?}");
+    let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&lines=dataflow").await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["estimate"]["totals"]["lines"].as_array().unwrap().len(), 1, "only the line asked for: {body}");
     for (q, field) in [
         ("throughput=100parsecs/s", "throughput"),
         ("", "throughput"),
@@ -31,6 +45,14 @@ async fn estimate_api_answers_and_names_bad_fields() {
         ("throughput=1msg/s&message_size=huge", "message_size"),
         ("throughput=1MiB/s&baseline=mine", "baseline"),
         ("throughput=1MiB/s&colour=red", "colour"),
+        ("throughput=1MiB/s&region=europe-west1", "region"),
+        ("throughput=1MiB/s&kafka=borrowed", "kafka"),
+        ("throughput=1MiB/s&kafka_retention=-1h", "kafka_retention"),
+        ("throughput=1MiB/s&bq_retention=-1d", "bq_retention"),
+        ("throughput=1MiB/s&bq_partitioning=hourly", "bq_partitioning"),
+        ("throughput=1MiB/s&lines=dataflow,snowflake", "lines"),
+        ("throughput=1MiB/s&row_bytes=-5", "row_bytes"),
+        ("throughput=1MiB/s&message_size=-5", "message_size"),
     ] {
         let (s, body) = get(&jobs, &format!("/api/estimate?{q}")).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {body}");
@@ -269,6 +291,14 @@ async fn simulate_api_sweeps_and_marks_the_front_and_the_choice() {
         ("throughput=1MiB/s&hours=1000", "hours"),
         ("throughput=1MiB/s&streams=0", "streams"),
         ("throughput=1MiB/s&colour=red", "colour"),
+        ("throughput=1MiB/s&region=europe-west1", "region"),
+        ("throughput=1MiB/s&kafka=borrowed", "kafka"),
+        ("throughput=1MiB/s&kafka_retention=-1h", "kafka_retention"),
+        ("throughput=1MiB/s&bq_retention=-1d", "bq_retention"),
+        ("throughput=1MiB/s&bq_partitioning=hourly", "bq_partitioning"),
+        ("throughput=1MiB/s&lines=dataflow,snowflake", "lines"),
+        ("throughput=1MiB/s&row_bytes=-5", "row_bytes"),
+        ("throughput=1MiB/s&message_size=-5", "message_size"),
     ] {
         let (s, body) = get(&jobs, &format!("/api/simulate?{q}")).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {body}");
