@@ -8,6 +8,7 @@
 use clap::Parser;
 use flexrun::cli::{Cli, Command};
 use flexrun_autoscaler::Rationale;
+use flexrun_estimator::Line;
 use flexrun_simulate::{self as simulate, Bottleneck, SimConfig};
 use std::process::Command as Process;
 
@@ -66,7 +67,16 @@ fn exactly_once_lands_near_the_published_workers_cpu_and_latency() {
     assert!(within(s.secu_per_hour, 58.0, 0.05), "SECU {}", s.secu_per_hour);
     assert_eq!(s.bottleneck, Bottleneck::None);
     // The estimator prices the simulated pool: about $15/h like the published 63-worker job.
-    assert!(s.cost_per_hour > 12.0 && s.cost_per_hour < 17.0, "{}", s.cost_per_hour);
+    let line = |l: Line| s.cost_totals.lines.iter().find(|t| t.line == l).map(|t| t.per_hour);
+    let dataflow = line(Line::Dataflow).expect("a Dataflow line");
+    assert!(dataflow > 12.0 && dataflow < 17.0, "{dataflow}");
+    // 1 GB/s through the Storage Write API costs far more than the workers that write it.
+    let ingestion = line(Line::BigqueryIngestion).expect("a BigQuery ingestion line");
+    assert!(ingestion > dataflow, "ingestion {ingestion} vs Dataflow {dataflow}");
+    assert!(
+        (s.cost_per_hour - s.cost_totals.per_hour).abs() < 1e-6 * s.cost_per_hour.max(1.0),
+        "cost_per_hour is the whole pipeline"
+    );
 }
 
 #[test]

@@ -34,9 +34,12 @@ fn calibrate_writes_a_baseline_that_estimate_and_simulate_read() {
     let eo = file.for_mode(p, flexrun_estimator::Mode::ExactlyOnce).unwrap();
     assert_eq!((eo.workers, eo.mean_cpu, file.vcpus_per_worker), (1.0, 0.8, Some(1.0)));
 
-    // estimate: one core carries throughput_mib_s at 80%, an e2-standard-2 has two.
+    // estimate: the messages of the baseline's size in 100 MiB/s, each costing calibrate's
+    // two terms (per message, per byte), on an e2-standard-2's two vCPUs at 80%.
     let e = json(&flexrun(&["estimate", "--throughput", "100MiB/s", "--baseline", p, "--format", "json"]));
-    let expected = 100.0 / eo.throughput_mib_s / 2.0;
+    let msg = file.message_bytes.expect("calibrate writes the message size");
+    let (us, ns) = (eo.vcpu_us_per_message.unwrap(), eo.vcpu_ns_per_byte.unwrap());
+    let expected = 100.0 * 1048576.0 / msg * (us * 1e-6 + ns * 1e-9 * msg) / (2.0 * 0.8);
     assert!((e["workers_exact"].as_f64().unwrap() - expected).abs() < 1e-9, "{e} vs {expected}");
 
     // simulate: the capacity it uses is the one calibrate measured (per-message + per-byte split).
@@ -53,8 +56,9 @@ fn calibrate_writes_a_baseline_that_estimate_and_simulate_read() {
         "--format",
         "json",
     ]));
-    let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1024.0;
-    let want_mib_s = 1024.0 / per_msg_s / (1024.0 * 1024.0);
+    // simulate's default message is seed 001's 1,000 B.
+    let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1000.0;
+    let want_mib_s = 1000.0 / per_msg_s / (1024.0 * 1024.0);
     let got = s["summary"]["vcpu_capacity_mib_s"].as_f64().unwrap();
     assert!((got - want_mib_s).abs() / want_mib_s < 1e-6, "{got} vs {want_mib_s}");
 }
