@@ -2,8 +2,25 @@
 //! map-only Dataflow templates for real on one machine, against a real Kafka-compatible
 //! broker and BigQuery (Google's endpoints or the local emulator).
 //!
-//! # Layout (lower layers first; nothing imports upwards)
+//! # Layers
+//! A module names only modules of lower layers, never one of its own layer or above;
+//! `scripts/check_layers.py` (run by `scripts/test.sh`) reads this list and fails
+//! otherwise. Items at the crate root ([`usage`], `crash_point!`) are open to all.
+//!
+//! 1. `stats`, `record`, `retry`, `progress`, `udf`
+//! 2. `kafka`, `bigquery`, `control`, `store`
+//! 3. `state`
+//! 4. `avro`, `local`
+//! 5. `scaling`
+//! 6. `kafka_to_bq`, `kafka_to_gcs`, `microbatch`, `data_generator`
+//! 7. `sizing`
+//! 8. `cli`
+//!
+//! # Layout (lower layers first)
 //! - [`stats`]: per-stage latency histograms ([`stats::Stage`]) and job counters.
+//! - [`record`]: what a record can fail as ([`record::RecordError`]) and BigQuery's
+//!   timestamp text forms, shared by the JSON and Avro mappers.
+//! - [`retry`]: the one retry policy ([`retry::Backoff`]) every remote call waits by.
 //! - [`kafka`]: one [`kafka::Connection`] (bootstrap + auth → client config) that builds
 //!   every consumer, producer and admin client, the source's partitions and offsets, and
 //!   one producer context that acknowledges and times deliveries.
@@ -49,6 +66,8 @@ pub mod kafka_to_gcs;
 pub mod local;
 pub mod microbatch;
 pub mod progress;
+pub mod record;
+pub mod retry;
 pub mod scaling;
 pub mod sizing;
 pub mod state;

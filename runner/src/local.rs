@@ -147,14 +147,7 @@ pub async fn produce_shaped(
     Ok(out)
 }
 
-/// Row count and distinct `id` count of a table.
+/// Row count and distinct `id` count of a table (see [`rest::count_rows`]).
 pub async fn count_rows(ep: &Endpoints, table: &TableRef, distinct_col: Option<&str>) -> Result<(i64, Option<i64>)> {
-    let c = rest::client(ep).await?;
-    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
-    let sql = match distinct_col {
-        Some(col) => format!("SELECT COUNT(*) AS n, COUNT(DISTINCT {col}) AS d FROM {fq}"),
-        None => format!("SELECT COUNT(*) AS n FROM {fq}"),
-    };
-    let v = rest::query_ints(&c, &table.project, &sql).await?;
-    Ok((v.first().copied().flatten().unwrap_or(0), v.get(1).copied().flatten()))
+    Ok(rest::count_rows(ep, table, distinct_col).await?)
 }

@@ -167,6 +167,29 @@ impl ResolvedParams {
         self.values.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
 
+    /// A parameter parsed as `T`, with the template's default filled in (so a default
+    /// is written once, in the YAML): `Ok(None)` when neither given nor defaulted, or
+    /// [`ParamError::Invalid`] naming the parameter, its value and `expected`.
+    ///
+    /// ```
+    /// use flexrun_templates::{find, parse_parameter_list, validate};
+    /// let t = find("kafka-to-bq").unwrap();
+    /// let pairs = parse_parameter_list("readBootstrapServerAndTopic=h:9092;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE,messageFormat=JSON").unwrap();
+    /// let p = validate(t, &pairs).unwrap();
+    /// let f: Option<f64> = p.parsed("storageWriteApiTriggeringFrequencySec", "seconds").unwrap();
+    /// assert_eq!(f, Some(5.0), "the YAML's default");
+    /// ```
+    pub fn parsed<T: std::str::FromStr>(&self, name: &str, expected: &str) -> Result<Option<T>, ParamError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v.trim().parse().map(Some).map_err(|_| ParamError::Invalid {
+                name: name.to_string(),
+                value: v.to_string(),
+                expected: expected.to_string(),
+            }),
+        }
+    }
+
     /// A boolean parameter (validated as `true|false` by the template's regex).
     pub fn flag(&self, name: &str) -> bool {
         self.get(name) == Some("true")

@@ -14,7 +14,7 @@
 //! ```
 
 use super::WriterSchema;
-use crate::kafka_to_bq::transform::parse_timestamp_micros;
+use crate::record::parse_timestamp_micros;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 use serde_json::Value as Json;

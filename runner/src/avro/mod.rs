@@ -75,3 +75,22 @@ impl WriterSchema {
         }
     }
 }
+
+/// A schema file parameter: a local path whose file is a valid Avro schema (checked now,
+/// so a bad file is a bad parameter, exit 2, rather than a failure after connecting).
+pub fn schema_file_param(p: &flexrun_templates::ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {
+    let v = p.get(name).unwrap_or_default().to_string();
+    if v.starts_with("gs://") {
+        errs.push(format!("{name}={v}: Cloud Storage is not reachable from here; give a local .avsc file path"));
+    } else if !v.is_empty() {
+        match std::fs::read_to_string(&v) {
+            Err(e) => errs.push(format!("{name}={v}: cannot read the schema file: {e}")),
+            Ok(text) => {
+                if let Err(e) = WriterSchema::parse(&text).and_then(|w| table::table_schema(&w, false).map(|_| ())) {
+                    errs.push(format!("{name}={v}: {e}"));
+                }
+            }
+        }
+    }
+    v
+}

@@ -21,7 +21,7 @@
 use super::WriterSchema;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{field_path, Column, ColumnType, Mode, Schema as BqSchema};
-use crate::kafka_to_bq::transform::RecordError;
+use crate::record::RecordError;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 

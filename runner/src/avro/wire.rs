@@ -17,7 +17,8 @@
 
 use super::registry::{Registry, RegistryError};
 use super::WriterSchema;
-use crate::kafka_to_bq::transform::RecordError;
+use crate::record::RecordError;
+use crate::retry::Backoff;
 use apache_avro::types::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -58,8 +59,8 @@ pub fn confluent_id(bytes: &[u8]) -> Result<u32, RecordError> {
 pub type CachedSchema = Result<Arc<WriterSchema>, String>;
 
 async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
-    let mut wait = std::time::Duration::from_millis(200);
-    loop {
+    for attempt in 1.. {
+        let wait = Backoff::REGISTRY.delay(attempt).expect("registry retries have no attempt limit");
         match client.schema_by_id(id).await {
             Ok(text) => {
                 return WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}"))
@@ -76,7 +77,6 @@ async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
             Err(e @ RegistryError::Status { status: 401 | 403 | 408 | 429, .. }) => {
                 tracing::error!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry refused the request: retrying (the batch waits)");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(std::time::Duration::from_secs(10));
             }
             Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
                 return Err(format!("Error retrieving Avro schema for id {id}: {e}"))
@@ -84,10 +84,10 @@ async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
             Err(e) => {
                 tracing::warn!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry unavailable: retrying (the batch waits)");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(std::time::Duration::from_secs(10));
             }
         }
     }
+    unreachable!("the loop returns")
 }
 
 /// Where writer schemas come from.

@@ -153,6 +153,22 @@ pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Opti
         .collect()
 }
 
+/// A table's row count and, with `distinct_col`, its count of distinct values there.
+pub async fn count_rows(
+    endpoints: &Endpoints,
+    table: &TableRef,
+    distinct_col: Option<&str>,
+) -> Result<(i64, Option<i64>), RestError> {
+    let c = client(endpoints).await?;
+    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
+    let sql = match distinct_col {
+        Some(col) => format!("SELECT COUNT(*) AS n, COUNT(DISTINCT {col}) AS d FROM {fq}"),
+        None => format!("SELECT COUNT(*) AS n FROM {fq}"),
+    };
+    let v = query_ints(&c, &table.project, &sql).await?;
+    Ok((v.first().copied().flatten().unwrap_or(0), v.get(1).copied().flatten()))
+}
+
 /// Run a query and return every row as strings (for tests and the demo).
 pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, RestError> {
     let mut req = QueryRequest::new(sql);

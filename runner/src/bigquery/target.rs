@@ -14,17 +14,11 @@
 
 use crate::bigquery::write::{split_requests, AppendConnection, AppendOutcome, WriteClient, WriteError};
 use crate::bigquery::TableRef;
+use crate::retry::{wait_unless_stopped, Backoff};
 use crate::stats::JobStats;
 use prost_types::DescriptorProto;
-use rand::Rng;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
-
-/// First retry delay.
-pub const BACKOFF_START: Duration = Duration::from_millis(250);
-/// Longest retry delay.
-pub const BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// What a shard gives a target so that retries can be counted and interrupted.
 #[derive(Clone)]
@@ -39,16 +33,11 @@ impl RetryCtl {
     /// Wait before retry `attempt` (1-based), unless a stop comes first.
     async fn wait(&mut self, attempt: u32, stream: &str, e: &WriteError) -> Result<(), WriteError> {
         self.stats.count_retry(&e.label());
-        let exp = BACKOFF_START.saturating_mul(1u32 << attempt.min(16)).min(BACKOFF_CAP);
-        // "Full jitter" between half and the whole delay.
-        let delay = exp.mul_f64(rand::rng().random_range(0.5..=1.0));
+        let delay = Backoff::BIGQUERY.delay(attempt).expect("BigQuery retries have no attempt limit");
         tracing::warn!(stream, attempt, delay_ms = delay.as_millis() as u64, error = %e, "transient BigQuery error; retrying");
-        if *self.stop.borrow() {
-            return Err(WriteError::Interrupted { stream: stream.to_string() });
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => Ok(()),
-            _ = self.stop.changed() => Err(WriteError::Interrupted { stream: stream.to_string() }),
+        match wait_unless_stopped(delay, &mut self.stop).await {
+            true => Ok(()),
+            false => Err(WriteError::Interrupted { stream: stream.to_string() }),
         }
     }
 }

@@ -167,6 +167,11 @@ pub struct JobFlags {
     /// Drain and exit after no message arrived for this long (e.g. 5s, 500ms, 2m).
     #[arg(long, value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
+    /// kafka-to-bq: drain and exit once every partition has committed up to the end
+    /// offsets read at start, as a backfill does; what is produced after the start is
+    /// left for the next run. With --idle-timeout too, whichever comes first.
+    #[arg(long)]
+    pub stop_when_caught_up: bool,
     /// Largest encoded row; larger ones go to the dead-letter table (Beam's default).
     #[arg(long, default_value_t = crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES, value_parser = usize_in::<1, 10_000_000>)]
     pub max_row_bytes: usize,
@@ -269,6 +274,7 @@ impl JobFlags {
             append_request_bytes: self.append_request_bytes,
             batch_rows: self.batch_rows,
             idle_timeout: self.idle_timeout,
+            stop_when_caught_up: self.stop_when_caught_up,
             sink: self.sink()?,
             pool: self.pool()?,
             worker_capacity: self.worker_capacity,

@@ -184,6 +184,7 @@ pub async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Local { action }) => local::run(action).await,
         Some(Command::Estimate(a)) => estimate::run(a),
         Some(Command::Export(a)) => export::run(&a),
+        Some(Command::Simulate(a)) if !a.sweep.is_empty() => sweep::run(&a),
         Some(Command::Simulate(a)) => simulate::run(&a),
         Some(Command::Calibrate(a)) => sizing::calibrate_cmd(&a),
         Some(Command::Capacity(a)) => sizing::capacity_cmd(&a).await,

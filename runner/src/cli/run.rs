@@ -80,7 +80,10 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
         .ok_or_else(|| anyhow!("template {} has no engine in this build of flexrun", template.name))?;
     match engine {
         Engine::KafkaToBq => run_kafka_to_bq(&resolved, job_name, flags).await,
-        Engine::DataGenerator => run_generator(&resolved, job_name, flags).await,
+        Engine::DataGenerator => {
+            refuse_stop_when_caught_up(flags, "streaming-data-generator")?;
+            run_generator(&resolved, job_name, flags).await
+        }
         Engine::RateToStats | Engine::KafkaToKafka => run_microbatch(engine, &resolved, job_name, flags).await,
         Engine::KafkaToGcs => run_kafka_to_gcs(&resolved, job_name, flags).await,
     }
@@ -89,6 +92,7 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
 /// kafka-to-gcs: windows of files, committed exactly once, until drained.
 async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
     use crate::kafka_to_gcs::config::{GcsFlags, KafkaToGcsConfig};
+    refuse_stop_when_caught_up(flags, "kafka-to-gcs")?;
     let f = GcsFlags {
         job_name: job_name.to_string(),
         max_workers: flags.scaling.max_workers,
@@ -316,6 +320,7 @@ async fn run_microbatch(
         rate::{RateConfig, RateSource, StatsSink},
         MicroBatchConfig, Sink, Source,
     };
+    refuse_stop_when_caught_up(flags, "rate-to-stats and kafka-to-kafka")?;
     let cfg = MicroBatchConfig {
         checkpoint_dir: flags.checkpoint_root().join(job_name),
         progress: flags.progress(),
@@ -361,6 +366,17 @@ async fn run_microbatch(
     if let Some(path) = &flags.summary_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--stop-when-caught-up` is kafka-to-bq's: other templates say so (exit 2) instead of
+/// running until an idle timeout the user did not ask for.
+fn refuse_stop_when_caught_up(flags: &JobFlags, templates: &str) -> Result<()> {
+    if flags.stop_when_caught_up {
+        return Err(usage(format!(
+            "--stop-when-caught-up is supported by kafka-to-bq only, not by {templates}; use --idle-timeout to stop after a quiet period"
+        )));
     }
     Ok(())
 }

@@ -186,14 +186,11 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
     } else {
         a.scaling.at_least_once_experiment()
     };
-    let streams: f64 = p.get("numStorageWriteApiStreams").and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    use crate::kafka_to_bq::config::{storage_write_streams, triggering_frequency_s};
+    let streams = storage_write_streams(&p).map_err(usage)? as f64;
     // 0 means Beam's dynamic sharding: modelled as one stream per vCPU of the largest pool.
     let streams = if streams > 0.0 { streams } else { a.scaling.max_workers.unwrap_or(100) as f64 * 2.0 };
-    let triggering_s = p
-        .get("storageWriteApiTriggeringFrequencySec")
-        .and_then(|v| v.parse().ok())
-        .filter(|v: &f64| *v > 0.0)
-        .unwrap_or(5.0);
+    let triggering_s = triggering_frequency_s(&p).map_err(usage)?;
     Ok(TemplateSettings {
         mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce },
         streams,
@@ -312,11 +309,9 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
     })
 }
 
-/// Run `flexrun simulate`.
+/// Run `flexrun simulate` without `--sweep` (the CLI's top sends sweeps to
+/// [`super::sweep::run`], which builds on this file's [`config`]).
 pub fn run(a: &SimulateArgs) -> Result<()> {
-    if !a.sweep.is_empty() {
-        return super::sweep::run(a);
-    }
     let cfg = config(a)?;
     let bar = super::ui::progress_bar(
         cfg.workload.duration_s as u64,

@@ -189,6 +189,11 @@ pub struct CapacityArgs {
     /// Lag growth over a trial's second half, in seconds of input, that counts as congestion.
     #[arg(long, default_value_t = 0.25, allow_hyphen_values = true, value_parser = super::flags::positive_f64)]
     pub lag_growth_limit: f64,
+    /// Let the probe's consumer read at most this many messages/s: a downstream of known
+    /// capacity, so that the search can be checked against a boundary known in advance
+    /// (the tests do), or a slow sink modelled. Default: as fast as the broker serves.
+    #[arg(long, allow_hyphen_values = true, value_parser = super::flags::positive_f64)]
+    pub consumer_limit: Option<f64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -249,6 +254,7 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
         p99_limit: a.p99_limit,
         lag_growth_limit_s: a.lag_growth_limit,
         achieved_ratio: 0.95,
+        consumer_limit: a.consumer_limit,
     };
     let sizes: Vec<usize> = a.sizes.iter().map(|s| *s as usize).collect();
     let per_size = space.max_trials() as u64;

@@ -71,7 +71,7 @@ impl GeneratorConfig {
     /// Build from validated parameters; errors name the parameter and what it expects.
     pub fn from_params(p: &ResolvedParams, seed: Option<u64>) -> Result<GeneratorConfig, Vec<String>> {
         let mut errs = Vec::new();
-        let qps: f64 = p.get("qps").and_then(|q| q.parse().ok()).unwrap_or(0.0);
+        let qps: f64 = p.parsed("qps", "a number of messages per second above 0").ok().flatten().unwrap_or(0.0);
         if !(qps > 0.0 && qps.is_finite()) {
             errs.push(format!("qps={}: expected a number of messages per second above 0", p.get("qps").unwrap_or("")));
         }

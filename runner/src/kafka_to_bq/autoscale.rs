@@ -1,14 +1,16 @@
-//! The autoscaling loop of a live job: every interval a [`Snapshot`] of the window
-//! (per-worker busy time, input rate from the topic's high watermarks, backlog from the
-//! checkpoint) goes to the [`Controller`], and its decision resizes the [`Pool`]. The
+//! The autoscaling loop of a live job: every interval the shared
+//! [`crate::scaling::Autoscaler`] decides on the window that ended (per-worker busy
+//! time, input rate from the topic's high watermarks, backlog from the checkpoint), and
+//! its decision resizes the [`Pool`]. The
 //! same loop discovers partitions added to the topic and publishes dashboard points.
 
-use super::job::JobCtx;
+use super::context::JobCtx;
 use super::pool::Pool;
 use super::positions;
-use super::publish::Publisher;
+use super::publish::{PoolView, Publisher};
+use crate::scaling::step::{announce_decision, announce_resized, Autoscaler};
 use anyhow::{Context, Result};
-use flexrun_autoscaler::{Algorithm, Controller, Decision, Snapshot};
+use flexrun_autoscaler::Decision;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -25,7 +27,7 @@ pub async fn run_pool(
 ) -> Result<(Vec<Decision>, u32)> {
     let pc = ctx.cfg.run.pool.clone();
     let mut pool = Pool::new(ctx.clone(), shard_list, shard_count, ctx.cfg.run.worker_capacity);
-    let mut controller = Controller::new(&pc, pool.max_parallelism());
+    let mut scaler = Autoscaler::new(&pc, pool.max_parallelism(), started);
     let initial = pc.initial_workers(pool.max_parallelism());
     if initial < pc.num_workers {
         tracing::warn!(
@@ -37,9 +39,6 @@ pub async fn run_pool(
     }
     pool.resize(initial).await?;
     let mut cancel = cancel_tx.subscribe();
-    let mut next_decision = Instant::now() + pc.interval;
-    let mut last_window = Instant::now();
-    let mut last_hw: Option<i64> = None;
     let mut publisher = web.map(|w| Publisher::new(w, ctx.cfg.job_name.clone(), pc.vcpus_per_worker));
     let mut last_utilization = 0.0;
     let mut partitions = partitions.to_vec();
@@ -66,101 +65,76 @@ pub async fn run_pool(
             }
         }
         if let Some(p) = publisher.as_mut() {
-            p.maybe_publish(
-                ctx,
-                &partitions,
-                started,
-                super::publish::PoolView {
-                    workers: pool.workers(),
-                    target: controller.decisions().last().map_or(pool.workers(), |d| d.to),
-                    utilization: last_utilization,
-                    limits: controller.limits(),
-                },
-            )
-            .await;
+            let limits = scaler.limits();
+            let view = PoolView {
+                workers: pool.workers(),
+                target: scaler.target(pool.workers()),
+                utilization: last_utilization,
+                limits: &limits,
+            };
+            p.maybe_publish(ctx, &partitions, started, view).await;
         }
         if let Some(c) = &ctx.control {
-            if let Some(u) = c.take_update() {
-                crate::scaling::apply_update(c, &mut controller, &u, pool.workers());
-                next_decision = Instant::now();
-            }
-            let l = controller.limits();
-            let target = controller.decisions().last().map_or(pool.workers(), |d| d.to);
-            c.publish(pool.workers(), target, l.min_workers, l.max_workers, l.utilization_hint);
+            scaler.sync_control(c, pool.workers());
         }
-        if Instant::now() < next_decision || pc.algorithm == Algorithm::None {
+        if !scaler.take_due() {
             continue;
         }
-        next_decision = Instant::now() + pc.interval;
-        let hw = match ctx.metadata.high_watermarks(&partitions).await {
-            Ok(hw) => hw,
+        match decide_and_resize(ctx, &mut scaler, &mut pool, &partitions, publisher.as_ref()).await {
+            Ok(Some(u)) => last_utilization = u,
+            Ok(None) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the topic's high watermarks; skipping this autoscaling window");
-                continue;
-            }
-        };
-        let window_s = last_window.elapsed().as_secs_f64();
-        last_window = Instant::now();
-        let total_hw: i64 = hw.values().sum();
-        let input_records_per_s = last_hw.map_or(0.0, |l| (total_hw - l).max(0) as f64 / window_s);
-        last_hw = Some(total_hw);
-        let backlog_records = ctx.backlog(&hw);
-        let s = ctx.stats.summary();
-        let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 1000.0 };
-        let snap = Snapshot {
-            time_s: started.elapsed().as_secs_f64(),
-            window_s,
-            workers: pool.window(),
-            input_records_per_s,
-            input_bytes_per_s: input_records_per_s * avg,
-            backlog_records: backlog_records as u64,
-            backlog_bytes: (backlog_records as f64 * avg) as u64,
-        };
-        last_utilization = snap.utilization();
-        let recorded = controller.decisions().len();
-        let d = controller.decide(&snap);
-        tracing::info!(
-            time_s = format!("{:.1}", d.time_s), from = d.from, to = d.to, rationale = d.rationale.as_str(), detail = %d.detail,
-            utilization = format!("{:.2}", snap.utilization()), input_per_s = input_records_per_s as u64, backlog = backlog_records,
-            "autoscaler decision"
-        );
-        if controller.decisions().len() > recorded {
-            if let Some(p) = &publisher {
-                p.jobs.push_decision(
-                    &ctx.cfg.job_name,
-                    flexrun_web::DecisionView {
-                        t_s: d.time_s,
-                        from: d.from,
-                        to: d.to,
-                        rationale: d.rationale.as_str().into(),
-                        detail: d.detail.clone(),
-                        description: d.job_log_text(),
-                    },
-                );
-            }
-        }
-        if d.is_change() {
-            if let Some(c) = &ctx.control {
-                c.event(d.event_type(), d.from, d.to, d.job_log_text());
-            }
-            if let Err(e) = pool.resize(d.to).await {
                 cancel_tx.send_replace(true);
                 break Err(e);
-            }
-            if let Some(c) = &ctx.control {
-                c.event(
-                    "CURRENT_NUM_WORKERS_CHANGED",
-                    d.from,
-                    pool.workers(),
-                    format!("Autoscaling: Resizing worker pool from {} to {}.", d.from, pool.workers()),
-                );
             }
         }
     };
     let workers = pool.workers();
     let stopped = pool.stop_all().await;
     result.and(stopped)?;
-    Ok((controller.into_decisions(), workers))
+    Ok((scaler.into_decisions(), workers))
+}
+
+/// One autoscaling window: the decision on it, shown on the dashboard and the control
+/// plane, and the resize. The window's utilization, or `None` when the topic's high
+/// watermarks could not be read (the window is skipped).
+async fn decide_and_resize(
+    ctx: &Arc<JobCtx>,
+    scaler: &mut Autoscaler,
+    pool: &mut Pool,
+    partitions: &[i32],
+    publisher: Option<&Publisher>,
+) -> Result<Option<f64>> {
+    let hw = match ctx.metadata.high_watermarks(partitions).await {
+        Ok(hw) => hw,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the topic's high watermarks; skipping this autoscaling window");
+            return Ok(None);
+        }
+    };
+    let s = ctx.stats.summary();
+    let avg = if s.messages_read > 0 { s.bytes_read as f64 / s.messages_read as f64 } else { 1000.0 };
+    let step = scaler.decide(&hw, ctx.backlog(&hw), avg, pool.window());
+    let d = &step.decision;
+    if let (true, Some(p)) = (step.recorded, publisher) {
+        p.jobs.push_decision(
+            &ctx.cfg.job_name,
+            flexrun_web::DecisionView {
+                t_s: d.time_s,
+                from: d.from,
+                to: d.to,
+                rationale: d.rationale.as_str().into(),
+                detail: d.detail.clone(),
+                description: d.job_log_text(),
+            },
+        );
+    }
+    if d.is_change() {
+        announce_decision(ctx.control.as_deref(), d);
+        pool.resize(d.to).await?;
+        announce_resized(ctx.control.as_deref(), d, pool.workers());
+    }
+    Ok(Some(step.utilization))
 }
 
 /// How often a running job looks for partitions added to its topic.

@@ -3,8 +3,8 @@
 //! to the dead letters (recorded in the log entry so a replay does the same), and the
 //! check that a replay re-sends exactly what was logged ([`verify_replay`]).
 
+use super::context::{JobCtx, Mapping};
 use super::dlq::{self, Payload, RecordRef, TimestampType};
-use super::job::{JobCtx, Mapping};
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;

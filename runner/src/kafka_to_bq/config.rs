@@ -128,6 +128,26 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Ar
     Udf::new(path, name, reload).map(Arc::new).map_err(|e| errs.push(e.to_string())).ok()
 }
 
+/// `numStorageWriteApiStreams` (0: Beam's dynamic sharding), read and checked once for
+/// the live job and `simulate` alike.
+pub fn storage_write_streams(p: &ResolvedParams) -> Result<u32, String> {
+    Ok(p.parsed("numStorageWriteApiStreams", "a whole number of streams (0: dynamic)")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(0))
+}
+
+/// `storageWriteApiTriggeringFrequencySec`: seconds above 0 and at most 3600, read and
+/// checked once for the live job and `simulate` alike.
+pub fn triggering_frequency_s(p: &ResolvedParams) -> Result<f64, String> {
+    let expected = "a number of seconds above 0 and at most 3600";
+    let freq: f64 =
+        p.parsed("storageWriteApiTriggeringFrequencySec", expected).map_err(|e| e.to_string())?.unwrap_or(5.0);
+    if !(freq > 0.0 && freq <= 3600.0) {
+        return Err(format!("storageWriteApiTriggeringFrequencySec={freq}: expected {expected}"));
+    }
+    Ok(freq)
+}
+
 /// The run flags that are not template parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunFlags {
@@ -145,6 +165,8 @@ pub struct RunFlags {
     pub batch_rows: usize,
     /// `--idle-timeout`.
     pub idle_timeout: Option<Duration>,
+    /// `--stop-when-caught-up`.
+    pub stop_when_caught_up: bool,
     /// `--sink`.
     pub sink: SinkKind,
     /// Worker pool and autoscaling flags.
@@ -176,19 +198,14 @@ impl KafkaToBqConfig {
             errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)".into());
         }
         let source = crate::kafka::params::read_source(p, &flags.job_name, &mut errs);
-        let streams: u32 = match p.get("numStorageWriteApiStreams").unwrap_or("0").parse() {
-            Ok(n) => n,
-            Err(_) => {
-                errs.push("numStorageWriteApiStreams: expected a whole number".into());
-                0
-            }
-        };
-        let freq: f64 = p.get("storageWriteApiTriggeringFrequencySec").unwrap_or("5").parse().unwrap_or(5.0);
-        if !(freq > 0.0 && freq <= 3600.0) {
-            errs.push(format!(
-                "storageWriteApiTriggeringFrequencySec={freq}: expected a number of seconds above 0 and at most 3600"
-            ));
-        }
+        let streams = storage_write_streams(p).unwrap_or_else(|e| {
+            errs.push(e);
+            0
+        });
+        let freq = triggering_frequency_s(p).unwrap_or_else(|e| {
+            errs.push(e);
+            5.0
+        });
         let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
             p.flag("useStorageWriteApiAtLeastOnce")
         } else {
@@ -240,6 +257,7 @@ mod tests {
             append_request_bytes: 10_000_000,
             batch_rows: 1,
             idle_timeout: None,
+            stop_when_caught_up: false,
             sink: SinkKind::BigQuery,
             pool: ScalingConfig::default(),
             worker_capacity: None,

@@ -84,27 +84,6 @@ pub struct FormatParams {
     pub dispositions: Dispositions,
 }
 
-/// A schema file parameter: a local path whose file is a valid Avro schema (checked now,
-/// so a bad file is a bad parameter, exit 2, rather than a failure after connecting).
-pub(crate) fn local_file(p: &ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {
-    let v = p.get(name).unwrap_or_default().to_string();
-    if v.starts_with("gs://") {
-        errs.push(format!("{name}={v}: Cloud Storage is not reachable from here; give a local .avsc file path"));
-    } else if !v.is_empty() {
-        match std::fs::read_to_string(&v) {
-            Err(e) => errs.push(format!("{name}={v}: cannot read the schema file: {e}")),
-            Ok(text) => {
-                if let Err(e) = crate::avro::WriterSchema::parse(&text)
-                    .and_then(|w| crate::avro::table::table_schema(&w, false).map(|_| ()))
-                {
-                    errs.push(format!("{name}={v}: {e}"));
-                }
-            }
-        }
-    }
-    v
-}
-
 fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, Option<DynamicTables>) {
     match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
         "SCHEMA_REGISTRY" => {
@@ -128,7 +107,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
             (InputFormat::AvroRegistry { url }, Some(DynamicTables { project, dataset, prefix }))
         }
         _ => {
-            let schema_path = local_file(p, "confluentAvroSchemaPath", errs);
+            let schema_path = crate::avro::schema_file_param(p, "confluentAvroSchemaPath", errs);
             if schema_path.is_empty() {
                 errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
             }
@@ -150,7 +129,7 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Vec<String>) -> FormatParams
             (InputFormat::Json, None)
         }
         "AVRO_BINARY_ENCODING" => {
-            let schema_path = local_file(p, "binaryAvroSchemaPath", errs);
+            let schema_path = crate::avro::schema_file_param(p, "binaryAvroSchemaPath", errs);
             if schema_path.is_empty() {
                 errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")".into());
             }

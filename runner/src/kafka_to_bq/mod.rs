@@ -56,7 +56,7 @@
 //!
 //! Each row of the table has a named crash point (the `failpoints` feature, see
 //! [`crate::crash_point`]) and a test that aborts there and restarts
-//! (`runner/tests/crash_points.rs`): `eo::before_offset_log` (before 2),
+//! (`runner/tests/it/crash_points.rs`): `eo::before_offset_log` (before 2),
 //! `eo::after_offset_log` (between 2 and 3), `eo::between_requests` and
 //! `eo::after_main_append` (during 3), `eo::before_commit_log` (after 3, before 4),
 //! `eo::after_commit_log` (after 4), and on the recovery path
@@ -93,6 +93,7 @@
 pub mod autoscale;
 pub mod batch;
 pub mod config;
+pub mod context;
 pub mod dlq;
 pub mod format;
 pub mod job;
@@ -104,4 +105,5 @@ pub mod table;
 pub mod transform;
 pub mod writer;
 
-pub use job::{run, JobCtx, JobIdentity, Mapping, RunReport};
+pub use context::{JobCtx, Mapping};
+pub use job::{run, JobIdentity, RunReport};

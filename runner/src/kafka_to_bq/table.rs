@@ -191,7 +191,7 @@ async fn apply_write_disposition(
     match cfg.dispositions.write {
         WriteDisposition::Append => Ok(()),
         WriteDisposition::Empty => {
-            let (rows, _) = crate::local::count_rows(ep, table, None).await?;
+            let (rows, _) = crate::bigquery::rest::count_rows(ep, table, None).await?;
             if rows > 0 {
                 bail!("writeDisposition=WRITE_EMPTY: table {table} already has {rows} rows; empty it, or use WRITE_APPEND or WRITE_TRUNCATE");
             }

@@ -3,7 +3,7 @@
 
 use super::batch::{rows_digest, Mapped};
 use super::config::Delivery;
-use super::job::JobCtx;
+use super::context::JobCtx;
 use crate::bigquery::target::{with_retries, BatchAppend, RetryCtl, Target};
 use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;

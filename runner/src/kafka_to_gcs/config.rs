@@ -62,9 +62,8 @@ fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Vec<St
 
 /// `messageFormat` and its schema source, as Google's Kafka_to_Gcs_Flex reads them.
 fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFormat> {
-    use crate::kafka_to_bq::format::local_file;
     let file = |name: &str, framing: Framing, errs: &mut Vec<String>| {
-        let path = local_file(p, name, errs);
+        let path = crate::avro::schema_file_param(p, name, errs);
         if path.is_empty() {
             errs.push(format!(
                 "{name} is required for messageFormat={}: a local .avsc file",

@@ -1,38 +1,24 @@
 //! Autoscaling a kafka-to-gcs job: every `--autoscaling-interval` the workers' busy
 //! time (reading into state and rendering files), the topic's input rate (from its
-//! high watermarks) and the unread backlog go to the same [`Controller`] kafka-to-bq
-//! uses, and its decision resizes the [`Workers`]. `update-options` reaches it as it
-//! reaches kafka-to-bq ([`crate::scaling::apply_update`]).
+//! high watermarks) and the unread backlog go to the shared
+//! [`crate::scaling::Autoscaler`] kafka-to-bq uses too, and its decision resizes the
+//! [`Workers`]. `update-options` reaches it as it reaches kafka-to-bq.
 
 use super::pool::Workers;
 use crate::control::Control;
-use flexrun_autoscaler::{Algorithm, Controller, Decision, ScalingConfig, Snapshot};
+use crate::scaling::step::{announce_decision, announce_resized, Autoscaler};
+use flexrun_autoscaler::{Decision, ScalingConfig};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// The controller that sizes the workers.
-pub struct Autoscaled {
-    controller: Controller,
-    cfg: ScalingConfig,
-    started: Instant,
-    next: Instant,
-    last_window: Instant,
-    last_hw: Option<i64>,
-}
+/// The autoscaler that sizes the workers.
+pub struct Autoscaled(Autoscaler);
 
 impl Autoscaled {
-    /// A controller for a job of `parallelism` partitions (the most workers that can
+    /// An autoscaler for a job of `parallelism` partitions (the most workers that can
     /// have one to read).
     pub fn new(cfg: ScalingConfig, parallelism: u32) -> Autoscaled {
-        let now = Instant::now();
-        Autoscaled {
-            controller: Controller::new(&cfg, parallelism),
-            started: now,
-            next: now + cfg.interval,
-            last_window: now,
-            last_hw: None,
-            cfg,
-        }
+        Autoscaled(Autoscaler::new(&cfg, parallelism, Instant::now()))
     }
 
     /// Apply a waiting `update-options`, publish the pool's state, and when the interval
@@ -48,72 +34,32 @@ impl Autoscaled {
         avg_bytes: f64,
         control: &Control,
     ) -> anyhow::Result<()> {
-        if let Some(u) = control.take_update() {
-            crate::scaling::apply_update(control, &mut self.controller, &u, pool.workers());
-            self.next = Instant::now();
-        }
-        let l = *self.controller.limits();
-        control.publish(pool.workers(), self.target(pool.workers()), l.min_workers, l.max_workers, l.utilization_hint);
-        if Instant::now() < self.next || self.cfg.algorithm == Algorithm::None || hw.is_empty() {
+        self.0.sync_control(control, pool.workers());
+        if hw.is_empty() || !self.0.take_due() {
             return Ok(());
         }
-        self.next = Instant::now() + self.cfg.interval;
-        let snap = self.snapshot(pool, hw, read, avg_bytes);
-        let d = self.controller.decide(&snap);
-        tracing::info!(
-            from = d.from, to = d.to, rationale = d.rationale.as_str(), detail = %d.detail,
-            utilization = format!("{:.2}", snap.utilization()), backlog = snap.backlog_records,
-            "autoscaler decision"
-        );
+        let backlog: i64 = hw.iter().map(|(p, h)| (h - read.get(p).copied().unwrap_or(0)).max(0)).sum();
+        let d = self.0.decide(hw, backlog, avg_bytes, pool.window()).decision;
         if d.is_change() {
-            control.event(d.event_type(), d.from, d.to, d.job_log_text());
+            announce_decision(Some(control), &d);
             pool.resize(d.to).await?;
-            control.event(
-                "CURRENT_NUM_WORKERS_CHANGED",
-                d.from,
-                pool.workers(),
-                format!("Autoscaling: Resizing worker pool from {} to {}.", d.from, pool.workers()),
-            );
+            announce_resized(Some(control), &d, pool.workers());
         }
         Ok(())
     }
 
     /// The latest decision's target, or `workers` before any.
     pub fn target(&self, workers: u32) -> u32 {
-        self.controller.decisions().last().map_or(workers, |d| d.to)
+        self.0.target(workers)
     }
 
     /// The limits in force.
     pub fn limits(&self) -> flexrun_autoscaler::Limits {
-        *self.controller.limits()
-    }
-
-    fn snapshot(
-        &mut self,
-        pool: &Workers,
-        hw: &BTreeMap<i32, i64>,
-        read: &BTreeMap<i32, i64>,
-        avg_bytes: f64,
-    ) -> Snapshot {
-        let window_s = self.last_window.elapsed().as_secs_f64();
-        self.last_window = Instant::now();
-        let total: i64 = hw.values().sum();
-        let input = self.last_hw.map_or(0.0, |l| (total - l).max(0) as f64 / window_s.max(1e-3));
-        self.last_hw = Some(total);
-        let backlog: i64 = hw.iter().map(|(p, h)| (h - read.get(p).copied().unwrap_or(0)).max(0)).sum();
-        Snapshot {
-            time_s: self.started.elapsed().as_secs_f64(),
-            window_s,
-            workers: pool.window(),
-            input_records_per_s: input,
-            input_bytes_per_s: input * avg_bytes,
-            backlog_records: backlog as u64,
-            backlog_bytes: (backlog as f64 * avg_bytes) as u64,
-        }
+        self.0.limits()
     }
 
     /// The recorded decisions.
     pub fn into_decisions(self) -> Vec<Decision> {
-        self.controller.into_decisions()
+        self.0.into_decisions()
     }
 }

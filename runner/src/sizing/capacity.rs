@@ -44,6 +44,8 @@ pub struct ProbeConfig {
     pub lag_growth_limit_s: f64,
     /// Achieved ÷ offered below which a trial fails.
     pub achieved_ratio: f64,
+    /// At most this many messages/s consumed (a downstream of known capacity), if set.
+    pub consumer_limit: Option<f64>,
 }
 
 /// What one trial measured, besides its verdict.
@@ -121,10 +123,15 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
     let stop = Arc::new(AtomicBool::new(false));
     let consumed = Arc::new(AtomicU64::new(0));
     let reader = {
-        let (stop, consumed) = (stop.clone(), consumed.clone());
+        let (stop, consumed, limit) = (stop.clone(), consumed.clone(), cfg.consumer_limit);
         std::thread::spawn(move || {
             let mut e2e = histogram();
+            let began = Instant::now();
             while !stop.load(Ordering::Relaxed) {
+                if limit.is_some_and(|l| consumed.load(Ordering::Relaxed) as f64 >= began.elapsed().as_secs_f64() * l) {
+                    std::thread::sleep(Duration::from_micros(500));
+                    continue;
+                }
                 if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
                     if let Some(p) = m.payload().filter(|p| p.len() >= 8) {
                         let sent = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));

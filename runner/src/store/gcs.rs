@@ -12,6 +12,7 @@
 //! that finds the object gone has done its work.
 
 use super::StoreError;
+use crate::retry::Backoff;
 use gcloud_storage::client::{Client, ClientConfig};
 use gcloud_storage::http::objects::copy::CopyObjectRequest;
 use gcloud_storage::http::objects::delete::DeleteObjectRequest;
@@ -21,10 +22,6 @@ use gcloud_storage::http::objects::list::ListObjectsRequest;
 use gcloud_storage::http::objects::upload::{UploadObjectRequest, UploadType};
 use gcloud_storage::http::objects::Object;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Attempts per call before the error is returned.
-const ATTEMPTS: u32 = 6;
 
 /// A bucket and the prefix every name is under.
 #[derive(Clone)]
@@ -133,13 +130,13 @@ impl GcsStore {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, gcloud_storage::http::Error>>,
     {
-        let mut delay = Duration::from_millis(50);
         for attempt in 1.. {
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     let (again, status) = retryable(&e);
-                    if !again || attempt >= ATTEMPTS {
+                    let delay = Backoff::STORAGE.delay(attempt);
+                    if !again || delay.is_none() {
                         let message = match status {
                             Some(code) => format!("HTTP {code}: {e}"),
                             None => e.to_string(),
@@ -147,8 +144,7 @@ impl GcsStore {
                         return Err(StoreError::Gcs { op, object: self.url(name), message, status });
                     }
                     tracing::warn!(op, object = %self.url(name), attempt, error = %e, "Cloud Storage: retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(delay.expect("checked above")).await;
                 }
             }
         }

@@ -1,0 +1,231 @@
+//! What a running kafka-to-bq job shares between its parts: [`JobCtx`] (configuration,
+//! clients, positions, counters) and the [`Mapping`]s and [`Route`]s batches are mapped
+//! with. It sits below everything that runs the job (`job`, `autoscale`, `pool`,
+//! `shard`, `batch`, `writer`, `publish`), which all read it and none of which it names.
+
+use super::config::KafkaToBqConfig;
+use crate::bigquery::schema::Schema;
+use crate::bigquery::{proto, write::WriteClient, Endpoints, TableRef};
+use crate::control::lock;
+use crate::kafka::Metadata;
+use crate::kafka_to_bq::transform::{Input, Mapper};
+use crate::stats::{watermark_age_s, JobStats};
+use anyhow::{Context, Result};
+use prost_types::DescriptorProto;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::Arc;
+
+/// A schema ready to map with: the mapper, its row descriptor and its fingerprint.
+pub struct Mapping {
+    /// [`Schema::fingerprint`].
+    pub fingerprint: String,
+    /// Message → row.
+    pub mapper: Mapper,
+    /// The rows' protobuf descriptor.
+    pub descriptor: DescriptorProto,
+}
+
+impl Mapping {
+    /// Build the JSON mapper and descriptor for `schema`.
+    pub fn new(schema: Schema, max_row_bytes: usize) -> Mapping {
+        Mapping {
+            fingerprint: schema.fingerprint(),
+            descriptor: proto::descriptor(&schema, "Row"),
+            mapper: Mapper::new(schema, max_row_bytes),
+        }
+    }
+
+    /// Build the mapper for `input` (keeping the Kafka key in `_key` if `persist_key`).
+    pub fn with_input(schema: Schema, max_row_bytes: usize, input: Input, persist_key: bool) -> Result<Mapping> {
+        let fingerprint = schema.fingerprint();
+        let descriptor = proto::descriptor(&schema, "Row");
+        let mapper = Mapper::with_input(schema, max_row_bytes, input, persist_key)
+            .context("persistKafkaKey=true needs a _key column in the table")?;
+        Ok(Mapping { fingerprint, descriptor, mapper })
+    }
+}
+
+/// Another record type's table (per-record tables) and how its records are mapped.
+pub struct Route {
+    /// The table.
+    pub table: TableRef,
+    /// Its mapping (only records of that type).
+    pub mapping: Arc<Mapping>,
+}
+
+/// A route, or why that record type cannot be written (its records are dead-lettered).
+pub type RouteResult = std::result::Result<Arc<Route>, String>;
+
+/// Shared state of a running job.
+pub struct JobCtx {
+    /// Configuration.
+    pub cfg: KafkaToBqConfig,
+    /// `<checkpoint-dir>/<job-name>`.
+    pub job_dir: PathBuf,
+    /// The table's current schema.
+    pub mapping: Arc<Mapping>,
+    /// Row descriptor of the table (the current schema).
+    pub descriptor: DescriptorProto,
+    /// Row descriptor of the dead-letter table.
+    pub dlq_descriptor: DescriptorProto,
+    /// BigQuery REST endpoints (None for the stats sink).
+    pub endpoints: Option<Endpoints>,
+    /// Per-record tables met while running, by record full name.
+    pub(super) routes: std::sync::Mutex<HashMap<String, RouteResult>>,
+    /// Schemas that logged batches were mapped with, by fingerprint (loaded on demand).
+    pub(super) mappings: std::sync::Mutex<HashMap<String, Arc<Mapping>>>,
+    /// Where each partition starts when a shard has no position for it.
+    pub(super) start_positions: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// The earliest offset stored per partition when the job started.
+    pub(super) retention_floors: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// Storage Write client (None for the stats sink).
+    pub write_client: Option<WriteClient>,
+    /// The job's one metadata client (partitions and watermarks).
+    pub metadata: Metadata,
+    /// Counters and latencies.
+    pub stats: Arc<JobStats>,
+    /// Committed position of every partition (for the backlog signal).
+    pub positions: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// Event time (Kafka timestamp, ms) of the last committed message of every partition
+    /// (for the data watermark age).
+    pub event_times: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// Wall-clock ms of the last message read or batch finished (idle detection).
+    pub last_read_ms: AtomicI64,
+    /// Shards processing a batch right now; the job is only idle when this is 0.
+    pub busy: AtomicUsize,
+    /// The job directory's lock, held for the job's life.
+    /// The control plane's handle, when the job is registered.
+    pub control: Option<Arc<crate::control::Control>>,
+    pub(super) _lock: lock::JobLock,
+}
+
+impl JobCtx {
+    /// Messages waiting in Kafka: each partition's high watermark minus its committed
+    /// position (before the first commit of this run, its checkpoint position).
+    pub fn backlog(&self, high_watermarks: &BTreeMap<i32, i64>) -> i64 {
+        self.backlog_by_partition(high_watermarks).values().sum()
+    }
+
+    /// Messages waiting in each partition: its high watermark less the job's position.
+    pub fn backlog_by_partition(&self, high_watermarks: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+        let pos = self.positions.lock().expect("positions lock");
+        high_watermarks
+            .iter()
+            .map(|(p, h)| (*p, (h - pos.get(p).copied().unwrap_or_else(|| self.start_position(*p))).max(0)))
+            .collect()
+    }
+
+    /// Dataflow's data watermark age, approximated for a Kafka source: over the
+    /// partitions that still have a backlog, the longest time since the event time of
+    /// the last message committed from it (the oldest waiting message is at most that
+    /// old). 0 when nothing waits; `None` while a backlogged partition has no committed
+    /// message yet.
+    pub fn data_watermark_age_s(&self, backlog: &BTreeMap<i32, i64>, now_ms: i64) -> Option<f64> {
+        watermark_age_s(&self.event_times.lock().expect("event times lock"), backlog, now_ms)
+    }
+
+    /// Where partition `p` starts when its shard has no position for it.
+    pub fn start_position(&self, p: i32) -> i64 {
+        self.start_positions.lock().expect("start positions lock").get(&p).copied().unwrap_or(0)
+    }
+
+    /// The earliest offset of `p` still stored when the job started (or was found).
+    pub fn retention_floor(&self, p: i32) -> i64 {
+        self.retention_floors.lock().expect("floors lock").get(&p).copied().unwrap_or(0)
+    }
+
+    /// The mapping for a logged schema fingerprint (None: the current schema).
+    pub fn mapping(&self, fingerprint: Option<&str>) -> Result<Arc<Mapping>> {
+        let fp = match fingerprint {
+            None => return Ok(self.mapping.clone()),
+            Some(fp) if fp == self.mapping.fingerprint => return Ok(self.mapping.clone()),
+            Some(fp) => fp,
+        };
+        if let Some(m) = self.mappings.lock().expect("mappings lock").get(fp) {
+            return Ok(m.clone());
+        }
+        let path = schema_path(&self.job_dir, fp);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "job {}: a logged batch was mapped with schema {fp}, but its copy {} cannot be read",
+                self.cfg.job_name,
+                path.display()
+            )
+        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
+        tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
+        let cur = &self.mapping.mapper;
+        let mut m = Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?;
+        m.mapper = m.mapper.with_udf(cur.udf().cloned()).for_record(cur.record().map(str::to_string));
+        let m = Arc::new(m);
+        self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
+        Ok(m)
+    }
+
+    /// The route of records named `record`, once [`JobCtx::prepare_routes`] has seen one.
+    pub fn route(&self, record: &str) -> Option<RouteResult> {
+        self.routes.lock().expect("routes lock").get(record).cloned()
+    }
+
+    /// With per-record tables: make sure every record type in `values` has its table
+    /// (created from its writer schema if needed) before the batch is mapped.
+    pub async fn prepare_routes<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<()> {
+        let mapper = &self.mapping.mapper;
+        let (Some(primary), Input::Avro(d)) = (mapper.record(), mapper.input()) else { return Ok(()) };
+        let mut new: Vec<(String, Arc<crate::avro::WriterSchema>)> = Vec::new();
+        for v in values {
+            let Ok((w, _)) = d.split(v) else { continue };
+            let Some(name) = w.full_name() else { continue };
+            if name != primary && self.route(&name).is_none() && !new.iter().any(|(n, _)| n == &name) {
+                new.push((name, w));
+            }
+        }
+        for (name, w) in new {
+            let r =
+                super::table::side_table(&self.cfg, self.endpoints.as_ref(), &w).await?.and_then(|(table, schema)| {
+                    let m = Mapping::with_input(
+                        schema,
+                        mapper.max_row_bytes(),
+                        mapper.input().clone(),
+                        mapper.persists_key(),
+                    )
+                    .map_err(|e| format!("{e:#}"))?;
+                    let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m };
+                    Ok(Arc::new(Route { table, mapping: Arc::new(mapping) }))
+                });
+            if let Err(e) = &r {
+                tracing::error!(record = %name, error = %e, "records of this type cannot be written: they go to the dead-letter table");
+            }
+            self.routes.lock().expect("routes lock").insert(name, r);
+        }
+        Ok(())
+    }
+
+    /// Add partitions found while running: they start at `lows` (their earliest offsets).
+    pub fn add_partitions(&self, lows: &BTreeMap<i32, i64>) {
+        self.start_positions.lock().expect("start positions lock").extend(lows);
+        self.retention_floors.lock().expect("floors lock").extend(lows);
+    }
+}
+
+fn schema_path(job_dir: &Path, fingerprint: &str) -> PathBuf {
+    job_dir.join("schemas").join(format!("{fingerprint}.json"))
+}
+
+/// Keep a copy of the schema batches are mapped with, so a replay after a schema
+/// change maps them the same way.
+pub(super) fn store_schema(job_dir: &Path, m: &Mapping) -> Result<()> {
+    let path = schema_path(job_dir, &m.fingerprint);
+    if path.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().expect("schemas dir"))?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&m.mapper.schema().to_json())?)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}

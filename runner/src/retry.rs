@@ -1,0 +1,130 @@
+//! The one retry policy every remote call uses: capped exponential backoff, with
+//! optional jitter and an optional attempt limit, and a wait that a stop interrupts.
+//!
+//! The BigQuery append target, the Schema Registry client and the Cloud Storage store
+//! each loop over their own calls (they classify errors differently), but all of them
+//! take their waits from a [`Backoff`] here, so the schedule is written once.
+//!
+//! ```
+//! use flexrun::retry::Backoff;
+//! use std::time::Duration;
+//! let b = Backoff::STORAGE;
+//! assert_eq!(b.delay(1), Some(Duration::from_millis(50)));
+//! assert_eq!(b.delay(3), Some(Duration::from_millis(200)));
+//! assert_eq!(b.delay(6), None, "six attempts in all: no wait after the sixth");
+//! ```
+
+use rand::Rng;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How much of each delay is randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// Exactly the exponential delay.
+    None,
+    /// Uniformly between half the delay and the whole of it, so that many clients that
+    /// failed together do not retry together.
+    Half,
+}
+
+/// A retry schedule: the wait before retry `n` is `first × 2^(n-1)`, capped at `cap`,
+/// then jittered; with `attempts`, no retry follows the last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait before the first retry.
+    pub first: Duration,
+    /// The longest wait.
+    pub cap: Duration,
+    /// Randomisation of each wait.
+    pub jitter: Jitter,
+    /// Attempts in all (the first call included), or `None` for no limit: the caller
+    /// waits out the outage, as a streaming job must.
+    pub attempts: Option<u32>,
+}
+
+impl Backoff {
+    /// BigQuery's Storage Write API: jittered, no attempt limit (a quota episode or an
+    /// outage stalls the job instead of ending it), at most 10 s apart.
+    pub const BIGQUERY: Backoff = Backoff {
+        first: Duration::from_millis(500),
+        cap: Duration::from_secs(10),
+        jitter: Jitter::Half,
+        attempts: None,
+    };
+    /// The Schema Registry: no attempt limit (the batch waits), at most 10 s apart.
+    pub const REGISTRY: Backoff = Backoff {
+        first: Duration::from_millis(200),
+        cap: Duration::from_secs(10),
+        jitter: Jitter::None,
+        attempts: None,
+    };
+    /// Cloud Storage: six attempts, 50 ms doubling to at most 5 s.
+    pub const STORAGE: Backoff = Backoff {
+        first: Duration::from_millis(50),
+        cap: Duration::from_secs(5),
+        jitter: Jitter::None,
+        attempts: Some(6),
+    };
+
+    /// The wait before retry `attempt` (1-based: after the first call failed), or `None`
+    /// when `attempt` was the last one allowed.
+    pub fn delay(&self, attempt: u32) -> Option<Duration> {
+        if self.attempts.is_some_and(|n| attempt >= n) {
+            return None;
+        }
+        let exp = self.first.saturating_mul(1u32 << attempt.saturating_sub(1).min(16)).min(self.cap);
+        Some(match self.jitter {
+            Jitter::None => exp,
+            Jitter::Half => exp.mul_f64(rand::rng().random_range(0.5..=1.0)),
+        })
+    }
+}
+
+/// Sleep for `delay`, unless `stop` is or becomes true first: then `false` (the caller
+/// gives up its retry), else `true`.
+pub async fn wait_unless_stopped(delay: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => true,
+        _ = stop.changed() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_cap_and_jitter_stays_within_half() {
+        let b = Backoff { jitter: Jitter::None, ..Backoff::BIGQUERY };
+        let ms: Vec<u128> = (1..=7).map(|n| b.delay(n).unwrap().as_millis()).collect();
+        assert_eq!(ms, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        assert_eq!(b.delay(10_000), Some(Duration::from_secs(10)), "a long outage neither overflows nor ends");
+        for n in 1..=8 {
+            let exp = b.delay(n).unwrap();
+            let j = Backoff::BIGQUERY.delay(n).unwrap();
+            assert!(j >= exp / 2 && j <= exp, "attempt {n}: {j:?} not within [{:?}, {exp:?}]", exp / 2);
+        }
+    }
+
+    #[test]
+    fn a_limited_schedule_ends_after_its_last_attempt() {
+        let waits: Vec<_> = (1..=7).map(|n| Backoff::STORAGE.delay(n)).collect();
+        let ms: Vec<u64> = waits.iter().flatten().map(|d| d.as_millis() as u64).collect();
+        assert_eq!(ms, [50, 100, 200, 400, 800], "five waits between six attempts");
+        assert_eq!(waits[5], None);
+        assert_eq!(Backoff::REGISTRY.delay(1_000), Some(Duration::from_secs(10)));
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_the_wait() {
+        let (tx, mut rx) = watch::channel(false);
+        tx.send(true).unwrap();
+        assert!(!wait_unless_stopped(Duration::from_secs(3600), &mut rx).await);
+        let (_tx, mut rx) = watch::channel(false);
+        assert!(wait_unless_stopped(Duration::from_millis(1), &mut rx).await);
+    }
+}
