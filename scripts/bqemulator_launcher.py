@@ -49,16 +49,26 @@ stock emulator is lenient, the launcher makes it behave as documented:
 8. A table widened with tables.patch/update (a NULLABLE column added, the documented way
    to add a column) gets the column in its storage too. Stock: only the catalog changes,
    and every later append fails with "table has 3 columns but 4 values were supplied".
-9. Fault injection for tests, on loopback HTTP (FLEXRUN_BQ_FAULT_PORT):
-   POST /faults with JSON, any of
-     {"fail_next": N, "code": "UNAVAILABLE"}   the next N Storage Write calls fail
-     {"fail_for_s": S, "code": "RESOURCE_EXHAUSTED"}   every call fails for S s
-     {"reject_rows_containing": "text", "reject_table": "dataset.table"}
-                                          rows of that table with that text in a STRING
-                                          column get row_errors (nothing written)
+9. Fault injection for tests, on loopback HTTP (FLEXRUN_BQ_FAULT_PORT), scoped to
+   one table so that tests running in parallel, each on its own table, never fault
+   or count each other's calls. POST /faults with JSON, any of
+     {"table": "dataset.table", "fail_next": N, "code": "UNAVAILABLE"}
+                                          the next N Storage Write calls on it fail
+                                          (with "on": "create" | "get" | "append",
+                                          only calls of that kind)
+     {"table": "dataset.table", "fail_for_s": S, "code": "RESOURCE_EXHAUSTED"}
+                                          every call on it fails for S s
+     {"table": "dataset.table", "reject_rows_containing": "text"}
+                                          its rows with that text in a STRING column
+                                          get row_errors (nothing written)
      {"finalize_table": "dataset.table"}  finalize every COMMITTED stream of it
      {"drop_table_streams": "dataset.table"}  forget them (an expired stream)
-   POST /reset clears all faults; GET /stats returns call counters.
+   Without "table" a fault applies to every table (no test does that any more).
+   POST /reset {"table": "dataset.table"} clears that table's faults ({} clears all);
+   GET /stats?table=dataset.table returns its call counters (no table: all calls):
+   create_write_stream, get_write_stream, append_requests, default_stream_appends
+   (those on the `_default` stream), injected_failures (and by call: injected_create,
+   injected_get, injected_append) and rows_rejected.
 
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
@@ -94,43 +104,106 @@ def _table_arrow_schema_with_nested_fields(table_meta):
     return _build_arrow_schema([_field_dict(f) for f in table_meta.schema_.fields])
 
 
+_STATS_KEYS = (
+    "create_write_stream", "get_write_stream", "append_requests", "default_stream_appends",
+    "injected_failures", "injected_create", "injected_get", "injected_append", "rows_rejected",
+)
+
+
+def _table_of(resource):
+    """"dataset.table" of a table or stream resource name
+    (projects/p/datasets/d/tables/t[/streams/s]), or "" when it names neither."""
+    parts = (resource or "").split("/")
+    try:
+        return f"{parts[parts.index('datasets') + 1]}.{parts[parts.index('tables') + 1]}"
+    except (ValueError, IndexError):
+        return ""
+
+
+class _TableFaults:
+    """What a test asked for one table (or, under the key "", for every table)."""
+
+    def __init__(self):
+        self.fail_next = 0
+        self.fail_until = 0.0
+        self.code = "UNAVAILABLE"
+        self.reject = None
+        self.on = None  # None: every call; else only "create", "get" or "append"
+
+    def take(self, method):
+        """Consume one injected failure for a `method` call: its status code name, or None."""
+        if self.on is not None and self.on != method:
+            return None
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return self.code
+        if time.monotonic() < self.fail_until:
+            return self.code
+        return None
+
+
 class _Faults:
-    """Faults a test asked for, and counters of what the Storage Write API served."""
+    """Faults tests asked for, and counters of what the Storage Write API served, both
+    kept per table ("dataset.table") so that tests running in parallel, each on its own
+    table, neither fault nor count each other's calls. The key "" holds faults meant for
+    every table and counters over all of them."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.reset()
 
-    def reset(self):
+    def reset(self, table=None):
         with self.lock:
-            self.fail_next = 0
-            self.fail_until = 0.0
-            self.code = "UNAVAILABLE"
-            self.reject = None
-            self.reject_table = None
-            self.stats = {"create_write_stream": 0, "get_write_stream": 0, "append_requests": 0, "injected_failures": 0, "rows_rejected": 0}
+            if table is None:
+                self.tables = {}
+                self.stats = {}
+            else:
+                self.tables.pop(table, None)
 
-    def count(self, key, n=1):
-        with self.lock:
-            self.stats[key] = self.stats.get(key, 0) + n
+    def faults_of(self, table):
+        """The (created) fault set of `table`. Call under the lock."""
+        return self.tables.setdefault(table, _TableFaults())
 
-    def take_failure(self):
-        """The status code to fail this call with, or None."""
+    def stats_of(self, table):
         with self.lock:
-            if self.fail_next > 0:
-                self.fail_next -= 1
-            elif time.monotonic() >= self.fail_until:
-                return None
-            self.stats["injected_failures"] += 1
-            return getattr(grpc.StatusCode, self.code)
+            return dict({k: 0 for k in _STATS_KEYS}, **self.stats.get(table, {}))
+
+    def count(self, key, n=1, table=""):
+        with self.lock:
+            for t in {"", table}:
+                row = self.stats.setdefault(t, {})
+                row[key] = row.get(key, 0) + n
+
+    def reject_marker(self, table):
+        with self.lock:
+            for t in (table, ""):
+                f = self.tables.get(t)
+                if f is not None and f.reject:
+                    return f.reject
+        return None
+
+    def take_failure(self, table, method):
+        """The status code to fail this `method` call on `table` with, or None."""
+        with self.lock:
+            code = None
+            for t in (table, ""):
+                f = self.tables.get(t)
+                code = f.take(method) if f is not None else None
+                if code is not None:
+                    break
+        if code is None:
+            return None
+        self.count("injected_failures", table=table)
+        self.count(f"injected_{method}", table=table)
+        return getattr(grpc.StatusCode, code)
 
 
 FAULTS = _Faults()
 HANDLER = {}
 
 
-def _maybe_fail(context):
-    code = FAULTS.take_failure()
+def _maybe_fail(context, table, method):
+    code = FAULTS.take_failure(table, method)
     if code is not None:
         context.abort(code, f"injected fault ({code.name}) from the flexrun launcher")
 
@@ -152,8 +225,8 @@ def _response_with_status(stream_name, status):
 
 
 def _rows_to_reject(stream_name, rows_table):
-    marker, table = FAULTS.reject, FAULTS.reject_table
-    if not marker or (table and f"/datasets/{table.replace('.', '/tables/', 1)}/streams/" not in stream_name):
+    marker = FAULTS.reject_marker(_table_of(stream_name))
+    if not marker:
         return []
     import pyarrow as pa
 
@@ -184,7 +257,7 @@ def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_
     with bound_stream.lock:
         rejected = _rows_to_reject(bound_stream.name, rows_table)
         if rejected:
-            FAULTS.count("rows_rejected", len(rejected))
+            FAULTS.count("rows_rejected", len(rejected), table=_table_of(bound_stream.name))
             return _row_errors_response(bound_stream.name, rejected)
         before = (bound_stream.next_offset, bound_stream.row_count)
         outcome = strategy.append(bound_stream, rows_table, offset, max_buffered_rows=max_buffered_rows)
@@ -268,22 +341,37 @@ def _init(self, *args, **kwargs):
 
 
 def _create(self, request_bytes, context):
-    FAULTS.count("create_write_stream")
-    _maybe_fail(context)
+    from google.cloud.bigquery_storage_v1 import types
+
+    table = _table_of(types.CreateWriteStreamRequest.deserialize(request_bytes).parent)
+    FAULTS.count("create_write_stream", table=table)
+    _maybe_fail(context, table, "create")
     return _with_commit_time(_orig_create(self, request_bytes, context))
 
 
 def _get(self, request_bytes, context):
-    FAULTS.count("get_write_stream")
-    _maybe_fail(context)
+    from google.cloud.bigquery_storage_v1 import types
+
+    table = _table_of(types.GetWriteStreamRequest.deserialize(request_bytes).name)
+    FAULTS.count("get_write_stream", table=table)
+    _maybe_fail(context, table, "get")
     return _with_commit_time(_orig_get(self, request_bytes, context))
 
 
 def _append(self, request_iterator, context):
+    from google.cloud.bigquery_storage_v1 import types
+
     def requests():
+        # Only a connection's first request must name its stream (storage.proto:
+        # "the first request ... must contain the write_stream"); later ones may not.
+        table, stream = "", ""
         for r in request_iterator:
-            FAULTS.count("append_requests")
-            _maybe_fail(context)
+            stream = types.AppendRowsRequest.deserialize(r).write_stream or stream
+            table = _table_of(stream) or table
+            FAULTS.count("append_requests", table=table)
+            if stream.endswith("/_default"):
+                FAULTS.count("default_stream_appends", table=table)
+            _maybe_fail(context, table, "append")
             yield r
 
     yield from _orig_append(self, requests(), context)
@@ -308,29 +396,36 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        with FAULTS.lock:
-            self._reply(200, dict(FAULTS.stats))
+        from urllib import parse
+
+        query = parse.parse_qs(parse.urlsplit(self.path).query)
+        self._reply(200, FAULTS.stats_of(query.get("table", [""])[0]))
 
     def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        table = body.get("table", body.get("reject_table", ""))
         if self.path == "/reset":
-            FAULTS.reset()
+            FAULTS.reset(table if "table" in body else None)
             return self._reply(200, {"ok": True})
         if self.path != "/faults":
             return self._reply(404, {"error": "POST /faults or /reset"})
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         done = {}
         with FAULTS.lock:
+            f = FAULTS.faults_of(table)
             if "code" in body:
                 if not hasattr(grpc.StatusCode, body["code"]):
                     return self._reply(400, {"error": f"unknown status code {body['code']}"})
-                FAULTS.code = body["code"]
+                f.code = body["code"]
             if "fail_next" in body:
-                FAULTS.fail_next = int(body["fail_next"])
+                f.fail_next = int(body["fail_next"])
             if "fail_for_s" in body:
-                FAULTS.fail_until = time.monotonic() + float(body["fail_for_s"])
+                f.fail_until = time.monotonic() + float(body["fail_for_s"])
             if "reject_rows_containing" in body:
-                FAULTS.reject = body["reject_rows_containing"] or None
-                FAULTS.reject_table = body.get("reject_table")
+                f.reject = body["reject_rows_containing"] or None
+            if "on" in body:
+                if body["on"] not in (None, "create", "get", "append"):
+                    return self._reply(400, {"error": f"unknown call {body['on']}: create, get or append"})
+                f.on = body["on"]
         if "finalize_table" in body:
             from bqemulator.streaming.write_stream import WriteStreamState
 

@@ -19,9 +19,14 @@ than in the package:
    (scripts/bench-commit.sh) states the latency it models; tests run with 0.
 
 4. Fault injection for tests, on loopback only: `POST /_flexrun/faults` with
-   `{"status": 503, "count": 3}` makes the next 3 requests answer that status with a
-   JSON API error body, before the emulator sees them; `GET /_flexrun/faults` reports
-   how many were served. flexrun's store retries what Google's retry strategy calls
+   `{"status": 503, "count": 3, "scope": "run_7/"}` makes the next 3 requests whose
+   decoded path and query, or an upload's metadata, contain the scope (an object
+   prefix) answer that status
+   with a JSON API error body, before the emulator sees them;
+   `GET /_flexrun/faults?scope=run_7/` reports how many were served and when
+   (`served_at_ms`, the launcher's monotonic clock), so tests check retry counts and
+   backoff gaps on the service's side. Scoped faults let
+   tests that run in parallel each fault only their own objects. flexrun's store retries what Google's retry strategy calls
    transient (https://cloud.google.com/storage/docs/retry-strategy: "HTTP 408, 429,
    and 5xx response codes"), and the tests check it against these answers.
 
@@ -29,18 +34,23 @@ Usage: python gcs_emulator_launcher.py --port P --bucket B [--latency-ms N]
 """
 
 import argparse
+import io
 import json
 import logging
 import threading
 import time
 from functools import partial
 from http import server as http_server
+from urllib import parse
 
 import gcp_storage_emulator.server as emu
 
 LOCK = threading.Lock()
 LATENCY_S = 0.0
-FAULTS = {"status": 0, "count": 0, "served": 0}
+# Injected faults, one set per scope: a scope is a text that a request's decoded path
+# and query must contain (an object prefix, say), so tests that run in parallel each
+# fault only their own objects. The empty scope matches every request.
+FAULTS = {}
 
 _handle = emu.Router.handle
 
@@ -59,24 +69,46 @@ def _body(h):
     return h.rfile.read(n) if n > 0 else b""
 
 
+def _fault_for(path):
+    """The status to answer `path` with (and count it served), or 0. Call under LOCK."""
+    for scope, f in FAULTS.items():
+        if f["count"] > 0 and scope in path:
+            f["count"] -= 1
+            f["served"] += 1
+            f["served_at_ms"].append(round(time.monotonic() * 1000.0, 1))
+            return f["status"]
+    return 0
+
+
+def _faults_endpoint(h, method):
+    query = parse.parse_qs(parse.urlsplit(h.path).query)
+    raw = _body(h)
+    with LOCK:
+        if method == "POST":
+            ask = json.loads(raw or b"{}")
+            scope = str(ask.get("scope", ""))
+            FAULTS[scope] = {"status": int(ask.get("status", 0)), "count": int(ask.get("count", 0)), "served": 0, "served_at_ms": []}
+        else:
+            scope = query.get("scope", [""])[0]
+        state = dict(FAULTS.get(scope, {"status": 0, "count": 0, "served": 0, "served_at_ms": []}), scope=scope)
+    return _reply(h, 200, state)
+
+
 def handle(self, method):
     h = self._request_handler
     if h.path.startswith("/_flexrun/faults"):
-        raw = _body(h)
-        with LOCK:
-            if method == "POST":
-                ask = json.loads(raw or b"{}")
-                FAULTS.update(status=int(ask.get("status", 0)), count=int(ask.get("count", 0)), served=0)
-            state = dict(FAULTS)
-        return _reply(h, 200, state)
+        return _faults_endpoint(h, method)
     if LATENCY_S > 0:
         time.sleep(LATENCY_S)
+    where = parse.unquote(h.path)
+    if method in ("POST", "PUT") and any(scope and f["count"] > 0 for scope, f in FAULTS.items()):
+        # A multipart upload names its object in the body's metadata, not in the path:
+        # read the body once, look there too, and hand the emulator a copy.
+        body = _body(h)
+        h.rfile = io.BytesIO(body)
+        where += " " + body[:4096].decode("utf-8", "replace")
     with LOCK:
-        status = 0
-        if FAULTS["count"] > 0:
-            FAULTS["count"] -= 1
-            FAULTS["served"] += 1
-            status = FAULTS["status"]
+        status = _fault_for(where)
         if not status:
             return _handle(self, method)
     _body(h)
