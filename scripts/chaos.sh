@@ -7,6 +7,9 @@
 #
 #   scripts/chaos.sh                      every scenario
 #   scripts/chaos.sh chaos_large          only scenarios whose test name matches
+#
+# Exits 0 when every scenario the local stack can serve passes; one it cannot (tansu 0.6
+# serves no record over about 2 MB) is listed as skipped with its reason.
 #   FLEXRUN_KILL_SEED=42 scripts/chaos.sh repeat a kill schedule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,10 +19,12 @@ eval "$(bash scripts/stack.sh env chaos)"
 export FLEXRUN_RESTART_BROKER="bash $(pwd)/scripts/stack.sh restart-kafka chaos"
 out=$(mktemp)
 bash scripts/build-deps.sh
-cargo test --release --no-fail-fast --features flexrun/failpoints,flexrun/integration -p flexrun --test chaos --test kafka_to_gcs -- --ignored --test-threads=1 --nocapture "$@" 2>&1 | tee "$out" | grep -E "^(CHAOS|test |thread)" || true
+cargo test --release --no-fail-fast --features flexrun/failpoints,flexrun/integration -p flexrun --test it -- --ignored --test-threads=1 --nocapture "${@:-chaos}" 2>&1 | tee "$out" | grep -E "^(CHAOS|test |thread)" || true
 echo
 echo "| scenario | messages | faults | rows | distinct ids | lost | duplicates | recovery (s) |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|"
 # A row may follow its test's name on the same line (libtest prints "test x ... " first).
 grep -o 'CHAOS|.*' "$out" | sed 's/^CHAOS|/| /; s/|/ | /g; s/$/ |/' | sed 's/  */ /g' || true
+# Scenarios the local stack cannot serve pass as skipped, each with its reason.
+grep -o 'CHAOS-SKIP|.*' "$out" | sed 's/^CHAOS-SKIP|\([^|]*\)|/skipped: \1: /' || true
 ! grep -q "test result: FAILED" "$out" && grep -q "test result: ok" "$out"

@@ -4,7 +4,7 @@
 # ports, and stops again on exit.
 #
 #   scripts/test.sh                 everything
-#   scripts/test.sh -p flexrun      extra arguments go to `cargo test`
+#   scripts/test.sh -E "test(/avro/)"   extra arguments go to `cargo nextest run`
 #
 # Plain `cargo test` (no services) runs the pure tests only; the integration tests sit
 # behind the `integration` (runner) and `browser` (web) features, turned on here.
@@ -13,12 +13,26 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FEATURES="flexrun/failpoints,flexrun/integration,flexrun-web/browser"
 
-# Style and lints first: they fail fast and need no services.
-echo "[test] cargo fmt --check" >&2
+T0=$(date +%s)
+step() { echo "[test] $* ($(($(date +%s) - T0)) s in)" >&2; }
+
+# Style and the layering first: they fail fast and need no services.
+step "cargo fmt --check"
 bash scripts/build-deps.sh
 cargo fmt --all --check
-echo "[test] cargo clippy -D warnings" >&2
-cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings
+step "layering: no module names a layer above it"
+python3 scripts/check_layers.py
+
+# Lints and the test build are one build. clippy-driver is rustc plus clippy's lints;
+# as the workspace's rustc wrapper (what `cargo clippy` itself sets up) it lints each
+# workspace crate while compiling it for the tests, so nothing is compiled twice
+# (`cargo clippy` then `cargo test` would check every crate once more first).
+# CLIPPY_ARGS is how cargo-clippy hands clippy-driver its `-- -D warnings`.
+export RUSTC_WORKSPACE_WRAPPER="$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+step "build every target, linted (clippy -D warnings)"
+cargo build --release --workspace --all-targets --features "$FEATURES"
+B1=$(date +%s)
 
 # Headless Chromium for the web pages' end-to-end test (Debian's package).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -28,10 +42,19 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+step "local stack"
 bash scripts/stack.sh start test
 trap 'bash scripts/stack.sh stop test' EXIT
 eval "$(bash scripts/stack.sh env test)"
+S1=$(date +%s)
 
 # Release mode: the tests push 100k-message jobs through the real services, and the
-# debug build's message generation alone is ten times slower.
-cargo test --release --workspace --no-fail-fast --features "$FEATURES" "$@" -- --test-threads=1
+# debug build's message generation alone is ten times slower. cargo-nextest runs every
+# test in its own process, several at once (.config/nextest.toml says how many, and
+# which few run alone and why); doc tests, which nextest does not run, follow.
+step "tests (cargo nextest, in parallel)"
+cargo nextest run --release --workspace --no-fail-fast --features "$FEATURES" "$@"
+step "doc tests"
+cargo test --release --workspace --doc --features "$FEATURES"
+T1=$(date +%s)
+echo "[test] done: build and lints $((B1 - T0)) s, stack $((S1 - B1)) s, tests $((T1 - S1)) s, total $((T1 - T0)) s" >&2

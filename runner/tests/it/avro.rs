@@ -7,9 +7,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flexrun::bigquery::{rest, TableRef};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use std::path::Path;
@@ -360,7 +358,7 @@ async fn a_crash_replays_every_per_record_table_at_its_logged_offset() {
     let sum = dir.path().join("summary.json");
     let o = run_job("avro-cp", &ck, &params, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", text(&o));
-    let j = common::summary(&sum);
+    let j = crate::common::summary(&sum);
     assert_eq!(j["summary"]["replayed_batches"], 1, "{j}");
     assert_eq!(j["summary"]["appends_already_existed"], 2, "both tables' appends had landed: {j}");
     let orders = table(&format!("{prefix}-shop-events-Order"));

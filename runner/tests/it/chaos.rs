@@ -7,9 +7,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
@@ -20,27 +18,40 @@ fn row(scenario: &str, messages: u64, faults: &str, rows: i64, distinct: i64, re
 }
 
 fn seed() -> u64 {
-    std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random())
+    test_seed("chaos kill schedule")
 }
 
-/// Start the job `kills` times and SIGKILL it at a random moment each time, then let
-/// it finish. Returns (kills landed, seconds of the final run).
-fn kill_loop(job: &str, ck: &std::path::Path, params: &str, kills: u32, seed: u64) -> (u32, f64) {
+/// Start the job `kills` times and SIGKILL it each time once the table holds a seeded
+/// row count (the k-th between k/(kills+2) and that plus half a step of `n`), so every
+/// kill lands while the job is writing; then let it finish. Returns (kills landed,
+/// seconds of the final run, the final run's summary).
+async fn kill_loop(
+    s: &Stack,
+    f: &Fixture,
+    n: i64,
+    params: &str,
+    kills: u32,
+    seed: u64,
+) -> (u32, f64, serde_json::Value) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let ck = tempfile::tempdir().unwrap();
+    let step = n / (kills as i64 + 2);
     let mut landed = 0;
-    for _ in 0..kills {
-        let mut child = spawn_job(job, ck, params, &["--batch-rows", "2000"]);
-        std::thread::sleep(Duration::from_millis(rng.random_range(500..3000)));
-        if child.try_wait().unwrap().is_none() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            landed += 1;
-        }
+    for k in 1..=kills as i64 {
+        let mut child = spawn_job("chaos", ck.path(), params, &["--batch-rows", "2000"]);
+        let seen = wait_for_rows(s, &f.table, step * k + rng.random_range(0..step / 2), &mut child).await;
+        assert!(child.try_wait().unwrap().is_none() && seen < n, "kill {k} would not land mid-write ({seen} rows)");
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        landed += 1;
         let _ = child.wait();
     }
     let t = Instant::now();
-    let o = run_job(job, ck, params, "3s", &["--batch-rows", "2000"]);
+    let sum = ck.path().join("final.json");
+    let o =
+        run_job("chaos", ck.path(), params, "3s", &["--batch-rows", "2000", "--summary-json", sum.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    (landed, t.elapsed().as_secs_f64() - 3.0)
+    assert_eq!(landed, kills, "every kill landed while the job was writing");
+    (landed, t.elapsed().as_secs_f64() - 3.0, summary(&sum))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,9 +60,8 @@ async fn chaos_20_sigkills_exactly_once_200k() {
     let s = stack();
     let f = s.fixture("chaos_eo", 8).await;
     f.produce(&s, 0, 200_000, None).await;
-    let ck = tempfile::tempdir().unwrap();
     let sd = seed();
-    let (landed, rec) = kill_loop("chaos_eo", ck.path(), &f.params(&s, ""), 20, sd);
+    let (landed, rec, _) = kill_loop(&s, &f, 200_000, &f.params(&s, ""), 20, sd).await;
     let (rows, distinct) = s.count(&f.table).await;
     row("exactly-once, 20 random SIGKILLs", 200_000, &format!("{landed} SIGKILLs (seed {sd})"), rows, distinct, rec);
     assert_eq!((rows, distinct), (200_000, 200_000), "seed {sd}");
@@ -63,12 +73,19 @@ async fn chaos_20_sigkills_at_least_once_200k() {
     let s = stack();
     let f = s.fixture("chaos_alo", 8).await;
     f.produce(&s, 0, 200_000, None).await;
-    let ck = tempfile::tempdir().unwrap();
     let sd = seed();
-    let (landed, rec) = kill_loop("chaos_alo", ck.path(), &f.params(&s, "useStorageWriteApiAtLeastOnce=true"), 20, sd);
+    let params = f.params(&s, "useStorageWriteApiAtLeastOnce=true");
+    let (landed, rec, j) = kill_loop(&s, &f, 200_000, &params, 20, sd).await;
     let (rows, distinct) = s.count(&f.table).await;
     row("at-least-once, 20 random SIGKILLs", 200_000, &format!("{landed} SIGKILLs (seed {sd})"), rows, distinct, rec);
     assert_eq!(distinct, 200_000, "seed {sd}");
+    // Duplicates are the batches in flight at a kill, re-read from the last commit.
+    assert_eq!(j["delivery"], "at-least-once", "{j}");
+    assert!(
+        rows - distinct <= 20 * 8 * 2000,
+        "{} duplicates: more than the batches in flight at 20 kills",
+        rows - distinct
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,12 +120,20 @@ async fn fault_window(name: &str, body: &str, label: &str, window_s: u64) {
     let f = s.fixture(name, 4).await;
     f.produce(&s, 0, 100_000, None).await;
     let ck = tempfile::tempdir().unwrap();
-    let child = spawn_job(name, ck.path(), &f.params(&s, ""), &["--idle-timeout", "5s"]);
-    std::thread::sleep(Duration::from_secs(2));
-    faults("", body);
+    let sum = ck.path().join("summary.json");
+    let mut child = spawn_job(
+        name,
+        ck.path(),
+        &f.params(&s, ""),
+        &["--idle-timeout", "5s", "--summary-json", sum.to_str().unwrap()],
+    );
+    // The window opens once the job is writing, so the faults land mid-run.
+    wait_for_rows(&s, &f.table, 1, &mut child).await;
+    table_faults(&f.table, body);
     let t = Instant::now();
     let o = wait_with_timeout(child, Duration::from_secs(window_s + 600));
-    faults("/reset", "");
+    let injected = fault_stats(&f.table)["injected_failures"].as_u64().unwrap_or(0);
+    reset_faults(&f.table);
     let (rows, distinct) = s.count(&f.table).await;
     row(
         label,
@@ -120,12 +145,15 @@ async fn fault_window(name: &str, body: &str, label: &str, window_s: u64) {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!((rows, distinct), (100_000, 100_000));
+    let retries = &summary(&sum)["summary"]["reliability"]["retries"];
+    let total: u64 = retries.as_object().map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+    assert!(injected >= 1 && total >= 1, "the window was met and retried: {injected} injected, retries {retries}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: scripts/chaos.sh"]
 async fn chaos_bigquery_unavailable_for_30s() {
-    fault_window("chaos_unavail", r#"{"fail_for_s": 30, "code": "UNAVAILABLE"}"#, "BigQuery UNAVAILABLE for 30 s", 30)
+    fault_window("chaos_unavail", r#""fail_for_s": 30, "code": "UNAVAILABLE""#, "BigQuery UNAVAILABLE for 30 s", 30)
         .await;
 }
 
@@ -134,7 +162,7 @@ async fn chaos_bigquery_unavailable_for_30s() {
 async fn chaos_resource_exhausted_for_2_minutes() {
     fault_window(
         "chaos_quota",
-        r#"{"fail_for_s": 120, "code": "RESOURCE_EXHAUSTED"}"#,
+        r#""fail_for_s": 120, "code": "RESOURCE_EXHAUSTED""#,
         "RESOURCE_EXHAUSTED for 2 min",
         120,
     )
@@ -151,8 +179,16 @@ async fn chaos_large_messages() {
     flexrun::local::produce_large(&s.kafka, &f.topic, 1001, 15_000_000).await.unwrap();
     let ck = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let o = run_job("chaos_big", ck.path(), &f.params(&s, &format!("outputDeadletterTable={}", f.dlq)), "3s", &[]);
+    let sum = ck.path().join("summary.json");
+    let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
+    let o = run_job("chaos_big", ck.path(), &params, "3s", &["--summary-json", sum.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
+    if summary(&sum)["summary"]["messages_read"] == 1000 {
+        // RELIABILITY.md: tansu 0.6 does not serve records over about 2 MB to a consumer,
+        // so the two large records never reach the job. Not a flexrun result: skipped.
+        eprintln!("CHAOS-SKIP|1,000 × 1 MB, one 9.9 MB, one 15 MB|the local broker (tansu 0.6) never served the 9.9 MB and 15 MB records to a consumer");
+        return;
+    }
     let (rows, distinct) = s.count(&f.table).await;
     let (dl, _) = flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap();
     row(

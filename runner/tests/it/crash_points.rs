@@ -5,9 +5,7 @@
 //! the point targets really ran (a replay, ALREADY_EXISTS answers, or neither).
 #![cfg(all(feature = "failpoints", feature = "integration"))]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::process::ExitStatusExt;
 
 /// Messages per test: 300, every 25th a bad one (12 dead-letter rows), in batches of
@@ -150,13 +148,7 @@ async fn rows_bigquery_refuses_are_logged_so_a_crash_after_the_relog_replays_the
         .filter(|id| String::from_utf8_lossy(&flexrun::local::seed_message(*id, 42, 962)).contains(marker))
         .count() as i64;
     assert!(refused > 0 && refused < n as i64, "the marker picks some rows: {refused}");
-    faults(
-        "",
-        &format!(
-            r#"{{"reject_rows_containing": "{marker}", "reject_table": "{}.{}"}}"#,
-            f.table.dataset, f.table.table
-        ),
-    );
+    table_faults(&f.table, &format!(r#""reject_rows_containing": "{marker}""#));
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let crash = job_cmd("cp_relog", ck.path(), &params, "2s", &["--batch-rows", "200"])
@@ -170,7 +162,7 @@ async fn rows_bigquery_refuses_are_logged_so_a_crash_after_the_relog_replays_the
         "2s",
         &["--batch-rows", "200", "--summary-json", sum.to_str().unwrap()],
     );
-    faults("/reset", "");
+    reset_faults(&f.table);
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(summary(&sum)["summary"]["replayed_batches"], 1);

@@ -7,9 +7,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 fn summary_arg(dir: &std::path::Path) -> (std::path::PathBuf, String) {
@@ -39,11 +37,11 @@ async fn a_restart_reuses_its_streams_and_duplicates_nothing() {
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let o = run_job("reuse", ck.path(), &params, "1s", &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let before = fault_stats();
+    let before = fault_stats(&f.table);
     f.produce(&s, 4000, 4000, Some(100)).await;
     let o = run_job("reuse", ck.path(), &params, "1s", &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let after = fault_stats();
+    let after = fault_stats(&f.table);
     assert_eq!(
         after["create_write_stream"], before["create_write_stream"],
         "the restart created streams: {before} → {after}"
@@ -59,12 +57,14 @@ async fn transient_unavailable_errors_are_retried_and_counted() {
     f.produce(&s, 0, 20_000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let (sum, sum_s) = summary_arg(ck.path());
-    faults("", r#"{"fail_next": 6, "code": "UNAVAILABLE"}"#);
+    table_faults(&f.table, r#""fail_next": 6, "code": "UNAVAILABLE", "on": "append""#);
     let o = run_job("unavail", ck.path(), &f.params(&s, ""), "2s", &["--summary-json", &sum_s]);
-    faults("/reset", "");
+    reset_faults(&f.table);
     assert!(o.status.success(), "{}", text(&o));
     let retries = &summary(&sum)["summary"]["reliability"]["retries"];
-    assert!(retries["Unavailable"].as_u64().unwrap_or(0) >= 1, "{retries}");
+    let injected = fault_stats(&f.table)["injected_append"].as_u64().unwrap();
+    assert_eq!(injected, 6, "the launcher failed six appends on this table");
+    assert_eq!(retries["Unavailable"].as_u64(), Some(injected), "one retry per injected failure: {retries}");
     assert_eq!(s.count(&f.table).await, (20_000, 20_000));
 }
 
@@ -75,10 +75,10 @@ async fn a_quota_episode_stalls_the_job_instead_of_ending_it() {
     f.produce(&s, 0, 5000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let (sum, sum_s) = summary_arg(ck.path());
-    faults("", r#"{"fail_for_s": 35, "code": "RESOURCE_EXHAUSTED"}"#);
+    table_faults(&f.table, r#""fail_for_s": 35, "code": "RESOURCE_EXHAUSTED""#);
     let t = Instant::now();
     let o = run_job("quota", ck.path(), &f.params(&s, ""), "2s", &["--summary-json", &sum_s]);
-    faults("/reset", "");
+    reset_faults(&f.table);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         t.elapsed() >= Duration::from_secs(30),
@@ -96,12 +96,13 @@ async fn sigterm_during_a_stall_drains_and_the_restart_finishes_the_batch() {
     f.produce(&s, 0, 3000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
-    faults("", r#"{"fail_for_s": 120, "code": "UNAVAILABLE"}"#);
-    let child = spawn_job("stalldrain", ck.path(), &params, &[]);
-    std::thread::sleep(Duration::from_secs(4));
+    table_faults(&f.table, r#""fail_for_s": 120, "code": "UNAVAILABLE", "on": "append""#);
+    let mut child = spawn_job("stalldrain", ck.path(), &params, &[]);
+    // SIGTERM once an append has met the stall (the batch is logged, so it is replayed).
+    wait_for_injected_failure(&f.table, "injected_append", &mut child).await;
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(30));
-    faults("/reset", "");
+    reset_faults(&f.table);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("will be replayed"), "{}", text(&o));
     let (sum, sum_s) = summary_arg(ck.path());
@@ -145,8 +146,15 @@ async fn a_stream_that_disappeared_is_replaced_too() {
     let r = faults("", &format!(r#"{{"drop_table_streams": "{}.{}"}}"#, f.table.dataset, f.table.table));
     assert_eq!(r["dropped"].as_array().unwrap().len(), 1, "{r}");
     f.produce(&s, 1000, 1000, None).await;
-    let o = run_job("gone", ck.path(), &params, "1s", &[]);
+    let (sum, sum_s) = summary_arg(ck.path());
+    let o = run_job("gone", ck.path(), &params, "1s", &["--summary-json", &sum_s]);
     assert!(o.status.success(), "{}", text(&o));
+    let rel = &summary(&sum)["summary"]["reliability"];
+    assert_eq!(
+        (rel["streams_replaced"].as_u64(), rel["batches_possibly_duplicated"].as_u64()),
+        (Some(1), Some(0)),
+        "the vanished stream was replaced once, and no sent batch was lost with it: {rel}"
+    );
     assert_eq!(s.count(&f.table).await, (2000, 2000));
 }
 
@@ -162,7 +170,7 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let ck = tempfile::tempdir().unwrap();
     let (sum, sum_s) = summary_arg(ck.path());
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
-    let before = fault_stats();
+    let before = fault_stats(&f.table);
     // Requests of at most 1.5 MB hold one ~1 MB row each, while batches hold up to 9 MB.
     let extra = [
         "--summary-json",
@@ -179,7 +187,10 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let j = summary(&sum);
     assert_eq!(s.count(&f.table).await, (60, 60), "{}", text(&o));
     let batches = j["summary"]["batches"].as_u64().unwrap();
-    let requests = fault_stats()["append_requests"].as_u64().unwrap() - before["append_requests"].as_u64().unwrap();
+    // The table's requests and the dead-letter table's (the launcher counts per table).
+    let requests = fault_stats(&f.table)["append_requests"].as_u64().unwrap()
+        - before["append_requests"].as_u64().unwrap()
+        + fault_stats(&f.dlq)["append_requests"].as_u64().unwrap();
     assert!(requests >= 61, "one request per row at least (60 rows, 1 dead letter): {requests}");
     assert!(batches < 60, "so batches of several rows were split: {requests} requests for {batches} batches");
     let dl = s
@@ -223,9 +234,18 @@ async fn a_torn_log_tail_is_cut_and_the_job_resumes_exactly_once() {
     let o = run_job("torn", ck.path(), &params, "1s", &["--batch-rows", "500"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cutting a torn entry"), "{}", text(&o));
-    // A third run reads every entry the second one wrote after the cut.
-    let o = run_job("torn", ck.path(), &params, "1s", &[]);
+    // A third run reads every entry the second one wrote after the cut: it finds its
+    // position there, so it reads nothing again, replays nothing and cuts nothing.
+    let (sum, sum_s) = summary_arg(ck.path());
+    let o = run_job("torn", ck.path(), &params, "1s", &["--summary-json", &sum_s]);
     assert!(o.status.success(), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("cutting a torn entry"), "{}", text(&o));
+    let j = summary(&sum);
+    assert_eq!(
+        (j["summary"]["messages_read"].as_u64(), j["summary"]["replayed_batches"].as_u64()),
+        (Some(0), Some(0)),
+        "{j}"
+    );
     assert_eq!(s.count(&f.table).await, (6000, 6000));
 }
 
@@ -308,9 +328,15 @@ async fn a_restarted_job_sees_the_backlog_from_its_checkpoint_not_the_whole_topi
     let params = f.params(&s, "");
     assert!(run_job("backlog", ck.path(), &params, "1s", &[]).status.success());
     // A quiet topic and kafkaReadOffset=earliest: the backlog must be 0, so no scale-up.
-    let o = job_cmd("backlog", ck.path(), &params, "5s", &["--autoscaling-interval", "1s", "--max-workers", "2"])
-        .env("FLEXRUN_LOG", "info")
-        .bounded();
+    let o = job_cmd_until_idle(
+        "backlog",
+        ck.path(),
+        &params,
+        "5s",
+        &["--autoscaling-interval", "1s", "--max-workers", "2"],
+    )
+    .env("FLEXRUN_LOG", "info")
+    .bounded();
     assert!(o.status.success(), "{}", text(&o));
     let ansi = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
     let log = ansi.replace_all(&String::from_utf8_lossy(&o.stderr), "").into_owned();

@@ -4,9 +4,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
@@ -35,24 +33,27 @@ async fn exactly_once_survives_repeated_sigkill() {
     f.produce(&s, 0, 100_000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
-    let seed: u64 =
-        std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
-    eprintln!("kill schedule seed {seed} (set FLEXRUN_KILL_SEED to repeat)");
+    let seed = test_seed("kill schedule");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     // Small batches put more of the protocol's crash points under the kills.
     let extra = ["--batch-rows", "1500"];
+    // Each kill waits for a seeded row count (the k-th between k/10 and k/10 + 1/20 of
+    // the topic), so every one lands while the job is writing, whatever the load.
+    let n = 100_000i64;
     let mut kills = 0;
-    for _ in 0..8 {
+    for k in 1..=8i64 {
         let mut child = spawn_job("eokill", ck.path(), &params, &extra);
-        std::thread::sleep(Duration::from_millis(rng.random_range(400..2500)));
-        if child.try_wait().unwrap().is_none() {
-            // SAFETY: plain kill(2) on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            kills += 1;
-        }
+        let target = n * k / 10 + rng.random_range(0..n / 20);
+        let seen = wait_for_rows(&s, &f.table, target, &mut child).await;
+        assert!(child.try_wait().unwrap().is_none(), "the job ended before kill {k}");
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        kills += 1;
         let _ = child.wait();
+        eprintln!("kill {k} at {seen} rows (target {target})");
+        assert!(seen < n, "kill {k} came after the whole topic was written: {seen} rows");
     }
-    assert!(kills >= 5, "only {kills} kills landed while the job was running");
+    assert_eq!(kills, 8, "every kill landed while the job was running");
     let o = run_job("eokill", ck.path(), &params, "3s", &extra);
     assert!(o.status.success(), "{}", text(&o));
     let (rows, distinct) = s.count(&f.table).await;
@@ -67,19 +68,35 @@ async fn at_least_once_loses_nothing_and_reports_duplicates() {
     f.produce(&s, 0, 30_000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "useStorageWriteApiAtLeastOnce=true");
-    for wait_ms in [700u64, 1300] {
+    // Each kill waits until rows are being written (5,000 and then 15,000 of 30,000).
+    for target in [5_000i64, 15_000] {
         let mut child = spawn_job("alo", ck.path(), &params, &["--batch-rows", "1000"]);
-        std::thread::sleep(Duration::from_millis(wait_ms));
+        let seen = wait_for_rows(&s, &f.table, target, &mut child).await;
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         let _ = child.wait();
+        assert!(seen < 30_000, "the kill landed mid-write: {seen} rows");
     }
-    let o = run_job("alo", ck.path(), &params, "3s", &["--batch-rows", "1000"]);
+    let sum = ck.path().join("alo.json");
+    let o =
+        run_job("alo", ck.path(), &params, "3s", &["--batch-rows", "1000", "--summary-json", sum.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("at-least-once"), "{}", text(&o));
+    let j = summary(&sum);
+    assert_eq!(j["delivery"], "at-least-once", "{j}");
+    // At-least-once keeps no write-ahead log: a restart re-reads from the last commit,
+    // so the batches in flight at a kill are what can be sent twice (and nothing is
+    // logged as replayed).
+    assert_eq!(j["summary"]["replayed_batches"], 0, "{j}");
     let (rows, distinct) = s.count(&f.table).await;
     eprintln!("at-least-once after 2 SIGKILLs: {rows} rows, {distinct} distinct ids, {} duplicates", rows - distinct);
-    assert_eq!(distinct, 30_000, "at-least-once lost messages");
-    assert!(rows >= 30_000);
+    assert_eq!(distinct, 30_000, "at-least-once loses nothing");
+    // At most a batch per partition per kill is sent twice (4 partitions, 1,000 rows each).
+    assert!(rows - distinct <= 2 * 4 * 1000, "{} duplicates: more than the batches in flight", rows - distinct);
+    // The launcher saw every append on the `_default` stream and no stream created.
+    let st = fault_stats(&f.table);
+    assert_eq!(st["create_write_stream"], 0, "at-least-once creates no COMMITTED stream: {st}");
+    assert_eq!(st["default_stream_appends"], st["append_requests"], "every append went to _default: {st}");
+    assert!(st["append_requests"].as_u64().unwrap() > 0, "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,18 +178,21 @@ async fn sigterm_drains_and_a_restart_resumes() {
     f.produce(&s, 0, 30_000, None).await;
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
-    let child = spawn_job("drain", ck.path(), &params, &["--batch-rows", "2000"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = spawn_job("drain", ck.path(), &params, &["--batch-rows", "2000"]);
+    wait_for_rows(&s, &f.table, 4_000, &mut child).await;
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("reconciliation: read = written + dead-lettered: yes"), "{out}");
     let (mid, _) = s.count(&f.table).await;
+    assert!(mid > 0 && mid < 30_000, "the SIGTERM landed mid-topic: {mid} rows at the drain");
     f.produce(&s, 30_000, 10_000, None).await;
-    let o = run_job("drain", ck.path(), &params, "3s", &[]);
+    let sum = ck.path().join("drain.json");
+    let o = run_job("drain", ck.path(), &params, "3s", &["--summary-json", sum.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     eprintln!("{mid} rows at the drain, then resumed");
+    assert_eq!(summary(&sum)["summary"]["replayed_batches"], 0, "a drained job leaves no batch to replay");
     assert_eq!(s.count(&f.table).await, (40_000, 40_000));
 }
 
@@ -212,4 +232,35 @@ async fn an_idle_job_started_at_latest_restarts_where_it_began() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(summary(&sj)["summary"]["messages_read"], 100);
     assert_eq!(s.count(&f.table).await, (100, 100));
+}
+
+/// `--stop-when-caught-up` drains once the end offsets read at start are committed, long
+/// before a 60 s idle timeout would, and says which of the two ended the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_when_caught_up_drains_at_the_end_offsets_read_at_start() {
+    let s = stack();
+    let f = s.fixture("caughtup", 3).await;
+    f.produce(&s, 0, 5000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let o = job_cmd("caughtup", ck.path(), &f.params(&s, ""), "60s", &[]).env("FLEXRUN_LOG", "info").bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("caught up with the end offsets read at start: draining"), "{}", text(&o));
+    assert!(!err.contains("no new messages: draining"), "the idle timeout ended it instead: {}", text(&o));
+    assert_eq!(s.count(&f.table).await, (5000, 5000));
+    // An empty topic: nothing to catch up with, so it drains at once.
+    let e = s.fixture("caughtup_empty", 1).await;
+    let o = job_cmd("caughtup_empty", ck.path(), &e.params(&s, ""), "60s", &[]).env("FLEXRUN_LOG", "info").bounded();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("caught up"), "{}", text(&o));
+    // Other templates refuse the flag instead of ignoring it.
+    let o = flexrun(&[
+        "--template",
+        "kafka-to-gcs",
+        "--stop-when-caught-up",
+        "--parameters",
+        "readBootstrapServerAndTopic=x:1;t,outputDirectory=/tmp/x/,messageFormat=JSON,kafkaReadAuthenticationMode=NONE",
+    ])
+    .bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--stop-when-caught-up is supported by kafka-to-bq only"), "{}", text(&o));
 }

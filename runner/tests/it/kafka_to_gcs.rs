@@ -6,9 +6,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flexrun::store::{Location, Store};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
@@ -334,25 +332,34 @@ async fn chaos_gcs(scenario: &str, flags: &[&str]) {
     let out = format!("gs://{bucket}/{t}/");
     let ck = tempfile::tempdir().unwrap();
     let p = params(&s, &t, &out, "");
-    let seed: u64 =
-        std::env::var("FLEXRUN_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let seed = test_seed("kill schedule");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut landed = 0;
     let kills: u32 = std::env::var("FLEXRUN_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    for _ in 0..kills {
+    // Each kill waits for one more published file than the last, plus a seeded few, so
+    // every kill lands while the job is publishing windows.
+    let store = Store::open(&Location::parse(&out).unwrap(), None).await.unwrap();
+    let published = || async { store.list("").await.unwrap().iter().filter(|n| !n.starts_with("_temporary/")).count() };
+    for k in 0..kills {
         let mut child = job("chaos", ck.path(), &p)
             .args(flags)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(300..2500)));
-        if child.try_wait().unwrap().is_none() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            landed += 1;
+        let target = published().await + 1 + rng.random_range(0..10usize);
+        let waited = std::time::Instant::now();
+        while published().await < target {
+            assert!(child.try_wait().unwrap().is_none(), "the job ended before kill {k} (at {target} files)");
+            assert!(waited.elapsed() < RUN_LIMIT, "no new file within {RUN_LIMIT:?} before kill {k}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        assert!(child.try_wait().unwrap().is_none(), "kill {k} would land after the job ended");
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        landed += 1;
         let _ = child.wait();
     }
+    assert_eq!(landed, kills, "every kill landed while the job was publishing");
     let started = std::time::Instant::now();
     let o = job("chaos", ck.path(), &p).args(flags).bounded();
     assert!(o.status.success(), "{}", text(&o));

@@ -5,9 +5,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -108,6 +106,14 @@ async fn two_jobs_are_listed_scaled_in_flight_drained_cancelled_and_resumed() {
     let o = jobs(ck.path(), &["update-options", &id, "--min-num-workers", "5"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("above --max-num-workers=3"), "{}", text(&o));
+    let after = json(&jobs(ck.path(), &["describe", &id, "--format", "json"]));
+    assert_eq!(
+        (&after["status"]["min_num_workers"], &after["status"]["max_num_workers"]),
+        (&last["status"]["min_num_workers"], &last["status"]["max_num_workers"]),
+        "the refused update changed neither limit: {after:#}"
+    );
+    assert_eq!(after["status"]["max_num_workers"], 3);
+    assert!(after["status"]["min_num_workers"].is_u64(), "{after:#}");
 
     // Drain life-a (by id): it finishes in-flight data and exits 0.
     let o = jobs(ck.path(), &["drain", &id]);

@@ -4,9 +4,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::{flexrun, text, wait_with_timeout, Bounded};
+use crate::common::{flexrun, text, wait_with_timeout, Bounded};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
@@ -117,9 +115,9 @@ fn read_ids(bootstrap: &str, topic: &str, expect: usize, limit: Duration) -> Has
 /// uncommitted; the same job restarted with messageFormat=RAW delivers everything.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_message_stops_kafka_to_kafka_and_loses_nothing() {
-    let stack = common::stack();
-    let input = common::unique("k2k_bad_in");
-    let output = common::unique("k2k_bad_out");
+    let stack = crate::common::stack();
+    let input = crate::common::unique("k2k_bad_in");
+    let output = crate::common::unique("k2k_bad_out");
     flexrun::kafka::create_topic(&stack.kafka, &input, 1).await.unwrap();
     flexrun::kafka::create_topic(&stack.kafka, &output, 1).await.unwrap();
     // 300 good, then one that is not JSON, then 200 good: 501 in one partition.
@@ -199,9 +197,9 @@ fn output_count(bootstrap: &str, topic: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_to_kafka_survives_a_kill_under_async_progress_without_loss() {
-    let stack = common::stack();
-    let input = common::unique("k2k_in");
-    let output = common::unique("k2k_out");
+    let stack = crate::common::stack();
+    let input = crate::common::unique("k2k_in");
+    let output = crate::common::unique("k2k_out");
     flexrun::kafka::create_topic(&stack.kafka, &input, 4).await.unwrap();
     flexrun::kafka::create_topic(&stack.kafka, &output, 4).await.unwrap();
     let n = 60_000u64;

@@ -4,10 +4,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
-use std::time::Duration;
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_nothing() {
@@ -30,7 +27,8 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
         "500",
     ];
     let mut child = spawn_job("asyncprog", ck.path(), &params, &extra);
-    std::thread::sleep(Duration::from_millis(4500));
+    // Kill once a quarter of the topic is in, so the crash lands mid-topic on any load.
+    wait_for_rows(&s, &f.table, n as i64 / 4, &mut child).await;
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let (before, _) = s.count(&f.table).await;
@@ -43,6 +41,36 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
         "async progress, 1 s interval, ~4,000 msg/s: {rows} rows, {distinct} distinct, {dups} replayed after the crash"
     );
     assert_eq!(distinct, n as i64, "nothing lost");
+    // What makes progress asynchronous: the commit log holds an entry per interval, not
+    // per batch, so consecutive entries skip batches (synchronous progress logs every one).
+    let gaps = commit_log_batch_gaps(&ck.path().join("asyncprog"));
+    let mean = gaps.iter().sum::<u64>() as f64 / gaps.len().max(1) as f64;
+    eprintln!("commit-log entries skip {mean:.1} batches on average over {} pairs", gaps.len());
+    assert!(!gaps.is_empty() && mean >= 2.0, "commit entries follow batches one by one: {gaps:?}");
     // At most one interval (plus the batch in flight) of ~4,000 msg/s is replayed.
     assert!(dups <= 4_000 + 2_000, "replayed {dups} messages: more than one 1 s interval's worth");
+}
+
+/// For every shard, the differences between consecutive batch ids in its commit log
+/// (entries are `<crc32c hex> <JSON>` lines, in segments `commits.log.<first batch>`).
+fn commit_log_batch_gaps(job_dir: &std::path::Path) -> Vec<u64> {
+    let mut gaps = Vec::new();
+    for shard in std::fs::read_dir(job_dir).unwrap().map(|e| e.unwrap().path()) {
+        if !shard.file_name().unwrap().to_string_lossy().starts_with("shard-") {
+            continue;
+        }
+        let mut batches: Vec<u64> = std::fs::read_dir(&shard)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("commits.log"))
+            .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+            .filter_map(|l| {
+                let json = l.split_once(' ').map_or(l.as_str(), |(_, j)| j);
+                serde_json::from_str::<serde_json::Value>(json).ok()?["batch"].as_u64()
+            })
+            .collect();
+        batches.sort_unstable();
+        gaps.extend(batches.windows(2).map(|w| w[1] - w[0]));
+    }
+    gaps
 }

@@ -1,9 +1,6 @@
 //! `flexrun calibrate` writes a baseline that `estimate` and `simulate` read back, and
 //! `flexrun capacity` finds a boundary against the real local broker.
 
-#[cfg(feature = "integration")]
-mod common;
-
 use std::process::{Command, Output};
 
 fn flexrun(args: &[&str]) -> Output {
@@ -157,8 +154,8 @@ fn capacity_against_an_unreachable_broker_says_so() {
 #[cfg(feature = "integration")]
 #[test]
 fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
-    let stack = common::stack();
-    let topic = common::unique("capacity");
+    let stack = crate::common::stack();
+    let topic = crate::common::unique("capacity");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("boundary.svg");
     // 2,000..64,000 msg/s, 8,000 tolerance: at most ⌈log2(62000/8000)⌉ + 1 = 4 trials per size.
@@ -217,4 +214,50 @@ fn capacity_finds_a_boundary_for_two_sizes_on_the_local_broker() {
         mb(1)
     );
     assert!(std::fs::read_to_string(&svg).unwrap().contains("MB/s"));
+}
+
+/// Against a system whose boundary is known in advance: the probe's consumer drains at
+/// most 3,000 msg/s (`--consumer-limit`), far below what the broker takes at 100 B, so
+/// the sustainable rate is 3,000 msg/s. The search must bracket it within its tolerance:
+/// a search that always reports its range's end, or never trips, fails here.
+#[cfg(feature = "integration")]
+#[test]
+fn capacity_finds_a_known_consumer_limit_within_the_tolerance() {
+    let stack = crate::common::stack();
+    let topic = crate::common::unique("capacity_known");
+    let limit = 3000.0;
+    let out = flexrun(&[
+        "capacity",
+        "--bootstrap-server",
+        &stack.kafka,
+        "--topic",
+        &topic,
+        "--partitions",
+        "2",
+        "--sizes",
+        "100",
+        "--low",
+        "1000",
+        "--high",
+        "12000",
+        "--tolerance",
+        "500",
+        "--trial",
+        "2s",
+        "--lag-growth-limit",
+        "0.05",
+        "--consumer-limit",
+        "3000",
+        "--format",
+        "json",
+    ]);
+    let v = json(&out);
+    let s = &v[0];
+    let b = &s["boundary"];
+    let safe = s["messages_per_s"].as_f64().unwrap();
+    let failed = b["failed"].as_f64().expect("a rate that tripped");
+    eprintln!("known limit {limit} msg/s: sustained {safe}, tripped at {failed}: {b}");
+    assert!(failed - safe <= 500.0 + 1e-9, "the bracket is within the tolerance: {s}");
+    assert!(safe <= limit * 1.1, "sustained {safe} msg/s past a {limit} msg/s consumer: {s}");
+    assert!(failed >= limit * 0.9, "tripped at {failed} msg/s, below the {limit} msg/s consumer: {s}");
 }

@@ -13,9 +13,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flexrun::store::{Location, Store};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::BTreeMap;
@@ -279,10 +277,11 @@ async fn a_refused_checkpoint_upload_is_counted_and_the_next_one_succeeds() {
         assert!(first.elapsed().as_secs() < 30, "no first checkpoint");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    gcs_faults(Some((403, 3)));
+    let scope = format!("{}/ck/", c.topic);
+    gcs_faults(&scope, Some((403, 3)));
     let o = wait_with_timeout(child, RUN_LIMIT);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(gcs_faults(None)["served"], 3, "the refusals were served");
+    assert_eq!(gcs_faults(&scope, None)["served"], 3, "the refusals were served");
     let j = summary(&c.ck.path().join("st.json"));
     assert!(j["state"]["failed_checkpoints"].as_u64().unwrap() >= 1, "{j}");
     assert!(j["state"]["checkpoints"].as_array().unwrap().len() >= 2, "later checkpoints completed: {j}");

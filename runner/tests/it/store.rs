@@ -6,9 +6,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::gcs_faults;
+use crate::common::gcs_faults;
 use flexrun::kafka_to_gcs::committer::{staging_prefix, Committer};
 use flexrun::kafka_to_gcs::log::FilePlan;
 use flexrun::store::{Location, Store};
@@ -95,17 +93,43 @@ async fn a_missing_bucket_and_a_bad_directory_are_named() {
 /// retried; anything else (a 403 here) is not.
 #[tokio::test]
 async fn transient_answers_are_retried_and_others_are_not() {
-    let loc = Location::parse(&format!("gs://{}/{}/", bucket(), unique("faults"))).unwrap();
+    let prefix = format!("{}/", unique("faults"));
+    let loc = Location::parse(&format!("gs://{}/{prefix}", bucket())).unwrap();
     let s = Store::open(&loc, None).await.unwrap();
     for status in [503u16, 429, 408] {
-        gcs_faults(Some((status, 2)));
+        gcs_faults(&prefix, Some((status, 2)));
         s.put("a", b"x".to_vec()).await.unwrap_or_else(|e| panic!("{status} is retried: {e}"));
-        assert_eq!(gcs_faults(None)["served"], 2, "two {status} answers, then success");
+        assert_eq!(gcs_faults(&prefix, None)["served"], 2, "two {status} answers, then success");
     }
     assert_eq!(s.get("a").await.unwrap(), b"x");
-    gcs_faults(Some((403, 1)));
+    gcs_faults(&prefix, Some((403, 1)));
     let e = s.put("b", b"y".to_vec()).await.unwrap_err();
-    assert_eq!(gcs_faults(None)["served"], 1, "a 403 is not retried");
+    assert_eq!(gcs_faults(&prefix, None)["served"], 1, "a 403 is not retried");
     assert!(e.to_string().contains("upload") && e.to_string().contains("403"), "{e}");
-    gcs_faults(Some((0, 0)));
+    gcs_faults(&prefix, Some((0, 0)));
+}
+
+/// A bucket that keeps answering 503: the store makes exactly its six attempts, and the
+/// launcher's clock shows each wait at least as long as the schedule's (50 ms doubling).
+#[tokio::test]
+async fn a_persistent_outage_gets_six_attempts_with_growing_waits() {
+    let prefix = format!("{}/", unique("outage"));
+    let s = Store::open(&Location::parse(&format!("gs://{}/{prefix}", bucket())).unwrap(), None).await.unwrap();
+    gcs_faults(&prefix, Some((503, 100)));
+    let e = s.put("a", b"x".to_vec()).await.unwrap_err();
+    let st = gcs_faults(&prefix, None);
+    gcs_faults(&prefix, Some((0, 0)));
+    assert!(e.to_string().contains("503"), "{e}");
+    let at: Vec<f64> = st["served_at_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(at.len(), 6, "six attempts, then the error: {st}");
+    let b = flexrun::retry::Backoff::STORAGE;
+    for (n, pair) in at.windows(2).enumerate() {
+        let want = b.delay(n as u32 + 1).unwrap().as_secs_f64() * 1000.0;
+        assert!(
+            pair[1] - pair[0] >= want - 1.0,
+            "wait {} was {:.1} ms, the schedule says {want} ms: {st}",
+            n + 1,
+            pair[1] - pair[0]
+        );
+    }
 }

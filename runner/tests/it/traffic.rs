@@ -5,9 +5,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flexrun::kafka;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;

@@ -5,9 +5,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const UDF: &str = r#"
 function transform(inJson) {
@@ -44,7 +42,7 @@ async fn a_udf_transforms_drops_and_dead_letters_as_googles_does_and_everything_
     assert!(out.contains("reconciliation: read = written + dead-lettered + dropped by the UDF: yes"), "{out}");
     // 200 ids: 20 each end in 1, 2, 3, 4.
     assert_eq!(s.count(&f.table).await, (120, 120));
-    let j = common::summary(&summary);
+    let j = crate::common::summary(&summary);
     assert_eq!(j["summary"]["udf_dropped"], 40, "{j}");
     assert_eq!(j["summary"]["dead_lettered"], 40, "{j}");
     let fq = |t: &flexrun::bigquery::TableRef| format!("`{}.{}.{}`", t.project, t.dataset, t.table);

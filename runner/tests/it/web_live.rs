@@ -3,9 +3,7 @@
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -16,6 +14,29 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
+
+/// The value of `name{job="<job>"...}` in a Prometheus text exposition.
+fn metric(text: &str, name: &str, job: &str) -> Option<f64> {
+    let label = format!("job=\"{job}\"");
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Poll /metrics for up to 60 s until `name` for `job` passes `want`; its value.
+fn wait_for_metric(addr: &str, name: &str, job: &str, want: impl Fn(f64) -> bool) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    while Instant::now() < deadline {
+        last = http_get(addr, "/metrics").and_then(|m| metric(&m, name, job));
+        if let Some(v) = last.filter(|v| want(*v)) {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{name} for {job} never passed its check within 60 s (last value {last:?})");
 }
 
 /// A free local address for `--web`.
@@ -49,7 +70,8 @@ fn wait_for_point(
 async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let s = stack();
     let f = s.fixture("web", 4).await;
-    f.produce(&s, 0, 20_000, None).await;
+    // About 10 s of work at the 4 MB/s worker capacity below, so values move while polled.
+    f.produce(&s, 0, 40_000, None).await;
     let addr = free_addr();
     let ck = tempfile::tempdir().unwrap();
     let child = spawn_job(
@@ -79,6 +101,26 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }
     assert!(http_get(&addr, "/jobs/webjob").unwrap().contains("Job webjob"));
+    // The values move with the job, not only the names: rows written grows and never
+    // runs ahead of the table, workers match the pool's vCPUs, latency is measured.
+    let w1 = wait_for_metric(&addr, "job_bigquery_write_count", "webjob", |v| v > 0.0);
+    let w2 = wait_for_metric(&addr, "job_bigquery_write_count", "webjob", |v| v > w1);
+    let (rows, _) = s.count(&f.table).await;
+    assert!(w2 <= rows as f64, "the dashboard counts {w2} rows written, the table holds {rows}");
+    let m = http_get(&addr, "/metrics").unwrap();
+    let workers = metric(&m, "job_active_worker_instances", "webjob").unwrap();
+    let vcpus = metric(&m, "job_current_num_vcpus", "webjob").unwrap();
+    assert!(workers >= 1.0 && vcpus == 2.0 * workers, "e2-standard-2 workers: {workers} workers, {vcpus} vCPUs");
+    let read = metric(&m, "job_elements_produced_count", "webjob").unwrap();
+    assert!(read >= w2, "messages read ({read}) cover the rows written ({w2})");
+    let p99 = m
+        .lines()
+        .find(|l| {
+            l.starts_with("job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap();
+    assert!(p99 > 0.0, "end-to-end p99 after traffic: {p99}");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert!(o.status.success(), "{}", text(&o));

@@ -116,8 +116,24 @@ pub fn faults(path: &str, body: &str) -> serde_json::Value {
     http("POST", if path.is_empty() { "/faults" } else { path }, body)
 }
 
-/// The launcher's Storage Write call counters.
-pub fn fault_stats() -> serde_json::Value {
+/// Faults for one table only (`extra` is more JSON members, e.g. `"fail_next": 6`):
+/// tests run in parallel, each on its own table, so none faults another's calls.
+pub fn table_faults(t: &TableRef, extra: &str) -> serde_json::Value {
+    faults("", &format!(r#"{{"table": "{}.{}", {extra}}}"#, t.dataset, t.table))
+}
+
+/// Clear the faults of one table.
+pub fn reset_faults(t: &TableRef) -> serde_json::Value {
+    faults("/reset", &format!(r#"{{"table": "{}.{}"}}"#, t.dataset, t.table))
+}
+
+/// The launcher's Storage Write call counters for one table.
+pub fn fault_stats(t: &TableRef) -> serde_json::Value {
+    http("GET", &format!("/stats?table={}.{}", t.dataset, t.table), "")
+}
+
+/// The launcher's Storage Write call counters over every table.
+pub fn fault_stats_all() -> serde_json::Value {
     http("GET", "/stats", "")
 }
 
@@ -144,30 +160,50 @@ pub fn summary(path: &Path) -> serde_json::Value {
 
 /// `flexrun` with the stack's environment and the given arguments.
 pub fn flexrun(args: &[&str]) -> Command {
+    // A checkpoint root of this test process's own for runs that name none (the
+    // generator's, say): tests run in parallel, and two jobs of one default name under
+    // one root would meet at its lock.
+    let root = std::env::temp_dir().join(format!("flexrun-it-{}", std::process::id()));
     let mut c = Command::new(env!("CARGO_BIN_EXE_flexrun"));
-    c.args(args).env("FLEXRUN_LOG", "warn").stdin(Stdio::null());
+    c.args(args).env("FLEXRUN_LOG", "warn").env("FLEXRUN_CHECKPOINT_DIR", root).stdin(Stdio::null());
     c
 }
 
-/// Run a kafka-to-bq job to completion (it drains after `idle`).
+/// Run a kafka-to-bq job to completion: it drains once caught up with the topic (or, at
+/// the latest, after `idle` with nothing to read; see [`job_cmd`]).
 pub fn run_job(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Output {
     job_cmd(job, ckpt, params, idle, extra).bounded()
 }
 
 /// The command [`run_job`] runs, to add environment variables (e.g. FAILPOINTS).
 pub fn job_cmd(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Command {
-    let mut args = vec![
-        "--template",
-        "kafka-to-bq",
-        "--job-name",
-        job,
-        "--checkpoint-dir",
-        ckpt.to_str().unwrap(),
-        "--idle-timeout",
-        idle,
-        "--parameters",
-        params,
-    ];
+    // The run ends as soon as the topic's end offsets at start are committed. The idle
+    // timeout is only the bound for a run that cannot get there, so it is at least 20 s:
+    // a short one could end a run that is merely slow to start (tests run in parallel)
+    // before it has read anything.
+    let mut c = job_cmd_until_idle(job, ckpt, params, idle_backstop(idle), extra);
+    c.arg("--stop-when-caught-up");
+    c
+}
+
+/// `idle`, or 20 s if it is shorter (see [`job_cmd`]).
+fn idle_backstop(idle: &str) -> &str {
+    let secs = match idle.strip_suffix("ms") {
+        Some(ms) => ms.parse::<f64>().unwrap_or(0.0) / 1000.0,
+        None => idle.strip_suffix('s').and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0),
+    };
+    if secs < 20.0 {
+        "20s"
+    } else {
+        idle
+    }
+}
+
+/// [`job_cmd`] without `--stop-when-caught-up`: the run lasts until its idle timeout,
+/// for tests that watch what a job does while it waits (autoscaler decisions, say).
+pub fn job_cmd_until_idle(job: &str, ckpt: &Path, params: &str, idle: &str, extra: &[&str]) -> Command {
+    let mut args = vec!["--template", "kafka-to-bq", "--job-name", job, "--checkpoint-dir", ckpt.to_str().unwrap()];
+    args.extend_from_slice(&["--idle-timeout", idle, "--parameters", params]);
     args.extend_from_slice(extra);
     flexrun(&args)
 }
@@ -186,6 +222,49 @@ pub fn spawn_job(job: &str, ckpt: &Path, params: &str, extra: &[&str]) -> Child 
     ];
     args.extend_from_slice(extra);
     flexrun(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn flexrun")
+}
+
+/// The seed of a test's random choices: `FLEXRUN_TEST_SEED` (or the older
+/// `FLEXRUN_KILL_SEED`) when set, else a fixed default, so a run repeats exactly; the
+/// seed is printed so a failure names the run to repeat.
+pub fn test_seed(what: &str) -> u64 {
+    let from = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+    let seed = from("FLEXRUN_TEST_SEED").or_else(|| from("FLEXRUN_KILL_SEED")).unwrap_or(20_261_203);
+    eprintln!("{what}: seed {seed} (set FLEXRUN_TEST_SEED to repeat or vary it)");
+    seed
+}
+
+/// Wait until `t` holds at least `rows` rows while `child` still runs, and return the
+/// count seen: the condition a kill or a SIGTERM waits on, so that it lands mid-work
+/// whatever the machine's load, instead of after a guessed sleep. Fails the test when
+/// the job ends first or the rows do not come within [`RUN_LIMIT`].
+pub async fn wait_for_rows(s: &Stack, t: &TableRef, rows: i64, child: &mut Child) -> i64 {
+    let start = std::time::Instant::now();
+    loop {
+        let (n, _) = s.count(t).await;
+        if n >= rows {
+            return n;
+        }
+        if let Some(status) = child.try_wait().expect("poll the job") {
+            panic!("the job ended ({status}) before {t} held {rows} rows (it holds {n})");
+        }
+        assert!(start.elapsed() < RUN_LIMIT, "{t} did not reach {rows} rows within {RUN_LIMIT:?} (it holds {n})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until the emulator has failed at least one call on `t` with an injected fault,
+/// counted under `counter` (`injected_failures`, or by call: `injected_create`,
+/// `injected_get`, `injected_append`), while `child` still runs.
+pub async fn wait_for_injected_failure(t: &TableRef, counter: &str, child: &mut Child) {
+    let start = std::time::Instant::now();
+    while fault_stats(t)[counter].as_u64().unwrap_or(0) == 0 {
+        if let Some(status) = child.try_wait().expect("poll the job") {
+            panic!("the job ended ({status}) before any call on {t} met the injected fault ({counter})");
+        }
+        assert!(start.elapsed() < RUN_LIMIT, "no call on {t} met the injected fault ({counter}) within {RUN_LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Stdout and stderr as text, for assertion messages.
@@ -248,18 +327,35 @@ pub fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
     o
 }
 
-/// Ask the emulator's launcher to answer the next `count` requests with `status`
-/// (`POST /_flexrun/faults`), or (with `None`) how many it has answered so.
-pub fn gcs_faults(ask: Option<(u16, u32)>) -> serde_json::Value {
+/// Ask the emulator's launcher to answer the next `count` requests whose path contains
+/// `scope` (an object prefix of the test's own) with `status` (`POST /_flexrun/faults`),
+/// or (with `None`) how many it has answered so. The scope keeps a test's faults off
+/// the objects of tests running beside it.
+pub fn gcs_faults(scope: &str, ask: Option<(u16, u32)>) -> serde_json::Value {
     use std::io::{Read, Write};
     let host = std::env::var("STORAGE_EMULATOR_HOST").expect("STORAGE_EMULATOR_HOST (scripts/stack.sh env)");
     let mut s = std::net::TcpStream::connect(host.trim_start_matches("http://")).unwrap();
-    let (method, body) = match ask {
-        Some((status, count)) => ("POST", format!("{{\"status\":{status},\"count\":{count}}}")),
-        None => ("GET", String::new()),
+    let scope_json = serde_json::Value::from(scope);
+    let (method, query, body) = match ask {
+        Some((status, count)) => {
+            ("POST", String::new(), format!("{{\"status\":{status},\"count\":{count},\"scope\":{scope_json}}}"))
+        }
+        None => ("GET", format!("?scope={}", urlencoding(scope)), String::new()),
     };
-    write!(s, "{method} /_flexrun/faults HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let head =
+        format!("{method} /_flexrun/faults{query} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
+    write!(s, "{head}{body}").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+}
+
+/// `text` with every byte outside `[A-Za-z0-9._~-]` percent-encoded, for a query value.
+fn urlencoding(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'~' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
