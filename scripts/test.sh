@@ -17,6 +17,10 @@ T0=$(date +%s)
 step() { echo "[test] $* ($(($(date +%s) - T0)) s in)" >&2; }
 
 # Style and the layering first: they fail fast and need no services.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "[test] cargo-nextest is needed to run the suite (this machine's toolchain normally has it): cargo install cargo-nextest --locked" >&2
+  exit 1
+fi
 step "cargo fmt --check"
 bash scripts/build-deps.sh
 cargo fmt --all --check
