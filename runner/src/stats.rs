@@ -160,6 +160,9 @@ pub struct Reliability {
     pub offsets_lost_to_retention: u64,
     /// Partitions found after the job started (they start at their earliest offset).
     pub partitions_discovered: u64,
+    /// At-least-once: messages a restart re-reads that had been sent after the last
+    /// commit, so may be written twice (an upper bound; see `kafka_to_bq::sent`).
+    pub messages_possibly_duplicated: u64,
 }
 
 impl Reliability {
@@ -170,6 +173,7 @@ impl Reliability {
         m.insert("batches_possibly_duplicated".into(), self.batches_possibly_duplicated);
         m.insert("offsets_lost_to_retention".into(), self.offsets_lost_to_retention);
         m.insert("partitions_discovered".into(), self.partitions_discovered);
+        m.insert("messages_possibly_duplicated".into(), self.messages_possibly_duplicated);
         m
     }
 }
@@ -418,8 +422,8 @@ impl Summary {
         if r != &Reliability::default() {
             let retries: u64 = r.retries.values().sum();
             s.push_str(&format!(
-                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} offsets lost to retention, {} partitions discovered\n",
-                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_discovered
+                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} messages possibly duplicated, {} offsets lost to retention, {} partitions discovered\n",
+                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.messages_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_discovered
             ));
         }
         s.push_str(&format!(

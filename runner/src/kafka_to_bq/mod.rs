@@ -100,6 +100,7 @@ pub mod job;
 pub mod pool;
 pub mod positions;
 pub mod publish;
+pub mod sent;
 pub mod shard;
 pub mod table;
 pub mod transform;

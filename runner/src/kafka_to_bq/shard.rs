@@ -150,6 +150,17 @@ impl Shard {
         for (p, pos) in positions.iter_mut() {
             *pos = (*pos).max(ctx.retention_floor(*p));
         }
+        if ctx.cfg.delivery == Delivery::AtLeastOnce && ctx.write_client.is_some() {
+            let n = super::sent::possibly_resent(&dir, &positions);
+            if n > 0 {
+                tracing::warn!(
+                    shard = id,
+                    messages = n,
+                    "at-least-once: messages sent after the last commit are read again and may be written twice"
+                );
+                ctx.stats.note(|r| r.messages_possibly_duplicated += n);
+            }
+        }
         let retry = RetryCtl { stop, stats: ctx.stats.clone() };
         let consumer = ctx.cfg.source.consumer()?;
         let writer = open_writer(&ctx, id, last.as_ref(), replay.is_some(), &mut retry.clone()).await?;
@@ -379,6 +390,10 @@ impl Shard {
                 processed_ms: cut.processed_ms,
                 ..Default::default()
             };
+            if ctx.cfg.delivery == Delivery::AtLeastOnce {
+                let dir = ctx.job_dir.join(format!("shard-{:03}", self.id));
+                super::sent::record(&dir, &cut.positions).with_context(|| format!("writing {}", dir.display()))?;
+            }
             self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
         }
         crate::crash_point!("eo::before_commit_log");

@@ -18,8 +18,12 @@ async fn rest_queries_during_grpc_appends_all_answer() {
     let f = s.fixture("deadlock", 4).await;
     f.produce(&s, 0, 30_000, None).await;
     let ck = tempfile::tempdir().unwrap();
-    let mut child =
-        spawn_job("deadlock", ck.path(), &f.params(&s, ""), &["--batch-rows", "500", "--idle-timeout", "1s"]);
+    let mut child = spawn_job(
+        "deadlock",
+        ck.path(),
+        &f.params(&s, ""),
+        &["--batch-rows", "500", "--idle-timeout", "20s", "--stop-when-caught-up"],
+    );
     wait_for_rows(&s, &f.table, 1, &mut child).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let queriers: Vec<_> = (0..4)

@@ -97,6 +97,25 @@ async fn at_least_once_loses_nothing_and_reports_duplicates() {
     assert_eq!(st["create_write_stream"], 0, "at-least-once creates no COMMITTED stream: {st}");
     assert_eq!(st["default_stream_appends"], st["append_requests"], "every append went to _default: {st}");
     assert!(st["append_requests"].as_u64().unwrap() > 0, "{st}");
+    // One more kill mid-write: the restart says how many messages it may write twice,
+    // an upper bound on the duplicates it then writes (kafka_to_bq::sent).
+    let dups_before = rows - distinct;
+    f.produce(&s, 30_000, 20_000, None).await;
+    let mut child = spawn_job("alo", ck.path(), &params, &["--batch-rows", "1000"]);
+    let seen = wait_for_rows(&s, &f.table, rows + 5_000, &mut child).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(seen < rows + 20_000, "the kill landed mid-write: {seen} rows");
+    let o =
+        run_job("alo", ck.path(), &params, "3s", &["--batch-rows", "1000", "--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let possibly = summary(&sum)["summary"]["reliability"]["messages_possibly_duplicated"].as_u64().unwrap() as i64;
+    let (rows, distinct) = s.count(&f.table).await;
+    assert_eq!(distinct, 50_000, "nothing lost");
+    let new_dups = rows - distinct - dups_before;
+    eprintln!("the restart reported {possibly} messages possibly duplicated; it wrote {new_dups} duplicates");
+    assert!(possibly > 0, "a kill mid-write leaves sent, uncommitted batches: {}", text(&o));
+    assert!(new_dups <= possibly, "{new_dups} duplicates written, only {possibly} reported as possible");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

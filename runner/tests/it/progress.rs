@@ -46,7 +46,9 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
     let gaps = commit_log_batch_gaps(&ck.path().join("asyncprog"));
     let mean = gaps.iter().sum::<u64>() as f64 / gaps.len().max(1) as f64;
     eprintln!("commit-log entries skip {mean:.1} batches on average over {} pairs", gaps.len());
-    assert!(!gaps.is_empty() && mean >= 2.0, "commit entries follow batches one by one: {gaps:?}");
+    // Synchronous progress gives exactly 1 between every pair; at ~8 batches a second
+    // and one entry a second, far more (1.9 was seen on a loaded machine).
+    assert!(!gaps.is_empty() && mean > 1.2, "commit entries follow batches one by one: {gaps:?}");
     // At most one interval (plus the batch in flight) of ~4,000 msg/s is replayed.
     assert!(dups <= 4_000 + 2_000, "replayed {dups} messages: more than one 1 s interval's worth");
 }

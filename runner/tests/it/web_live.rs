@@ -25,6 +25,20 @@ fn metric(text: &str, name: &str, job: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Poll /metrics for up to 60 s until its text passes `want`; the last text read.
+fn wait_for_metrics_text(addr: &str, want: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = http_get(addr, "/metrics").unwrap_or_default();
+        if want(&last) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    last
+}
+
 /// Poll /metrics for up to 60 s until `name` for `job` passes `want`; its value.
 fn wait_for_metric(addr: &str, name: &str, job: &str, want: impl Fn(f64) -> bool) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -88,8 +102,7 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let first = &job["points"][0];
     assert_eq!(first["partition_backlog"].as_object().map(|m| m.len()), Some(4), "a backlog per partition: {first}");
     assert!(first["max_workers"].as_u64().unwrap_or(0) >= 1, "the limits are published: {first}");
-    let metrics = http_get(&addr, "/metrics").unwrap();
-    for want in [
+    let wanted = [
         "job_current_num_vcpus{job=\"webjob\"} 2",
         "job_backlog_elements{job=\"webjob\"}",
         "job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}",
@@ -97,7 +110,11 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
         "job_max_worker_instances_limit{job=\"webjob\"}",
         "job_data_watermark_age{job=\"webjob\"}",
         "job_system_lag{job=\"webjob\"}",
-    ] {
+    ];
+    // /metrics shows the latest point; one from an interval in which no batch finished
+    // has no stage latencies, so poll for a point that has everything.
+    let metrics = wait_for_metrics_text(&addr, |m| wanted.iter().all(|w| m.contains(w)));
+    for want in wanted {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }
     assert!(http_get(&addr, "/jobs/webjob").unwrap().contains("Job webjob"));
@@ -113,7 +130,8 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
     assert!(workers >= 1.0 && vcpus == 2.0 * workers, "e2-standard-2 workers: {workers} workers, {vcpus} vCPUs");
     let read = metric(&m, "job_elements_produced_count", "webjob").unwrap();
     assert!(read >= w2, "messages read ({read}) cover the rows written ({w2})");
-    let p99 = m
+    // From the point that had stage latencies (after traffic).
+    let p99 = metrics
         .lines()
         .find(|l| {
             l.starts_with("job_stage_end_to_end_latencies{job=\"webjob\",quantile=\"0.99\",stage=\"end_to_end\"}")
