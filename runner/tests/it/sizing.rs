@@ -93,6 +93,11 @@ fn calibrate_and_capacity_refuse_bad_input_with_status_2() {
         ),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "0"], "invalid"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--sizes", "4"], "outside 8 B"),
+        (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--consumer-limit", "-5"], "expected a positive number"),
+        (
+            vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--consumer-limit", "fast"],
+            "expected a positive number",
+        ),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--low", "5000", "--high", "100"], "0 < low < high"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--trial", "100ms"], "--trial"),
         (vec!["capacity", "--bootstrap-server", "127.0.0.1:9", "--p99-limit", "soon"], "soon"),
