@@ -324,6 +324,25 @@ fn len_arg(ctx: &mut Ctx, c: &Call, default: (usize, usize)) -> Result<usize, St
 
 /// Write the result of `c` into `out`.
 pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    use Func::*;
+    match c.func {
+        Integer | Long | Double | Bool => numbers(c, ctx, out),
+        Uuid | Hex | ObjectId | Random | Alpha | AlphaNumeric | Regexify => random_text(c, ctx, out),
+        Concat | Substring | ToUpperCase | ToLowerCase => strings(c, ctx, out),
+        Index | ResetIndex | Repeat | Put | Get | SystemProperty => state(c, ctx, out),
+        Timestamp | TimestampSeconds | ToTimestamp | ToTimestampSeconds => timestamps(c, ctx, out),
+        Date | DateFormat | Time | AddDays | AddHours | AddMinutes | AddMonths | AddSeconds | AddWeeks | AddYears => {
+            dates(c, ctx, out)
+        }
+        FirstName | LastName | Username | Email | Company | Gender => people(c, ctx, out),
+        City | State | Street | Country | CountriesList | Phone | Ssn => places(c, ctx, out),
+        Ipv4 | Ipv6 => network(c, ctx, out),
+        Lorem => lorem(c, ctx, out),
+    }
+}
+
+/// Numbers and booleans: `integer`, `long`, `double`, `bool`.
+fn numbers(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
     let n = c.args.len();
     match c.func {
         Func::Integer => {
@@ -356,6 +375,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let p = if n == 1 { ctx.float(c, 0)? } else { 0.5 };
             out.push_str(if ctx.rng.random_bool(p.clamp(0.0, 1.0)) { "true" } else { "false" });
         }
+        other => unreachable!("{other:?} is not one of numbers's functions"),
+    }
+    Ok(())
+}
+
+/// Random identifiers and text: `uuid`, `hex`, `objectId`, `random`, `alpha`, `alphaNumeric`, `regexify`.
+fn random_text(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Uuid => {
             let dashes = n == 0 || ctx.arg(c, 0)? != "false";
             let mut b: [u8; 16] = ctx.rng.random();
@@ -393,6 +421,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let s: String = ctx.rng.sample(g);
             out.push_str(&s);
         }
+        other => unreachable!("{other:?} is not one of random_text's functions"),
+    }
+    Ok(())
+}
+
+/// String operations on arguments: `concat`, `substring`, `toUpperCase`, `toLowerCase`.
+fn strings(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Concat => {
             for i in 0..n {
                 let v = ctx.arg(c, i)?;
@@ -407,6 +444,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
         }
         Func::ToUpperCase => out.push_str(&ctx.arg(c, 0)?.to_uppercase()),
         Func::ToLowerCase => out.push_str(&ctx.arg(c, 0)?.to_lowercase()),
+        other => unreachable!("{other:?} is not one of strings's functions"),
+    }
+    Ok(())
+}
+
+/// Functions with state across messages: `index`, `resetIndex`, `put`, `get`, and `systemProperty`.
+fn state(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Index => {
             let (name, start) = match n {
                 0 => ("".to_string(), 0),
@@ -445,6 +491,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let name = ctx.arg(c, 0)?;
             out.push_str(&system_property(&name));
         }
+        other => unreachable!("{other:?} is not one of state's functions"),
+    }
+    Ok(())
+}
+
+/// Epoch timestamps: `timestamp`, `timestampSeconds`, `toTimestamp`, `toTimestampSeconds`.
+fn timestamps(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Timestamp | Func::TimestampSeconds => {
             let ms = if n == 2 {
                 let a = javatime::parse_ms(&ctx.arg(c, 0)?, javatime::DEFAULT_INPUT)?;
@@ -462,6 +517,21 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let v = if c.func == Func::TimestampSeconds { ms.div_euclid(1000) } else { ms };
             let _ = write!(out, "{v}");
         }
+        Func::ToTimestamp | Func::ToTimestampSeconds => {
+            let fmt = if n == 2 { ctx.arg(c, 1)?.into_owned() } else { javatime::DEFAULT_INPUT.to_string() };
+            let ms = javatime::parse_ms(&ctx.arg(c, 0)?, &fmt)?;
+            let v = if c.func == Func::ToTimestampSeconds { ms.div_euclid(1000) } else { ms };
+            let _ = write!(out, "{v}");
+        }
+        other => unreachable!("{other:?} is not one of timestamps's functions"),
+    }
+    Ok(())
+}
+
+/// Formatted dates and times, and date arithmetic: `date`, `dateFormat`, `time`, `addDays` … `addYears`.
+fn dates(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Date => {
             let (ms, fmt) = match n {
                 0 => (ctx.now_ms, javatime::DEFAULT_DATE_OUTPUT.to_string()),
@@ -514,12 +584,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let r = javatime::add(ms, c.func, amount)?;
             out.push_str(&javatime::format_ms(r, &fmt)?);
         }
-        Func::ToTimestamp | Func::ToTimestampSeconds => {
-            let fmt = if n == 2 { ctx.arg(c, 1)?.into_owned() } else { javatime::DEFAULT_INPUT.to_string() };
-            let ms = javatime::parse_ms(&ctx.arg(c, 0)?, &fmt)?;
-            let v = if c.func == Func::ToTimestampSeconds { ms.div_euclid(1000) } else { ms };
-            let _ = write!(out, "{v}");
-        }
+        other => unreachable!("{other:?} is not one of dates's functions"),
+    }
+    Ok(())
+}
+
+/// People: `firstName`, `lastName`, `username`, `email`, `company`, `gender`.
+fn people(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::FirstName => out.push_str(pick(&mut ctx.rng, words::FIRST_NAMES)),
         Func::LastName => out.push_str(pick(&mut ctx.rng, words::LAST_NAMES)),
         Func::Username => {
@@ -541,6 +614,24 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
             let _ = write!(out, "{f}.{l}@{domain}");
         }
         Func::Company => out.push_str(pick(&mut ctx.rng, words::COMPANIES)),
+        Func::Gender => {
+            if n == 1 {
+                // Library 1.16 returns "true"/"false" for gender(p).
+                let p = ctx.float(c, 0)?;
+                out.push_str(if ctx.rng.random_bool(p.clamp(0.0, 1.0)) { "true" } else { "false" });
+            } else {
+                out.push_str(if ctx.rng.random_bool(0.5) { "male" } else { "female" });
+            }
+        }
+        other => unreachable!("{other:?} is not one of people's functions"),
+    }
+    Ok(())
+}
+
+/// Places and numbers people have: `city`, `state`, `street`, `country`, `countriesList`, `phone`, `ssn`.
+fn places(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::City => out.push_str(pick(&mut ctx.rng, words::CITIES)),
         Func::State => out.push_str(pick(&mut ctx.rng, words::STATES)),
         Func::Street => out.push_str(pick(&mut ctx.rng, words::STREETS)),
@@ -573,15 +664,15 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
                 (ctx.rng.random_range(1..900), ctx.rng.random_range(1..100), ctx.rng.random_range(1..10000));
             let _ = write!(out, "{a:03}-{b:02}-{d:04}");
         }
-        Func::Gender => {
-            if n == 1 {
-                // Library 1.16 returns "true"/"false" for gender(p).
-                let p = ctx.float(c, 0)?;
-                out.push_str(if ctx.rng.random_bool(p.clamp(0.0, 1.0)) { "true" } else { "false" });
-            } else {
-                out.push_str(if ctx.rng.random_bool(0.5) { "male" } else { "female" });
-            }
-        }
+        other => unreachable!("{other:?} is not one of places's functions"),
+    }
+    Ok(())
+}
+
+/// Network addresses: `ipv4`, `ipv6`.
+fn network(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    let n = c.args.len();
+    match c.func {
         Func::Ipv4 => {
             let b: [u8; 4] = ctx.rng.random();
             let _ = write!(out, "{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
@@ -600,6 +691,14 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
                 }
             }
         }
+        other => unreachable!("{other:?} is not one of network's functions"),
+    }
+    Ok(())
+}
+
+/// Lorem ipsum words or paragraphs: `lorem`.
+fn lorem(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
+    match c.func {
         Func::Lorem => {
             let k = ctx.int(c, 0)?.max(0) as usize;
             let kind = ctx.arg(c, 1)?.into_owned();
@@ -636,6 +735,7 @@ pub fn eval(c: &Call, ctx: &mut Ctx, out: &mut String) -> Result<(), String> {
                 }
             }
         }
+        other => unreachable!("{other:?} is not one of lorem's functions"),
     }
     Ok(())
 }
