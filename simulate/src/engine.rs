@@ -45,221 +45,304 @@ impl Window {
 
 /// Run the simulation. `progress` is called with the virtual time reached, now and then.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
-    let w = &cfg.workload;
-    let parts = w.partitions.max(1) as usize;
-    let mean_bytes = w.message.mean();
-    let vcpus = cfg.pool.vcpus_per_worker;
-    // Records one vCPU processes per second at 100% CPU, and one worker.
-    let vcpu_rate = 1.0 / cfg.cost.vcpu_s_per_message(mean_bytes);
-    let worker_rate = vcpu_rate * vcpus;
-    let max_parallelism = ((parts as f64) / vcpus).ceil().max(1.0) as u32;
-    let mut controller = Controller::new(&cfg.pool, max_parallelism);
-    let limits = *controller.limits();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-    let mut latency = LatencyRecorder::new(cfg.latency.clone(), LATENCY_SAMPLES_PER_WINDOW);
-
-    let mut running = cfg.pool.num_workers.clamp(limits.min_workers, limits.max_workers);
-    let mut billed = running;
-    let mut pending: Option<(f64, u32)> = None;
-    let mut backlog = vec![0.0f64; parts];
-    let mut backlog_empty = true;
-    let mut noise = 0.0f64;
-    let noise_a = (-STEP_S / NOISE_CORRELATION_S).exp();
-    let mut window = Window::new(0.0, running);
-    let mut next_decision = cfg.pool.interval.as_secs_f64();
-
-    let mut report = SimReport::default();
-    let mut lat_window = (0.0f64, 0.0f64, 0.0f64); // records, busy worker-seconds, worker-seconds
-    let mut series_acc = SeriesAcc::default();
-    let mut post = PostWarmUp::default();
-    let mut worker_records = vec![0.0f64; running as usize];
-    let mut stalls = StallAcc::default();
-    let mut state = StateAcc::default();
-    let steps = (w.duration_s / STEP_S).ceil() as u64;
+    let mut sim = Sim::new(cfg);
+    let steps = (cfg.workload.duration_s / STEP_S).ceil() as u64;
     let mut last_progress = 0.0;
-
     for step in 1..=steps {
         let t = step as f64 * STEP_S;
-        // Input: the profile times (1 + noise), spread evenly over the partitions.
-        noise = noise_a * noise + (1.0 - noise_a * noise_a).sqrt() * w.noise * rng.sample::<f64, _>(StandardNormal);
-        // The rate in effect at the step's start carries the step: a profile step at
-        // time T changes the flow from (T, T + STEP_S] on.
-        let input = (w.records_per_s(t - STEP_S) * (1.0 + noise)).max(0.0) * STEP_S;
-        let per_partition = input / parts as f64;
-        // Partitions are dealt round-robin: worker k owns partitions k, k+W, k+2W, ...
-        let n = running as usize;
-        // A window commit in progress leaves this step's remainder for reading.
-        let reading = stalls.step(cfg.file_commit.as_ref(), t, running, t > cfg.warm_up_s);
-        let reading = reading * state.step(cfg.file_commit.as_ref(), t, running, t > cfg.warm_up_s);
-        let worker_cap = worker_rate * STEP_S * reading;
-        let partition_cap = vcpu_rate * STEP_S * reading;
-        let caps = Caps { worker: worker_cap, partition: partition_cap };
-        serve(&mut backlog, per_partition, caps, &mut worker_records[..n], &mut backlog_empty);
-        let processed: f64 = worker_records.iter().sum();
-        state.add(processed * mean_bytes);
-        for (acc, r) in window.records.iter_mut().zip(&worker_records) {
-            *acc += r;
-        }
-        window.input_records += input;
-        let busy_worker_s: f64 = processed / worker_rate;
-        lat_window.0 += processed;
-        lat_window.1 += busy_worker_s;
-        lat_window.2 += running as f64 * STEP_S;
-        let backlog_records: f64 = if backlog_empty { 0.0 } else { backlog.iter().sum() };
-        let figures = StepFigures { input, processed, running, billed, busy: busy_worker_s, backlog: backlog_records };
-        series_acc.add(&figures);
-        if t > cfg.warm_up_s {
-            post.add(t, &figures);
-        }
-
-        // Latency, once per latency window.
-        if (t / LATENCY_WINDOW_S).fract() == 0.0 {
-            let u = if lat_window.2 > 0.0 { lat_window.1 / lat_window.2 } else { 0.0 };
-            let throughput = lat_window.0 / LATENCY_WINDOW_S;
-            let cond = WindowConditions {
-                utilization: u,
-                throughput_bytes_s: throughput * mean_bytes,
-                exactly_once: cfg.exactly_once(),
-                streams: cfg.streams,
-                triggering_s: cfg.triggering_s,
-            };
-            let kafka_wait = if throughput > 0.0 { backlog_records / throughput } else { 0.0 };
-            latency.add_window(&cond, lat_window.0, kafka_wait, t > cfg.warm_up_s, &mut rng, &mut series_acc.samples);
-            series_acc.kafka_wait = kafka_wait;
-            lat_window = (0.0, 0.0, 0.0);
-        }
-
-        // Workers that finished booting join; the window starts over.
-        if let Some((ready_at, to)) = pending {
-            if t >= ready_at {
-                running = to;
-                pending = None;
-                window = Window::new(t, running);
-                worker_records = vec![0.0; running as usize];
-            }
-        }
-
-        // The autoscaler. A decision due just as new workers joined (the window restarted
-        // this step) would see a zero-length window: it is skipped, and the next one sees
-        // a full interval.
-        if t >= next_decision {
-            next_decision += cfg.pool.interval.as_secs_f64();
-            let window_s = t - window.start_s;
-            if pending.is_none() && window_s > 0.0 {
-                let snap = Snapshot {
-                    time_s: t,
-                    window_s,
-                    workers: window
-                        .records
-                        .iter()
-                        .map(|&r| WorkerMetrics {
-                            busy_s: r / worker_rate,
-                            records: r as u64,
-                            bytes: (r * mean_bytes) as u64,
-                        })
-                        .collect(),
-                    input_records_per_s: window.input_records / window_s,
-                    input_bytes_per_s: window.input_records / window_s * mean_bytes,
-                    backlog_records: backlog_records as u64,
-                    backlog_bytes: (backlog_records * mean_bytes) as u64,
-                };
-                let d = controller.decide(&snap);
-                if cfg.record_snapshots {
-                    report.snapshots.push((snap, d.clone()));
-                }
-                if d.to > running {
-                    billed = d.to;
-                    pending = Some((t + cfg.startup_s, d.to));
-                } else if d.to < running {
-                    running = d.to;
-                    billed = d.to;
-                    worker_records = vec![0.0; running as usize];
-                }
-                window = Window::new(t, running);
-            }
-        }
-
-        if (t / cfg.series_interval_s).fract() == 0.0 {
-            let secu = cfg.secu_per_hour_per_mib_s * series_acc.totals.processed
-                / (series_acc.totals.steps.max(1.0) * STEP_S)
-                * mean_bytes
-                / MIB;
-            report.series.push(series_acc.point(t, mean_bytes, secu));
-            series_acc = SeriesAcc::default();
-        }
+        sim.step(t);
         if t - last_progress >= 3600.0 {
             last_progress = t;
             progress(t);
         }
     }
-    progress(w.duration_s);
-    report.decisions = controller.into_decisions();
+    progress(cfg.workload.duration_s);
+    sim.finish()
+}
 
-    // The summary after warm-up.
-    let steps_post = post.totals.steps.max(1.0);
-    let processed_mib_s = post.totals.processed / (steps_post * STEP_S) * mean_bytes / MIB;
-    let workers_mean = post.totals.running / steps_post;
-    let billed_mean = post.totals.billed / steps_post;
-    let secu = cfg.secu_per_hour_per_mib_s * processed_mib_s;
-    let machine = flexrun_estimator::Pricing::us_central1()
-        .machine_types
-        .get(&cfg.machine_type)
-        .copied()
-        .unwrap_or(flexrun_estimator::MachineType { vcpus, memory_gb: 4.0 * vcpus });
-    let records_s = post.totals.processed / (steps_post * STEP_S);
-    let items = bill(cfg, billed_mean, &machine, secu, records_s, mean_bytes);
-    let per_hour = items.iter().map(|i| i.per_hour).sum();
-    let [p50, p95, p99] = percentiles(&latency.stage_ms);
-    let [e50, e95, e99] = percentiles(&latency.end_to_end_ms);
-    let growth_mib_s =
-        (post.last_backlog - post.first_backlog) * mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
-    let input_mib_s = post.totals.input / (steps_post * STEP_S) * mean_bytes / MIB;
-    let partition_cap_mib_s = parts as f64 * vcpu_rate * mean_bytes / MIB;
-    let workers_cap_mib_s = limits.max_workers as f64 * worker_rate * mean_bytes / MIB;
-    let bottleneck = if growth_mib_s > 0.01 * input_mib_s.max(1e-9) {
-        if partition_cap_mib_s <= workers_cap_mib_s {
-            Bottleneck::Partitions {
-                partitions: w.partitions,
-                max_mib_s: partition_cap_mib_s,
-                backlog_growth_mib_s: growth_mib_s,
-            }
-        } else {
-            Bottleneck::MaxWorkers {
-                max_workers: limits.max_workers,
-                max_mib_s: workers_cap_mib_s,
-                backlog_growth_mib_s: growth_mib_s,
+/// Rates that stay fixed over a run.
+struct Rates {
+    parts: usize,
+    mean_bytes: f64,
+    vcpus: f64,
+    /// Records one vCPU processes per second at 100% CPU.
+    vcpu_rate: f64,
+    /// Records one worker processes per second.
+    worker_rate: f64,
+    max_parallelism: u32,
+}
+
+/// The loop's state between steps.
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    r: Rates,
+    controller: Controller,
+    rng: rand::rngs::StdRng,
+    latency: LatencyRecorder,
+    running: u32,
+    billed: u32,
+    /// Workers booting: when they are ready, and the count then.
+    pending: Option<(f64, u32)>,
+    backlog: Vec<f64>,
+    backlog_empty: bool,
+    noise: f64,
+    noise_a: f64,
+    window: Window,
+    next_decision: f64,
+    report: SimReport,
+    /// Records, busy worker-seconds and worker-seconds in this latency window.
+    lat_window: (f64, f64, f64),
+    series_acc: SeriesAcc,
+    post: PostWarmUp,
+    worker_records: Vec<f64>,
+    stalls: StallAcc,
+    state: StateAcc,
+}
+
+impl<'a> Sim<'a> {
+    fn new(cfg: &'a SimConfig) -> Sim<'a> {
+        let w = &cfg.workload;
+        let parts = w.partitions.max(1) as usize;
+        let mean_bytes = w.message.mean();
+        let vcpus = cfg.pool.vcpus_per_worker;
+        let vcpu_rate = 1.0 / cfg.cost.vcpu_s_per_message(mean_bytes);
+        let max_parallelism = ((parts as f64) / vcpus).ceil().max(1.0) as u32;
+        let r = Rates { parts, mean_bytes, vcpus, vcpu_rate, worker_rate: vcpu_rate * vcpus, max_parallelism };
+        let controller = Controller::new(&cfg.pool, max_parallelism);
+        let limits = *controller.limits();
+        let running = cfg.pool.num_workers.clamp(limits.min_workers, limits.max_workers);
+        Sim {
+            cfg,
+            r,
+            controller,
+            rng: rand::rngs::StdRng::seed_from_u64(cfg.seed),
+            latency: LatencyRecorder::new(cfg.latency.clone(), LATENCY_SAMPLES_PER_WINDOW),
+            running,
+            billed: running,
+            pending: None,
+            backlog: vec![0.0f64; parts],
+            backlog_empty: true,
+            noise: 0.0,
+            noise_a: (-STEP_S / NOISE_CORRELATION_S).exp(),
+            window: Window::new(0.0, running),
+            next_decision: cfg.pool.interval.as_secs_f64(),
+            report: SimReport::default(),
+            lat_window: (0.0, 0.0, 0.0),
+            series_acc: SeriesAcc::default(),
+            post: PostWarmUp::default(),
+            worker_records: vec![0.0f64; running as usize],
+            stalls: StallAcc::default(),
+            state: StateAcc::default(),
+        }
+    }
+
+    /// One step ending at virtual time `t`.
+    fn step(&mut self, t: f64) {
+        let backlog_records = self.flow(t);
+        if (t / LATENCY_WINDOW_S).fract() == 0.0 {
+            self.latency_window(t, backlog_records);
+        }
+        self.join_booted(t);
+        if t >= self.next_decision {
+            self.next_decision += self.cfg.pool.interval.as_secs_f64();
+            self.decide(t, backlog_records);
+        }
+        if (t / self.cfg.series_interval_s).fract() == 0.0 {
+            let acc = &mut self.series_acc;
+            let secu = self.cfg.secu_per_hour_per_mib_s * acc.totals.processed / (acc.totals.steps.max(1.0) * STEP_S)
+                * self.r.mean_bytes
+                / MIB;
+            self.report.series.push(acc.point(t, self.r.mean_bytes, secu));
+            self.series_acc = SeriesAcc::default();
+        }
+    }
+
+    /// Input arrives, the workers read what their capacity allows; the backlog left.
+    fn flow(&mut self, t: f64) -> f64 {
+        let (cfg, w) = (self.cfg, &self.cfg.workload);
+        // Input: the profile times (1 + noise), spread evenly over the partitions.
+        let a = self.noise_a;
+        self.noise = a * self.noise + (1.0 - a * a).sqrt() * w.noise * self.rng.sample::<f64, _>(StandardNormal);
+        // The rate in effect at the step's start carries the step: a profile step at
+        // time T changes the flow from (T, T + STEP_S] on.
+        let input = (w.records_per_s(t - STEP_S) * (1.0 + self.noise)).max(0.0) * STEP_S;
+        let per_partition = input / self.r.parts as f64;
+        // Partitions are dealt round-robin: worker k owns partitions k, k+W, k+2W, ...
+        let n = self.running as usize;
+        // A window commit in progress leaves this step's remainder for reading.
+        let warm = t > cfg.warm_up_s;
+        let reading = self.stalls.step(cfg.file_commit.as_ref(), t, self.running, warm);
+        let reading = reading * self.state.step(cfg.file_commit.as_ref(), t, self.running, warm);
+        let caps =
+            Caps { worker: self.r.worker_rate * STEP_S * reading, partition: self.r.vcpu_rate * STEP_S * reading };
+        serve(&mut self.backlog, per_partition, caps, &mut self.worker_records[..n], &mut self.backlog_empty);
+        let processed: f64 = self.worker_records.iter().sum();
+        self.state.add(processed * self.r.mean_bytes);
+        for (acc, r) in self.window.records.iter_mut().zip(&self.worker_records) {
+            *acc += r;
+        }
+        self.window.input_records += input;
+        let busy_worker_s: f64 = processed / self.r.worker_rate;
+        self.lat_window.0 += processed;
+        self.lat_window.1 += busy_worker_s;
+        self.lat_window.2 += self.running as f64 * STEP_S;
+        let backlog_records: f64 = if self.backlog_empty { 0.0 } else { self.backlog.iter().sum() };
+        let figures = StepFigures {
+            input,
+            processed,
+            running: self.running,
+            billed: self.billed,
+            busy: busy_worker_s,
+            backlog: backlog_records,
+        };
+        self.series_acc.add(&figures);
+        if warm {
+            self.post.add(t, &figures);
+        }
+        backlog_records
+    }
+
+    /// Latency, once per latency window.
+    fn latency_window(&mut self, t: f64, backlog_records: f64) {
+        let lw = self.lat_window;
+        let u = if lw.2 > 0.0 { lw.1 / lw.2 } else { 0.0 };
+        let throughput = lw.0 / LATENCY_WINDOW_S;
+        let cond = WindowConditions {
+            utilization: u,
+            throughput_bytes_s: throughput * self.r.mean_bytes,
+            exactly_once: self.cfg.exactly_once(),
+            streams: self.cfg.streams,
+            triggering_s: self.cfg.triggering_s,
+        };
+        let kafka_wait = if throughput > 0.0 { backlog_records / throughput } else { 0.0 };
+        let warm = t > self.cfg.warm_up_s;
+        self.latency.add_window(&cond, lw.0, kafka_wait, warm, &mut self.rng, &mut self.series_acc.samples);
+        self.series_acc.kafka_wait = kafka_wait;
+        self.lat_window = (0.0, 0.0, 0.0);
+    }
+
+    /// Workers that finished booting join; the window starts over.
+    fn join_booted(&mut self, t: f64) {
+        if let Some((ready_at, to)) = self.pending {
+            if t >= ready_at {
+                self.running = to;
+                self.pending = None;
+                self.window = Window::new(t, self.running);
+                self.worker_records = vec![0.0; self.running as usize];
             }
         }
+    }
+
+    /// The autoscaler. A decision due just as new workers joined (the window restarted
+    /// this step) would see a zero-length window: it is skipped, and the next one sees
+    /// a full interval.
+    fn decide(&mut self, t: f64, backlog_records: f64) {
+        let window_s = t - self.window.start_s;
+        if self.pending.is_some() || window_s <= 0.0 {
+            return;
+        }
+        let (mean_bytes, worker_rate) = (self.r.mean_bytes, self.r.worker_rate);
+        let snap = Snapshot {
+            time_s: t,
+            window_s,
+            workers: self
+                .window
+                .records
+                .iter()
+                .map(|&r| WorkerMetrics { busy_s: r / worker_rate, records: r as u64, bytes: (r * mean_bytes) as u64 })
+                .collect(),
+            input_records_per_s: self.window.input_records / window_s,
+            input_bytes_per_s: self.window.input_records / window_s * mean_bytes,
+            backlog_records: backlog_records as u64,
+            backlog_bytes: (backlog_records * mean_bytes) as u64,
+        };
+        let d = self.controller.decide(&snap);
+        if self.cfg.record_snapshots {
+            self.report.snapshots.push((snap, d.clone()));
+        }
+        if d.to > self.running {
+            self.billed = d.to;
+            self.pending = Some((t + self.cfg.startup_s, d.to));
+        } else if d.to < self.running {
+            self.running = d.to;
+            self.billed = d.to;
+            self.worker_records = vec![0.0; self.running as usize];
+        }
+        self.window = Window::new(t, self.running);
+    }
+
+    /// The summary after warm-up, and the report.
+    fn finish(self) -> SimReport {
+        let Sim { cfg, r, controller, latency, post, stalls, state, backlog, running, mut report, .. } = self;
+        let limits = *controller.limits();
+        report.decisions = controller.into_decisions();
+        let steps_post = post.totals.steps.max(1.0);
+        let processed_mib_s = post.totals.processed / (steps_post * STEP_S) * r.mean_bytes / MIB;
+        let workers_mean = post.totals.running / steps_post;
+        let billed_mean = post.totals.billed / steps_post;
+        let secu = cfg.secu_per_hour_per_mib_s * processed_mib_s;
+        let machine = flexrun_estimator::Pricing::us_central1()
+            .machine_types
+            .get(&cfg.machine_type)
+            .copied()
+            .unwrap_or(flexrun_estimator::MachineType { vcpus: r.vcpus, memory_gb: 4.0 * r.vcpus });
+        let records_s = post.totals.processed / (steps_post * STEP_S);
+        let items = bill(cfg, billed_mean, &machine, secu, records_s, r.mean_bytes);
+        let per_hour = items.iter().map(|i| i.per_hour).sum();
+        let input_mib_s = post.totals.input / (steps_post * STEP_S) * r.mean_bytes / MIB;
+        report.summary = SimSummary {
+            input_mib_s,
+            throughput_mib_s: processed_mib_s,
+            throughput_records_per_s: records_s,
+            throughput_per_worker_mb_s: if workers_mean > 0.0 {
+                processed_mib_s * MIB / 1e6 / workers_mean
+            } else {
+                0.0
+            },
+            mean_cpu: post.totals.cpu(),
+            workers_mean,
+            workers_billed_mean: billed_mean,
+            workers_min: post.min_running,
+            workers_max: post.max_running,
+            workers_final: running,
+            secu_per_hour: secu,
+            latency_ms: percentiles(&latency.stage_ms),
+            end_to_end_ms: percentiles(&latency.end_to_end_ms),
+            cost_totals: flexrun_estimator::pipeline::totals(&items),
+            cost_items: items,
+            cost_per_hour: per_hour,
+            backlog_final_mib: backlog.iter().sum::<f64>() * r.mean_bytes / MIB,
+            backlog_peak_mib: post.peak_backlog * r.mean_bytes / MIB,
+            bottleneck: bottleneck(cfg, &r, &post, input_mib_s, limits.max_workers),
+            decisions: report.decisions.iter().filter(|d| d.is_change()).count(),
+            vcpu_capacity_mib_s: r.vcpu_rate * r.mean_bytes / MIB,
+            max_parallelism: r.max_parallelism,
+            window_commit: cfg.file_commit.map(|_| stalls.summary(post.totals.steps * STEP_S)),
+            checkpoints: cfg.file_commit.and_then(|f| f.state).map(|_| state.summary()),
+        };
+        report
+    }
+}
+
+/// What held the run back, if the backlog grew after warm-up: the partitions (each
+/// read by at most one vCPU) or the worker ceiling, whichever caps throughput first.
+fn bottleneck(cfg: &SimConfig, r: &Rates, post: &PostWarmUp, input_mib_s: f64, max_workers: u32) -> Bottleneck {
+    let growth_mib_s =
+        (post.last_backlog - post.first_backlog) * r.mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
+    let partition_cap_mib_s = r.parts as f64 * r.vcpu_rate * r.mean_bytes / MIB;
+    let workers_cap_mib_s = max_workers as f64 * r.worker_rate * r.mean_bytes / MIB;
+    if growth_mib_s <= 0.01 * input_mib_s.max(1e-9) {
+        return Bottleneck::None;
+    }
+    if partition_cap_mib_s <= workers_cap_mib_s {
+        Bottleneck::Partitions {
+            partitions: cfg.workload.partitions,
+            max_mib_s: partition_cap_mib_s,
+            backlog_growth_mib_s: growth_mib_s,
+        }
     } else {
-        Bottleneck::None
-    };
-    report.summary = SimSummary {
-        input_mib_s,
-        throughput_mib_s: processed_mib_s,
-        throughput_records_per_s: records_s,
-        throughput_per_worker_mb_s: if workers_mean > 0.0 { processed_mib_s * MIB / 1e6 / workers_mean } else { 0.0 },
-        mean_cpu: post.totals.cpu(),
-        workers_mean,
-        workers_billed_mean: billed_mean,
-        workers_min: post.min_running,
-        workers_max: post.max_running,
-        workers_final: running,
-        secu_per_hour: secu,
-        latency_ms: [p50, p95, p99],
-        end_to_end_ms: [e50, e95, e99],
-        cost_totals: flexrun_estimator::pipeline::totals(&items),
-        cost_items: items,
-        cost_per_hour: per_hour,
-        backlog_final_mib: backlog.iter().sum::<f64>() * mean_bytes / MIB,
-        backlog_peak_mib: post.peak_backlog * mean_bytes / MIB,
-        bottleneck,
-        decisions: report.decisions.iter().filter(|d| d.is_change()).count(),
-        vcpu_capacity_mib_s: vcpu_rate * mean_bytes / MIB,
-        max_parallelism,
-        window_commit: cfg.file_commit.map(|_| stalls.summary(post.totals.steps * STEP_S)),
-        checkpoints: cfg.file_commit.and_then(|f| f.state).map(|_| state.summary()),
-    };
-    report
+        Bottleneck::MaxWorkers { max_workers, max_mib_s: workers_cap_mib_s, backlog_growth_mib_s: growth_mib_s }
+    }
 }
 
 /// Window-commit stalls: when a window ends, every worker stops reading for its
