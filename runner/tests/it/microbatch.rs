@@ -229,11 +229,12 @@ async fn kafka_to_kafka_survives_a_kill_under_async_progress_without_loss() {
         a.extend_from_slice(extra);
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
-    // First run: killed (SIGKILL, no drain) once a few thousand messages are out and
-    // several 200 ms progress ticks have passed.
+    // First run: killed (SIGKILL, no drain) once a few thousand messages are out and the
+    // progress thread has persisted a commit entry (a condition, not a clock: under load
+    // the first tick after data can come late).
     let mut child = flexrun(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>()).spawn().unwrap();
     let started = Instant::now();
-    while output_count(&stack.kafka, &output) < 4_000 || started.elapsed() < Duration::from_millis(1200) {
+    while output_count(&stack.kafka, &output) < 4_000 || !commit_persisted(dir.path()) {
         assert!(started.elapsed() < Duration::from_secs(60), "the job wrote nothing within 60 s");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -298,4 +299,16 @@ fn bad_microbatch_parameters_exit_2() {
     let o = flexrun(&["--template", "kafka-to-kafka", "--parameters", "readBootstrapServerAndTopic=h:1;t"]).bounded();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("writeBootstrapServerAndTopic"), "{}", text(&o));
+}
+
+/// Whether any commit log under `dir` holds an entry.
+fn commit_persisted(dir: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        if p.is_dir() {
+            return commit_persisted(&p);
+        }
+        e.file_name().to_string_lossy().starts_with("commits.log") && std::fs::metadata(&p).is_ok_and(|m| m.len() > 0)
+    })
 }
