@@ -25,7 +25,9 @@ BQ_PROJECT=${FLEXRUN_BQ_PROJECT:-flexrun-local}
 
 CACHE=${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}
 STACK=$CACHE/stack
-TANSU_ROOT=$STACK/tansu-$TANSU_VERSION
+# Bump TANSU_PATCH when scripts/tansu_patch.py changes: the build is cached per value.
+TANSU_PATCH=1
+TANSU_ROOT=$STACK/tansu-$TANSU_VERSION-p$TANSU_PATCH
 TANSU_BIN=$TANSU_ROOT/bin/tansu
 VENV=$STACK/bqemulator-$BQEMULATOR_VERSION
 GCS_VENV=$STACK/gcs-emulator-$GCS_EMULATOR_VERSION
@@ -61,14 +63,32 @@ install_tansu() {
   if [ -x "$TANSU_BIN" ] && "$TANSU_BIN" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
     return
   fi
-  log "building tansu $TANSU_VERSION with the SQLite engine (about 15-20 minutes on 2 cores, once)"
-  mkdir -p "$TANSU_ROOT"
-  cargo install tansu --locked --version "$TANSU_VERSION" --features dynostore,libsql \
-    --root "$TANSU_ROOT" >"$STACK/tansu-install.log" 2>&1 || {
+  log "building tansu $TANSU_VERSION with the SQLite engine and scripts/tansu_patch.py (about 15-20 minutes on 2 cores, once)"
+  local work=$STACK/tansu-src
+  rm -rf "$work" && mkdir -p "$work/fetch/src" "$TANSU_ROOT/bin"
+  # The crates' published sources, through cargo from crates.io (no other download).
+  printf '[package]\nname = "fetch-tansu"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\ntansu = "=%s"\n' \
+    "$TANSU_VERSION" >"$work/fetch/Cargo.toml"
+  echo 'fn main() {}' >"$work/fetch/src/main.rs"
+  (cd "$work/fetch" && cargo fetch -q) >"$STACK/tansu-install.log" 2>&1 || {
+    tail -30 "$STACK/tansu-install.log" >&2
+    log "fetching tansu's sources failed; full log in $STACK/tansu-install.log"
+    exit 1
+  }
+  local reg
+  reg=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tansu-$TANSU_VERSION" | head -1)
+  cp -r "$reg" "$work/tansu"
+  cp -r "$(dirname "$reg")/tansu-storage-$TANSU_VERSION" "$work/tansu-storage"
+  python3 "$HERE/tansu_patch.py" "$work"
+  # `cargo build` in the package keeps its published Cargo.lock, changing only the
+  # patched crate's entry (`cargo install --path` would resolve everything afresh).
+  (cd "$work/tansu" && cargo build --release --features dynostore,libsql) >>"$STACK/tansu-install.log" 2>&1 || {
     tail -30 "$STACK/tansu-install.log" >&2
     log "tansu build failed; full log in $STACK/tansu-install.log"
     exit 1
   }
+  cp "$work/tansu/target/release/tansu" "$TANSU_BIN"
+  rm -rf "$work"
 }
 
 install_bqemulator() {
