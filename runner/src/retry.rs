@@ -1,22 +1,74 @@
 //! The one retry policy every remote call uses: capped exponential backoff, with
 //! optional jitter and an optional attempt limit, and a wait that a stop interrupts.
 //!
-//! The BigQuery append target, the Schema Registry client and the Cloud Storage store
-//! each loop over their own calls (they classify errors differently), but all of them
+//! The BigQuery append target, the Schema Registry client, the Cloud Storage store and
+//! kafka-to-gcs's readers each loop over their own calls (they classify errors differently), but all of them
 //! take their waits from a [`Backoff`] here, so the schedule is written once.
 //!
 //! ```
 //! use flexrun::retry::Backoff;
 //! use std::time::Duration;
-//! let b = Backoff::STORAGE;
+//! let b = Backoff::STORAGE_OPEN;
 //! assert_eq!(b.delay(1), Some(Duration::from_millis(50)));
 //! assert_eq!(b.delay(3), Some(Duration::from_millis(200)));
 //! assert_eq!(b.delay(6), None, "six attempts in all: no wait after the sixth");
+//! assert!(Backoff::STORAGE.delay(1_000).is_some(), "a running job's calls never give up");
 //! ```
 
 use rand::Rng;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// The remote services flexrun retries, as labelled in `/metrics`
+/// (`job_reliability_events{event="retries_<service>"}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// BigQuery's Storage Write API.
+    BigQuery,
+    /// The Schema Registry.
+    Registry,
+    /// Cloud Storage.
+    Storage,
+    /// The Kafka broker (consumer errors waited out).
+    Broker,
+}
+
+impl Service {
+    const ALL: [Service; 4] = [Service::BigQuery, Service::Registry, Service::Storage, Service::Broker];
+
+    fn name(self) -> &'static str {
+        match self {
+            Service::BigQuery => "bigquery",
+            Service::Registry => "registry",
+            Service::Storage => "storage",
+            Service::Broker => "broker",
+        }
+    }
+}
+
+static RETRIES: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Count one retry of a call to `s` (process-wide: one process runs one job).
+pub fn note_retry(s: Service) {
+    RETRIES[s as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Retries so far by service, as `/metrics` events (`retries_bigquery`, ...).
+///
+/// ```
+/// use flexrun::retry::{note_retry, retries, Service};
+/// let before = retries()["retries_registry"];
+/// note_retry(Service::Registry);
+/// assert_eq!(retries()["retries_registry"], before + 1);
+/// ```
+pub fn retries() -> BTreeMap<String, u64> {
+    Service::ALL
+        .iter()
+        .map(|s| (format!("retries_{}", s.name()), RETRIES[*s as usize].load(Ordering::Relaxed)))
+        .collect()
+}
 
 /// How much of each delay is randomised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +111,26 @@ impl Backoff {
         jitter: Jitter::None,
         attempts: None,
     };
-    /// Cloud Storage: six attempts, 50 ms doubling to at most 5 s.
+    /// Cloud Storage, once the bucket is known to exist: jittered, no attempt limit (Google's
+    /// retry strategy: "exponential backoff with jitter"; a job waits out an outage),
+    /// 50 ms doubling to at most 10 s.
     pub const STORAGE: Backoff = Backoff {
         first: Duration::from_millis(50),
+        cap: Duration::from_secs(10),
+        jitter: Jitter::Half,
+        attempts: None,
+    };
+    /// Cloud Storage when a job opens its bucket: six attempts, so that a wrong endpoint
+    /// or bucket ends the run with its reason instead of waiting for ever.
+    pub const STORAGE_OPEN: Backoff = Backoff { attempts: Some(6), jitter: Jitter::None, ..Backoff::STORAGE };
+    /// The Kafka consumer's errors (librdkafka reconnects by itself; the reader waits
+    /// between errors so that a broker outage does not spin): no attempt limit, at
+    /// most 5 s apart.
+    pub const BROKER: Backoff = Backoff {
+        first: Duration::from_millis(100),
         cap: Duration::from_secs(5),
-        jitter: Jitter::None,
-        attempts: Some(6),
+        jitter: Jitter::Half,
+        attempts: None,
     };
 
     /// The wait before retry `attempt` (1-based: after the first call failed), or `None`
@@ -112,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_limited_schedule_ends_after_its_last_attempt() {
-        let waits: Vec<_> = (1..=7).map(|n| Backoff::STORAGE.delay(n)).collect();
+        let waits: Vec<_> = (1..=7).map(|n| Backoff::STORAGE_OPEN.delay(n)).collect();
         let ms: Vec<u64> = waits.iter().flatten().map(|d| d.as_millis() as u64).collect();
         assert_eq!(ms, [50, 100, 200, 400, 800], "five waits between six attempts");
         assert_eq!(waits[5], None);

@@ -11,7 +11,7 @@
 //!
 //! kafka-to-gcs uses the same stages, except `transform`, with `write` a window's
 //! commit and `end_to_end` ending when a record's file is published (see
-//! `kafka_to_gcs::windows`). The data watermark age and system latency of both
+//! `kafka_to_gcs::open_windows`). The data watermark age and system latency of both
 //! templates are [`watermark_age_s`] and [`system_lag_s`].
 
 use hdrhistogram::Histogram;
@@ -160,6 +160,9 @@ pub struct Reliability {
     pub offsets_lost_to_retention: u64,
     /// Partitions found after the job started (they start at their earliest offset).
     pub partitions_discovered: u64,
+    /// Partitions found past the end of their log and moved to it
+    /// (`offsetGapPolicy=SKIP`; see `kafka::gaps`).
+    pub partitions_past_end: u64,
     /// At-least-once: messages a restart re-reads that had been sent after the last
     /// commit, so may be written twice (an upper bound; see `kafka_to_bq::sent`).
     pub messages_possibly_duplicated: u64,
@@ -173,6 +176,7 @@ impl Reliability {
         m.insert("batches_possibly_duplicated".into(), self.batches_possibly_duplicated);
         m.insert("offsets_lost_to_retention".into(), self.offsets_lost_to_retention);
         m.insert("partitions_discovered".into(), self.partitions_discovered);
+        m.insert("partitions_past_end".into(), self.partitions_past_end);
         m.insert("messages_possibly_duplicated".into(), self.messages_possibly_duplicated);
         m
     }
@@ -422,8 +426,8 @@ impl Summary {
         if r != &Reliability::default() {
             let retries: u64 = r.retries.values().sum();
             s.push_str(&format!(
-                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} messages possibly duplicated, {} offsets lost to retention, {} partitions discovered\n",
-                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.messages_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_discovered
+                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} messages possibly duplicated, {} offsets lost to retention, {} partitions past their end, {} partitions discovered\n",
+                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.messages_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_past_end, r.partitions_discovered
             ));
         }
         s.push_str(&format!(

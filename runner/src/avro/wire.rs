@@ -61,6 +61,7 @@ pub type CachedSchema = Result<Arc<WriterSchema>, String>;
 async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
     for attempt in 1.. {
         let wait = Backoff::REGISTRY.delay(attempt).expect("registry retries have no attempt limit");
+        crate::retry::note_retry(crate::retry::Service::Registry);
         match client.schema_by_id(id).await {
             Ok(text) => {
                 return WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}"))

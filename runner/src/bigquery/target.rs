@@ -5,7 +5,12 @@
 //! A batch goes out as one or more AppendRows requests, each under the documented
 //! 10 MB request limit ([`split_requests`]). Request `i` carries the offset of its
 //! first row, so a batch interrupted between requests is finished by a replay:
-//! ALREADY_EXISTS for the requests that landed, OK for the rest.
+//! ALREADY_EXISTS for the requests that landed, OK for the rest. That holds only if
+//! the replay sends the *same* requests: ALREADY_EXISTS says only that the offset is
+//! below the stream's end, so a request that straddles the end of what landed would
+//! be answered ALREADY_EXISTS and its tail never written. A batch's split is therefore
+//! fixed once and logged with it ([`Requests`]); after row errors only the requests
+//! that did not land are split again.
 //!
 //! Transient errors are retried on a new connection without an overall limit, with
 //! capped, jittered exponential backoff: a quota episode or an outage stalls the job
@@ -33,6 +38,7 @@ impl RetryCtl {
     /// Wait before retry `attempt` (1-based), unless a stop comes first.
     async fn wait(&mut self, attempt: u32, stream: &str, e: &WriteError) -> Result<(), WriteError> {
         self.stats.count_retry(&e.label());
+        crate::retry::note_retry(crate::retry::Service::BigQuery);
         let delay = Backoff::BIGQUERY.delay(attempt).expect("BigQuery retries have no attempt limit");
         tracing::warn!(stream, attempt, delay_ms = delay.as_millis() as u64, error = %e, "transient BigQuery error; retrying");
         match wait_unless_stopped(delay, &mut self.stop).await {
@@ -50,9 +56,113 @@ pub enum BatchAppend {
         /// Requests answered ALREADY_EXISTS.
         already_existed: u64,
     },
-    /// BigQuery refused rows (indices into the batch) in one request; that request
-    /// wrote nothing, earlier requests did.
-    RowErrors(Vec<(usize, String)>),
+    /// BigQuery refused rows (indices into the batch) in request `request`; that
+    /// request wrote nothing, the requests before it did.
+    RowErrors {
+        /// The request that was refused (requests before it landed).
+        request: usize,
+        /// Row index into the batch, and BigQuery's message.
+        errors: Vec<(usize, String)>,
+        /// Requests before it answered ALREADY_EXISTS in this call.
+        already_existed: u64,
+    },
+}
+
+/// How one target's rows of a batch go out: the row count of each AppendRows request,
+/// and how many of those requests have landed in this process.
+///
+/// ```
+/// use flexrun::bigquery::target::Requests;
+/// let rows = vec![vec![0u8; 30_000], vec![1u8; 30_000], vec![2u8; 1_000]];
+/// let mut plan = Requests::split(&rows, 50_000);
+/// assert_eq!(plan.sizes(), &[1, 2]);
+/// // Request 1 was refused for its first row, which leaves the batch: request 0 stays
+/// // as it landed and only the rest is split again. (Split from scratch, the two
+/// // remaining rows would fit one request at the batch's offset, which BigQuery would
+/// // answer ALREADY_EXISTS, and the second row would never be written.)
+/// let rows = vec![rows[0].clone(), rows[2].clone()];
+/// plan.after_rejection(1, &rows, 50_000);
+/// assert_eq!((plan.sizes(), plan.landed()), (&[1, 1][..], 1));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    sizes: Vec<u32>,
+    landed: usize,
+}
+
+impl Requests {
+    /// A new split of `rows` into requests of at most `budget` row bytes.
+    pub fn split(rows: &[Vec<u8>], budget: usize) -> Requests {
+        let sizes = split_requests(rows, budget).into_iter().map(|r| r.len() as u32).collect();
+        Requests { sizes, landed: 0 }
+    }
+
+    /// The split a log entry recorded (none recorded: one request, or an entry from
+    /// before splits were logged), checked against the rows a replay re-read.
+    pub fn logged(sizes: &[u32], rows: usize) -> Result<Option<Requests>, String> {
+        if sizes.is_empty() {
+            return Ok(None);
+        }
+        let sum: usize = sizes.iter().map(|n| *n as usize).sum();
+        if sum != rows {
+            return Err(format!("the logged requests {sizes:?} add up to {sum} rows, the batch has {rows}"));
+        }
+        Ok(Some(Requests { sizes: sizes.to_vec(), landed: 0 }))
+    }
+
+    /// Row count of each request.
+    pub fn sizes(&self) -> &[u32] {
+        &self.sizes
+    }
+
+    /// Requests that landed in this process.
+    pub fn landed(&self) -> usize {
+        self.landed
+    }
+
+    /// Rows the requests cover.
+    pub fn rows(&self) -> usize {
+        self.sizes.iter().map(|n| *n as usize).sum()
+    }
+
+    /// What a log entry keeps: the sizes when there are several requests. One request
+    /// is atomic, so any later split of it is safe and nothing needs keeping.
+    pub fn to_log(&self) -> Vec<u32> {
+        if self.sizes.len() > 1 {
+            self.sizes.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// After request `request` was refused and its refused rows removed (`rows` is the
+    /// batch now): the requests before it landed and keep their rows and offsets; the
+    /// rows from there on are split again.
+    pub fn after_rejection(&mut self, request: usize, rows: &[Vec<u8>], budget: usize) {
+        let request = request.min(self.sizes.len());
+        let prefix: usize = self.sizes[..request].iter().map(|n| *n as usize).sum();
+        self.sizes.truncate(request);
+        let rest = Requests::split(&rows[prefix.min(rows.len())..], budget);
+        self.sizes.extend(rest.sizes);
+        self.landed = request;
+    }
+
+    /// The stream was replaced: nothing has landed on the new one.
+    pub fn restart(&mut self) {
+        self.landed = 0;
+    }
+
+    fn ranges(&self) -> Vec<std::ops::Range<usize>> {
+        let mut start = 0;
+        self.sizes
+            .iter()
+            .map(|n| {
+                let r = start..start + *n as usize;
+                start = r.end;
+                r
+            })
+            .collect()
+    }
 }
 
 /// A table's write stream for one shard.
@@ -88,6 +198,16 @@ impl Target {
         self.conn = None;
     }
 
+    /// A new split of `rows` under this target's request budget.
+    pub fn plan(&self, rows: &[Vec<u8>]) -> Requests {
+        Requests::split(rows, self.request_budget)
+    }
+
+    /// Row bytes per request.
+    pub fn request_budget(&self) -> usize {
+        self.request_budget
+    }
+
     /// Write rows with another row descriptor from now on (a replay mapped with the
     /// schema its batch was logged with).
     pub fn set_descriptor(&mut self, descriptor: DescriptorProto) {
@@ -98,18 +218,22 @@ impl Target {
     }
 
     /// Append a batch's rows starting at `offset` (None: the `_default` stream, no
-    /// offsets), as consecutive requests under the request limit.
+    /// offsets) as the requests `plan` says, from the first one that has not landed.
     pub async fn append_batch(
         &mut self,
         client: &WriteClient,
         rows: &[Vec<u8>],
+        plan: &mut Requests,
         offset: Option<i64>,
         ctl: &mut RetryCtl,
     ) -> Result<BatchAppend, WriteError> {
+        if plan.rows() != rows.len() {
+            return Err(WriteError::Split { stream: self.stream.clone(), planned: plan.rows(), rows: rows.len() });
+        }
         let mut already_existed = 0;
-        let requests = split_requests(rows, self.request_budget);
+        let requests = plan.ranges();
         let many = requests.len() > 1;
-        for (i, r) in requests.into_iter().enumerate() {
+        for (i, r) in requests.into_iter().enumerate().skip(plan.landed) {
             if i > 0 {
                 crate::crash_point!("eo::between_requests");
             }
@@ -118,9 +242,11 @@ impl Target {
                 AppendOutcome::Appended => {}
                 AppendOutcome::AlreadyExists => already_existed += 1,
                 AppendOutcome::RowErrors(errs) => {
-                    return Ok(BatchAppend::RowErrors(errs.into_iter().map(|(j, m)| (r.start + j, m)).collect()))
+                    let errors = errs.into_iter().map(|(j, m)| (r.start + j, m)).collect();
+                    return Ok(BatchAppend::RowErrors { request: i, errors, already_existed });
                 }
             }
+            plan.landed = i + 1;
             if many {
                 tracing::debug!(stream = %self.stream, request = i, rows = r.len(), "request of a multi-request batch appended");
             }

@@ -104,6 +104,8 @@ const MAX_MESSAGE_BYTES: usize = 20 * 1024 * 1024;
 /// and the append retried (safe: a retried offset answers ALREADY_EXISTS).
 pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 const SCOPE: &str = "https://www.googleapis.com/auth/bigquery";
+/// HTTP/2 keep-alive ping interval and timeout (see [`WriteClient::connect`]).
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What happened to one append.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +158,18 @@ pub enum WriteError {
         /// Stream name.
         stream: String,
     },
+    /// A batch's request split does not cover its rows (a bug): nothing was sent.
+    #[error(
+        "write stream {stream}: the batch's requests cover {planned} rows but the batch has {rows}; nothing was sent"
+    )]
+    Split {
+        /// Stream name.
+        stream: String,
+        /// Rows the requests cover.
+        planned: usize,
+        /// Rows in the batch.
+        rows: usize,
+    },
     /// Any other error status (from the call or in-band).
     #[error("BigQuery Storage Write {what} failed: {code}: {message}")]
     Status {
@@ -174,7 +188,8 @@ impl WriteError {
     /// Classify a call-level status. Retryable, as Google's Storage Write samples list
     /// them: "immediately retried: ABORTED, UNAVAILABLE, CANCELLED, INTERNAL,
     /// DEADLINE_EXCEEDED", and RESOURCE_EXHAUSTED (quota) with backoff. UNKNOWN is not
-    /// retried: it means a server bug, and retrying it forever would hide it. NOT_FOUND
+    /// retried (it means a server bug, and retrying it forever would hide it) unless it
+    /// is the transport failing mid-stream ([`transport_reset`]). NOT_FOUND
     /// on an AppendRows or GetWriteStream call names a missing stream.
     fn from_status(what: &'static str, s: tonic::Status, stream: Option<&str>) -> WriteError {
         if let Some(gone) =
@@ -190,7 +205,7 @@ impl WriteError {
                 | Code::DeadlineExceeded
                 | Code::Cancelled
                 | Code::ResourceExhausted
-        );
+        ) || transport_reset(&s);
         WriteError::Status { what, code: format!("{:?}", s.code()), message: s.message().to_string(), retryable }
     }
 
@@ -207,6 +222,34 @@ impl WriteError {
             other => format!("{other:?}").split([' ', '{', '(']).next().unwrap_or_default().to_string(),
         }
     }
+}
+
+/// Whether an UNKNOWN status is the connection failing under the stream rather than
+/// the server answering: tonic reports an HTTP/2 reset, a GOAWAY or a dropped socket
+/// met mid-stream as UNKNOWN with the transport's error as its cause. Such an append
+/// may or may not have landed; a retry with its offset on a new connection is safe
+/// (ALREADY_EXISTS if it had).
+fn transport_reset(s: &tonic::Status) -> bool {
+    const SIGNS: [&str; 7] = [
+        "h2 protocol error",
+        "goaway",
+        "stream reset",
+        "connection reset",
+        "broken pipe",
+        "error reading a body from connection",
+        "connection closed",
+    ];
+    if s.code() != Code::Unknown {
+        return false;
+    }
+    let mut text = s.message().to_lowercase();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        text.push(' ');
+        text.push_str(&c.to_string().to_lowercase());
+        cause = c.source();
+    }
+    SIGNS.iter().any(|sign| text.contains(sign))
 }
 
 /// The `StorageError`s in a status's details (a serialized `google.rpc.Status`).
@@ -290,8 +333,19 @@ impl WriteClient {
             let tls = ClientTlsConfig::new().domain_name(host).with_enabled_roots();
             (ep.tls_config(tls).map_err(|e| connect_err(&e))?, Some(google_token_fn().await?))
         };
-        let channel =
-            ep.connect_timeout(std::time::Duration::from_secs(10)).connect().await.map_err(|e| connect_err(&e))?;
+        // HTTP/2 keep-alive as Google's Storage Write samples set it on their channel
+        // (`BigQueryWriteSettings.defaultGrpcTransportProviderBuilder()
+        // .setKeepAliveTime(1 min).setKeepAliveTimeout(1 min).setKeepAliveWithoutCalls(true)`):
+        // a connection a proxy or load balancer dropped while idle is found by a ping,
+        // not by the next append's timeout.
+        let channel = ep
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .keep_alive_timeout(KEEP_ALIVE)
+            .keep_alive_while_idle(true)
+            .connect()
+            .await
+            .map_err(|e| connect_err(&e))?;
         let client = BigQueryWriteClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -489,6 +543,21 @@ mod tests {
     fn any(e: StorageError) -> prost_types::Any {
         use prost::Message;
         prost_types::Any { type_url: STORAGE_ERROR_TYPE.into(), value: e.encode_to_vec() }
+    }
+
+    #[test]
+    fn a_mid_stream_reset_is_retried_and_a_server_unknown_is_not() {
+        let reset = tonic::Status::unknown("h2 protocol error: error reading a body from connection");
+        assert!(WriteError::from_status("AppendRows", reset, None).is_retryable());
+        let goaway = tonic::Status::unknown("transport error: connection error: received GOAWAY");
+        assert!(WriteError::from_status("AppendRows", goaway, None).is_retryable());
+        let bug = tonic::Status::unknown("unexpected server state");
+        assert!(
+            !WriteError::from_status("AppendRows", bug, None).is_retryable(),
+            "a server bug is not hidden by retries"
+        );
+        let denied = tonic::Status::permission_denied("connection reset by the policy");
+        assert!(!WriteError::from_status("AppendRows", denied, None).is_retryable(), "only UNKNOWN is read this way");
     }
 
     #[test]

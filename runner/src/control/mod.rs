@@ -8,9 +8,11 @@
 //!   state; a record whose process is gone reads as failed, with the reason.
 //! - [`Control`] (here): what the job shares with its socket: the drain signal, pending
 //!   option updates, the live worker counts and the autoscaling history.
+//! - [`identity`]: what a job's checkpoint belongs to (`job.json`); a changed run is refused.
 //! - [`lock`]: one process per job, by `flock(2)` on the job's directory.
 //! - [`serve`] and [`request`]: one JSON line each way per connection.
 
+pub mod identity;
 pub mod lock;
 pub mod record;
 

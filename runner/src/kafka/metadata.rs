@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often a running job looks for partitions added to its topic (both templates).
+pub const PARTITION_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Partition and watermark lookups for one topic, on one shared client. Cheap to clone.
 #[derive(Clone)]
 pub struct Metadata {

@@ -13,6 +13,8 @@
 //!   failures, and times them when messages carry their creation time.
 //! - [`admin`]: topic creation for the local stack, tests and the demo.
 //! - [`params`]: the read parameters Google's templates share, into [`SourceSettings`].
+//! - [`gaps`]: positions the broker no longer holds (retention, a log cut short) and
+//!   `offsetGapPolicy`, at start and while running.
 //! - [`starts`]: start positions made durable before the first read, so a restart
 //!   without a checkpoint resumes where the last run began instead of at a new `latest`.
 //! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
@@ -26,6 +28,7 @@
 pub mod acks;
 pub mod admin;
 pub mod connection;
+pub mod gaps;
 pub mod history;
 pub mod metadata;
 pub mod params;

@@ -37,12 +37,15 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Vec<String>) -
         other => Err(format!("kafkaReadAuthenticationMode={other} is for Google Managed Kafka (OAuth with Google credentials), which is not reachable from here; use NONE, SASL_PLAIN, SASL_SCRAM_512 or TLS")),
     };
     let auth = auth.map_err(|e| errs.push(e)).ok();
+    let gap_policy =
+        super::gaps::GapPolicy::parse(p.get("offsetGapPolicy").unwrap_or("FAIL")).map_err(|e| errs.push(e)).ok();
     let group_id = p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{job_name}"));
     Some(SourceSettings {
         conn: Connection { bootstrap, auth: auth? },
         topic,
         group_id,
         start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
+        gap_policy: gap_policy?,
     })
 }
 

@@ -20,6 +20,8 @@ pub struct SourceSettings {
     pub group_id: String,
     /// Whether a job without a checkpoint starts at the earliest offset (else the latest).
     pub start_earliest: bool,
+    /// `offsetGapPolicy`: what a position the broker no longer holds leads to.
+    pub gap_policy: super::gaps::GapPolicy,
 }
 
 /// librdkafka settings of a shard's consumer (manual assignment, no auto commit).
@@ -30,9 +32,10 @@ pub const SHARD_CONSUMER: &[(&str, &str)] = &[
     // that offset no longer exists. Kafka's consumer docs: auto.offset.reset is
     // "What to do when there is no initial offset in Kafka or if the current
     // offset does not exist any more on the server (e.g. because that data has
-    // been deleted)". Earliest loses the least; the job counts such gaps at start
-    // (see `kafka_to_bq::positions`).
-    ("auto.offset.reset", "earliest"),
+    // been deleted)". Not silently: librdkafka's "error" delivers
+    // ERR__AUTO_OFFSET_RESET to the consumer, and the job applies offsetGapPolicy
+    // (see `kafka::gaps`) instead of rewinding a partition whose log was cut short.
+    ("auto.offset.reset", "error"),
     // tansu holds each fetch for the full wait even when data is ready.
     ("fetch.wait.max.ms", "10"),
     ("queued.min.messages", "20000"),

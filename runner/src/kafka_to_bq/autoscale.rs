@@ -137,8 +137,7 @@ async fn decide_and_resize(
     Ok(Some(step.utilization))
 }
 
-/// How often a running job looks for partitions added to its topic.
-pub const PARTITION_DISCOVERY_INTERVAL: Duration = Duration::from_secs(5);
+pub use crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL;
 
 /// Look for new partitions; each starts at its earliest offset on the shard
 /// `p % shards`, which is restarted (after its open batch commits) to take it.

@@ -335,6 +335,7 @@ mod tests {
                 rows: rows.len() as i64,
                 table: "p:d.t".into(),
                 digest: Some(rows_digest(rows)),
+                requests: Vec::new(),
             })
         };
         let logged = OffsetEntry { batch: 7, main: slot(&rows), ..Default::default() };

@@ -80,6 +80,9 @@ pub struct JobCtx {
     pub(super) start_positions: std::sync::Mutex<BTreeMap<i32, i64>>,
     /// The earliest offset stored per partition when the job started.
     pub(super) retention_floors: std::sync::Mutex<BTreeMap<i32, i64>>,
+    /// Partitions found past their log's end at start and moved to it
+    /// (`offsetGapPolicy=SKIP`): the logged position and the end.
+    pub(super) past_end: BTreeMap<i32, (i64, i64)>,
     /// Storage Write client (None for the stats sink).
     pub write_client: Option<WriteClient>,
     /// The job's one metadata client (partitions and watermarks).
@@ -129,6 +132,16 @@ impl JobCtx {
     /// Where partition `p` starts when its shard has no position for it.
     pub fn start_position(&self, p: i32) -> i64 {
         self.start_positions.lock().expect("start positions lock").get(&p).copied().unwrap_or(0)
+    }
+
+    /// Where a shard whose logs leave partition `p` at `pos` resumes: at the earliest
+    /// stored offset if retention deleted `pos` (counted once at job start), at the
+    /// log's end if the job found `pos` past it and was told to skip.
+    pub fn resume_position(&self, p: i32, pos: i64) -> i64 {
+        match self.past_end.get(&p) {
+            Some(&(at, end)) if at == pos => end,
+            _ => pos.max(self.retention_floor(p)),
+        }
     }
 
     /// The earliest offset of `p` still stored when the job started (or was found).

@@ -106,6 +106,34 @@ pub struct RecordRef<'a> {
 /// twice (in `payloadString` and `payloadBytes`), and the row must fit in one
 /// AppendRows request (under 10 MB, storage.proto), with room for key and message.
 pub const MAX_DLQ_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// The most bytes of headers (names and values) a dead-letter row carries; headers
+/// past it are left out, in order, and the error says how many. Header values appear
+/// twice too (base64 in `payloadString`, raw in `payloadBytes` on the Avro paths).
+pub const MAX_DLQ_HEADER_BYTES: usize = 256 * 1024;
+/// The most bytes of the error message a dead-letter row carries.
+pub const MAX_DLQ_ERROR_BYTES: usize = 64 * 1024;
+
+/// The headers that fit in [`MAX_DLQ_HEADER_BYTES`], in order.
+fn kept_headers<'a>(headers: &'a [(&'a str, Option<&'a [u8]>)]) -> &'a [(&'a str, Option<&'a [u8]>)] {
+    let mut bytes = 0;
+    let n = headers
+        .iter()
+        .take_while(|(k, v)| {
+            bytes += k.len() + v.map_or(0, <[u8]>::len);
+            bytes <= MAX_DLQ_HEADER_BYTES
+        })
+        .count();
+    &headers[..n]
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn cut_str(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
 
 /// Jackson's string escaping: `"`, `\\` and control characters; nothing else.
 fn jackson_string(s: &str, out: &mut String) {
@@ -218,7 +246,10 @@ pub fn kafka_record_coder_bytes(rec: &RecordRef<'_>) -> Vec<u8> {
 }
 
 /// Encode the dead-letter row for `rec` failing with `error` (which names the stage).
-/// A value over [`MAX_DLQ_PAYLOAD_BYTES`] is cut to that length and the error says so.
+/// A value or key over [`MAX_DLQ_PAYLOAD_BYTES`] is cut to that length, headers past
+/// [`MAX_DLQ_HEADER_BYTES`] are left out and the error is cut to
+/// [`MAX_DLQ_ERROR_BYTES`]; the error says what was cut. The row then fits one
+/// AppendRows request however large the record was.
 ///
 /// The columns as Google fills them:
 /// - `timestamp`: processing time (Beam's default timestamp policy for KafkaIO), here
@@ -231,19 +262,32 @@ pub fn kafka_record_coder_bytes(rec: &RecordRef<'_>) -> Vec<u8> {
 ///   stack to print).
 pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) {
     out.clear();
-    let too_big = rec.value.len() > MAX_DLQ_PAYLOAD_BYTES || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES);
-    let error = if too_big {
-        std::borrow::Cow::Owned(format!(
-            "{error} (dead-letter payload truncated: the record's value has {} bytes and its key {}; the first {MAX_DLQ_PAYLOAD_BYTES} of each are kept)",
+    let mut notes = Vec::new();
+    if rec.value.len() > MAX_DLQ_PAYLOAD_BYTES || rec.key.is_some_and(|k| k.len() > MAX_DLQ_PAYLOAD_BYTES) {
+        notes.push(format!(
+            "dead-letter payload truncated: the record's value has {} bytes and its key {}; the first {MAX_DLQ_PAYLOAD_BYTES} of each are kept",
             rec.value.len(),
             rec.key.map_or(0, <[u8]>::len)
-        ))
-    } else {
-        std::borrow::Cow::Borrowed(error)
+        ));
+    }
+    let headers = kept_headers(rec.headers);
+    if headers.len() < rec.headers.len() {
+        let left: usize = rec.headers[headers.len()..].iter().map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len)).sum();
+        notes.push(format!(
+            "{} of its {} headers ({left} bytes) left out: a dead-letter row keeps {MAX_DLQ_HEADER_BYTES} bytes of headers",
+            rec.headers.len() - headers.len(),
+            rec.headers.len()
+        ));
+    }
+    let error = cut_str(error, MAX_DLQ_ERROR_BYTES);
+    let error = match notes.is_empty() {
+        true => std::borrow::Cow::Borrowed(error),
+        false => std::borrow::Cow::Owned(format!("{error} ({})", notes.join("; "))),
     };
     let cut = RecordRef {
         value: &rec.value[..rec.value.len().min(MAX_DLQ_PAYLOAD_BYTES)],
         key: rec.key.map(|k| &k[..k.len().min(MAX_DLQ_PAYLOAD_BYTES)]),
+        headers,
         ..*rec
     };
     let when_ms = rec.processed_ms.unwrap_or(rec.timestamp_ms.max(0));
@@ -381,5 +425,31 @@ mod tests {
             ),
             "reason kept and truncation stated"
         );
+    }
+
+    /// Issue 27, item 6: headers were not bounded, so a record with a few megabytes of
+    /// headers made a dead-letter row over the 10 MB request limit, which BigQuery
+    /// refuses. Every part of the row is bounded now, whatever the record.
+    #[test]
+    fn a_dead_letter_row_fits_one_request_whatever_the_headers_and_error() {
+        let big = vec![b'h'; 3 * 1024 * 1024];
+        let headers: Vec<(&str, Option<&[u8]>)> = (0..4).map(|_| ("trace", Some(big.as_slice()))).collect();
+        let value = vec![b'v'; 5 * 1024 * 1024];
+        let huge_error = "é".repeat(1024 * 1024);
+        for payload in [Payload::Text, Payload::Bytes] {
+            let r = RecordRef { headers: &headers, ..rec(&value, Some(&value), payload) };
+            let mut out = Vec::new();
+            encode(&r, "write", &huge_error, &mut out);
+            assert!(out.len() < crate::bigquery::write::MAX_REQUEST_ROW_BYTES, "{} bytes", out.len());
+            let cols = columns(&out);
+            let msg = String::from_utf8(cols[3].clone()).expect("the error is cut on a character boundary");
+            assert!(msg.contains("4 of its 4 headers (12582932 bytes) left out"), "{}", &msg[msg.len() - 300..]);
+            assert!(msg.contains("dead-letter payload truncated"));
+        }
+        let few: Vec<(&str, Option<&[u8]>)> = vec![("a", Some(b"1")), ("b", None)];
+        let r = RecordRef { headers: &few, ..rec(b"{}", None, Payload::Text) };
+        let mut out = Vec::new();
+        encode(&r, "write", "bad", &mut out);
+        assert_eq!(columns(&out)[3], b"bad", "small headers are kept whole and not noted");
     }
 }

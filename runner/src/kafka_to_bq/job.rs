@@ -50,8 +50,10 @@ pub struct RunReport {
     pub workers: u32,
 }
 
+/// The recorded identity, or `want` recorded as it. A different pipeline under the same
+/// job name is a usage error (exit 2), as in [`crate::control::identity::check`].
 fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
-    let path = job_dir.join("job.json");
+    let path = job_dir.join(crate::control::identity::FILE);
     match std::fs::read(&path) {
         Ok(bytes) => {
             let have: JobIdentity =
@@ -60,20 +62,16 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
             // changed (the usual fix after a job stopped on a bad record).
             let same = JobIdentity { shards: have.shards, dlq: have.dlq.clone(), ..want.clone() };
             if have != same {
-                bail!(
+                return Err(crate::usage(format!(
                     "job {} already has a checkpoint for a different pipeline ({}: topic {}, table {}, {}), but this run is for topic {}, table {}, {}. Use another --job-name, or remove {} to start over",
                     job_dir.file_name().unwrap_or_default().to_string_lossy(),
                     path.display(), have.topic, have.table, have.delivery, want.topic, want.table, want.delivery, job_dir.display()
-                );
+                )));
             }
             Ok(JobIdentity { dlq: want.dlq.clone(), ..have })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(job_dir).with_context(|| format!("creating {}", job_dir.display()))?;
-            let tmp = job_dir.join("job.json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec_pretty(want)?)?;
-            std::fs::File::open(&tmp)?.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
+            crate::control::identity::record(job_dir, want)?;
             Ok(want.clone())
         }
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
@@ -89,20 +87,41 @@ async fn start_positions(
     partitions: &[i32],
     existed: bool,
     stats: &JobStats,
-) -> Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
+) -> Result<Starts> {
     let checkpoint = positions::checkpoint_positions(job_dir)?;
     let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
     let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
     let initial = crate::kafka::starts::overlay(cfg.source.initial_positions(partitions).await?, &saved);
-    let lows = metadata.low_watermarks(partitions).await?;
-    let plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &lows);
-    positions::report(&plan, &cfg.job_name, &cfg.source.topic, stats);
+    let marks = metadata.watermarks(partitions).await?;
+    let lows = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
+    let mut plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &marks);
+    let skipped = plan.settle(cfg.source.gap_policy, &cfg.job_name, &cfg.source.topic).map_err(anyhow::Error::msg)?;
+    positions::report(&plan, skipped, &cfg.job_name, stats);
     // Durable before the first read: a restart without a commit resumes here, not at a
     // newly resolved `latest` (which would skip what was produced in between).
     crate::kafka::starts::record(job_dir, &plan.positions).with_context(|| format!("writing {}", job_dir.display()))?;
     positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>())
         .with_context(|| format!("writing {}", job_dir.display()))?;
-    Ok((plan.positions, lows))
+    let past_end = plan
+        .found
+        .iter()
+        .filter_map(|d| match d {
+            crate::kafka::gaps::Discontinuity::PastEnd { partition, at, end } => Some((*partition, (*at, *end))),
+            _ => None,
+        })
+        .collect();
+    Ok(Starts { positions: plan.positions, floors: lows, past_end })
+}
+
+/// Where the job starts ([`start_positions`]).
+struct Starts {
+    /// Partition → the next offset to read.
+    positions: BTreeMap<i32, i64>,
+    /// Partition → its earliest stored offset at start.
+    floors: BTreeMap<i32, i64>,
+    /// Partitions found past their end and moved to it (`offsetGapPolicy=SKIP`): the
+    /// logged position and the end.
+    past_end: BTreeMap<i32, (i64, i64)>,
 }
 
 /// `--stop-when-caught-up`: drain once every partition's committed position has reached
@@ -154,7 +173,7 @@ pub async fn run(
     let identity = check_identity(&job_dir, &want)?;
     let shards = identity.shards;
     let stats = Arc::new(JobStats::default());
-    let (start_positions, floors) = start_positions(&cfg, &metadata, &job_dir, &partitions, existed, &stats).await?;
+    let starts = start_positions(&cfg, &metadata, &job_dir, &partitions, existed, &stats).await?;
 
     let write_client = match (&cfg.run.sink, &endpoints) {
         (SinkKind::Stats { .. }, _) => None,
@@ -187,8 +206,9 @@ pub async fn run(
         mappings: std::sync::Mutex::new(HashMap::new()),
         endpoints: endpoints.clone(),
         routes: std::sync::Mutex::new(HashMap::new()),
-        start_positions: std::sync::Mutex::new(start_positions),
-        retention_floors: std::sync::Mutex::new(floors),
+        start_positions: std::sync::Mutex::new(starts.positions),
+        retention_floors: std::sync::Mutex::new(starts.floors),
+        past_end: starts.past_end,
         write_client,
         metadata,
         stats: stats.clone(),

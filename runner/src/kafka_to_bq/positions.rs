@@ -6,57 +6,45 @@
 //! - A partition the job did not know when it last ran (added while it was stopped)
 //!   starts at its earliest offset: none of its records have been read.
 //! - A fresh job starts where `kafkaReadOffset` (or the consumer group) says.
-//! - A resume position below the partition's earliest stored offset means retention
-//!   deleted records the job never read. They are lost; the job says so in its log,
-//!   its summary and `/metrics`, and continues at the earliest offset.
+//! - A position the broker no longer holds (below its earliest offset: retention; past
+//!   its end: a recreated topic or a log cut short) is judged by `offsetGapPolicy`
+//!   ([`crate::kafka::gaps`]): the job stops naming it (the default), or goes on at the
+//!   nearest stored offset and says so in its log, its summary and `/metrics`.
 
+use crate::kafka::gaps::{self, Discontinuity, GapPolicy, Skipped};
 use crate::progress::{Recovery, ShardLog};
 use crate::stats::JobStats;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Records deleted by retention before the job read them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gap {
-    /// Partition.
-    pub partition: i32,
-    /// The checkpoint's position.
-    pub from: i64,
-    /// The earliest offset still stored.
-    pub to: i64,
-}
-
-impl Gap {
-    /// Offsets lost.
-    pub fn lost(&self) -> i64 {
-        self.to - self.from
-    }
-}
-
-/// Start positions and the gaps found on the way.
+/// Start positions, and the positions out of range found on the way.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StartPlan {
     /// Partition → the next offset to read.
     pub positions: BTreeMap<i32, i64>,
     /// Partitions the job had not seen before (an existing job only).
     pub new_partitions: Vec<i32>,
-    /// Retention gaps.
-    pub gaps: Vec<Gap>,
+    /// Positions the broker does not hold (before [`StartPlan::settle`] moves them).
+    pub found: Vec<Discontinuity>,
 }
 
 /// Decide start positions. `known` is None for a job without a checkpoint, else the
-/// partitions it knew; `initial` is where `kafkaReadOffset` or the group points.
+/// partitions it knew; `initial` is where `kafkaReadOffset` or the group points;
+/// `marks` are the partitions' (earliest, end) offsets.
 ///
 /// ```
 /// use flexrun::kafka_to_bq::positions::plan;
+/// use flexrun::kafka::gaps::GapPolicy;
 /// use std::collections::{BTreeMap, BTreeSet};
 /// let ck = BTreeMap::from([(0, 5)]);
 /// let known = BTreeSet::from([0]);
 /// let initial = BTreeMap::from([(0, 100), (1, 100)]);
-/// let lows = BTreeMap::from([(0, 8), (1, 3)]);
-/// let p = plan(&[0, 1], &ck, Some(&known), &initial, &lows);
+/// let marks = BTreeMap::from([(0, (8, 200)), (1, (3, 200))]);
+/// let mut p = plan(&[0, 1], &ck, Some(&known), &initial, &marks);
+/// assert_eq!(p.found[0].lost(), 3);
+/// assert!(p.clone().settle(GapPolicy::Fail, "j", "t").is_err());
+/// p.settle(GapPolicy::Skip, "j", "t").unwrap();
 /// assert_eq!(p.positions, BTreeMap::from([(0, 8), (1, 3)]));
-/// assert_eq!(p.gaps[0].lost(), 3);
 /// assert_eq!(p.new_partitions, vec![1]);
 /// ```
 pub fn plan(
@@ -64,11 +52,11 @@ pub fn plan(
     checkpoint: &BTreeMap<i32, i64>,
     known: Option<&BTreeSet<i32>>,
     initial: &BTreeMap<i32, i64>,
-    lows: &BTreeMap<i32, i64>,
+    marks: &BTreeMap<i32, (i64, i64)>,
 ) -> StartPlan {
     let mut out = StartPlan::default();
     for &p in partitions {
-        let low = lows.get(&p).copied().unwrap_or(0);
+        let low = marks.get(&p).map_or(0, |m| m.0);
         let pos = match (checkpoint.get(&p), known) {
             (Some(&c), _) => c,
             (None, Some(k)) if !k.contains(&p) => {
@@ -77,35 +65,37 @@ pub fn plan(
             }
             _ => initial.get(&p).copied().unwrap_or(low),
         };
-        if pos < low {
-            out.gaps.push(Gap { partition: p, from: pos, to: low });
-        }
-        out.positions.insert(p, pos.max(low));
+        out.positions.insert(p, pos);
     }
+    out.found = gaps::check(&out.positions, marks);
     out
 }
 
-/// Make a plan's gaps and new partitions visible: an error line per gap, and the counts
-/// in the job's summary and `/metrics` (`offsets_lost_to_retention`,
-/// `partitions_discovered`).
-pub fn report(plan: &StartPlan, job: &str, topic: &str, stats: &JobStats) {
-    for g in &plan.gaps {
-        tracing::error!(
-            job,
-            topic,
-            partition = g.partition,
-            from = g.from,
-            to = g.to,
-            lost = g.lost(),
-            "retention deleted records this job had not read: they are lost; continuing at the earliest stored offset"
-        );
+impl StartPlan {
+    /// Apply `offsetGapPolicy` to the positions out of range: the refusal, or the
+    /// positions moved and what was skipped.
+    pub fn settle(&mut self, policy: GapPolicy, job: &str, topic: &str) -> Result<Skipped, String> {
+        gaps::apply(policy, &self.found, &mut self.positions, job, topic)
     }
-    let lost: i64 = plan.gaps.iter().map(Gap::lost).sum();
-    stats.note(|r| r.offsets_lost_to_retention += lost as u64);
+}
+
+/// Make what a start skipped and found visible: the counts in the job's summary and
+/// `/metrics` (`offsets_lost_to_retention`, `partitions_past_end`,
+/// `partitions_discovered`); each skip was logged by [`StartPlan::settle`].
+pub fn report(plan: &StartPlan, skipped: Skipped, job: &str, stats: &JobStats) {
+    note_skipped(stats, skipped);
     if !plan.new_partitions.is_empty() {
         tracing::info!(job, partitions = ?plan.new_partitions, "partitions added since the job last ran start at their earliest offset");
         stats.note(|r| r.partitions_discovered += plan.new_partitions.len() as u64);
     }
+}
+
+/// Count what `offsetGapPolicy=SKIP` went past, at start or while running.
+pub fn note_skipped(stats: &JobStats, skipped: Skipped) {
+    stats.note(|r| {
+        r.offsets_lost_to_retention += skipped.lost;
+        r.partitions_past_end += skipped.past_end;
+    });
 }
 
 /// Every partition's resume position in the job's shard logs: the last commit's, or
@@ -149,12 +139,16 @@ pub fn write_known(job_dir: &Path, partitions: &BTreeSet<i32>) -> std::io::Resul
 mod tests {
     use super::*;
 
+    fn marks(lows: &[(i32, i64)]) -> BTreeMap<i32, (i64, i64)> {
+        lows.iter().map(|(p, l)| (*p, (*l, 1_000))).collect()
+    }
+
     #[test]
     fn a_fresh_job_starts_where_kafka_read_offset_says() {
         let initial = BTreeMap::from([(0, 40), (1, 50)]);
-        let p = plan(&[0, 1], &BTreeMap::new(), None, &initial, &BTreeMap::from([(0, 0), (1, 0)]));
+        let p = plan(&[0, 1], &BTreeMap::new(), None, &initial, &marks(&[(0, 0), (1, 0)]));
         assert_eq!(p.positions, initial);
-        assert!(p.gaps.is_empty() && p.new_partitions.is_empty());
+        assert!(p.found.is_empty() && p.new_partitions.is_empty());
     }
 
     #[test]
@@ -164,52 +158,64 @@ mod tests {
             &BTreeMap::from([(0, 900)]),
             Some(&BTreeSet::from([0])),
             &BTreeMap::from([(0, 0)]),
-            &BTreeMap::from([(0, 0)]),
+            &marks(&[(0, 0)]),
         );
         assert_eq!(p.positions[&0], 900);
     }
 
     #[test]
-    fn known_partitions_without_a_checkpoint_use_the_initial_position_and_gaps_are_counted() {
-        let p = plan(
+    fn known_partitions_without_a_checkpoint_use_the_initial_position_and_gaps_are_found() {
+        let mut p = plan(
             &[0, 1],
             &BTreeMap::from([(0, 10)]),
             Some(&BTreeSet::from([0, 1])),
             &BTreeMap::from([(1, 7)]),
-            &BTreeMap::from([(0, 25), (1, 0)]),
+            &marks(&[(0, 25), (1, 0)]),
         );
+        assert_eq!(p.found, vec![Discontinuity::Deleted { partition: 0, from: 10, earliest: 25 }]);
+        let e = p.clone().settle(GapPolicy::Fail, "j", "t").unwrap_err();
+        assert!(e.contains("t/0 is at offset 10") && e.contains("15 records were deleted"), "{e}");
+        p.settle(GapPolicy::Skip, "j", "t").unwrap();
         assert_eq!(p.positions, BTreeMap::from([(0, 25), (1, 7)]));
-        assert_eq!(p.gaps, vec![Gap { partition: 0, from: 10, to: 25 }]);
         assert!(p.new_partitions.is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_past_the_end_of_a_recreated_topic_is_found_not_rewound() {
+        let mut p = plan(
+            &[0],
+            &BTreeMap::from([(0, 500)]),
+            Some(&BTreeSet::from([0])),
+            &BTreeMap::new(),
+            &BTreeMap::from([(0, (0, 40))]),
+        );
+        assert_eq!(p.found, vec![Discontinuity::PastEnd { partition: 0, at: 500, end: 40 }]);
+        assert!(p.clone().settle(GapPolicy::Fail, "j", "t").unwrap_err().contains("past the end of its log (40)"));
+        assert_eq!(p.settle(GapPolicy::Skip, "j", "t").unwrap(), Skipped { lost: 0, past_end: 1 });
+        assert_eq!(p.positions[&0], 40, "at the end, not at 0: what was read is not read again");
     }
 
     /// The count itself: a restart whose checkpoint is behind retention on two
     /// partitions, with one partition new, reports what the summary and `/metrics` show.
-    /// (The local broker cannot make a real gap: tansu 0.6's SQLite engine panics with
-    /// "not yet implemented" on DeleteRecords, so the plan is given the watermarks.)
+    /// (The local broker cannot make a real retention gap: tansu 0.6's SQLite engine
+    /// panics with "not yet implemented" on DeleteRecords, so the plan is given the
+    /// watermarks.)
     #[test]
     fn gaps_and_new_partitions_are_counted_in_the_summary() {
-        let p = plan(
+        let mut p = plan(
             &[0, 1, 2, 3],
             &BTreeMap::from([(0, 10), (1, 40), (2, 5)]),
             Some(&BTreeSet::from([0, 1, 2])),
             &BTreeMap::new(),
-            &BTreeMap::from([(0, 25), (1, 30), (2, 105), (3, 7)]),
+            &marks(&[(0, 25), (1, 30), (2, 105), (3, 7)]),
         );
         let stats = JobStats::default();
-        report(&p, "j", "t", &stats);
-        report(
-            &plan(
-                &[0],
-                &BTreeMap::from([(0, 30)]),
-                Some(&BTreeSet::from([0])),
-                &BTreeMap::new(),
-                &BTreeMap::from([(0, 31)]),
-            ),
-            "j",
-            "t",
-            &stats,
-        );
+        let skipped = p.settle(GapPolicy::Skip, "j", "t").unwrap();
+        report(&p, skipped, "j", &stats);
+        let mut q =
+            plan(&[0], &BTreeMap::from([(0, 30)]), Some(&BTreeSet::from([0])), &BTreeMap::new(), &marks(&[(0, 31)]));
+        let skipped = q.settle(GapPolicy::Skip, "j", "t").unwrap();
+        report(&q, skipped, "j", &stats);
         let r = stats.summary().reliability;
         assert_eq!(r.offsets_lost_to_retention, 15 + 100 + 1, "partition 0 lost 15, partition 2 lost 100, then 1 more");
         assert_eq!(r.partitions_discovered, 1, "partition 3 was new");

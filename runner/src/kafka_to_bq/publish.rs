@@ -75,7 +75,7 @@ impl Publisher {
             rows_written: s.rows_written,
             dead_lettered: s.dead_lettered,
             stages,
-            events: s.reliability.events(),
+            events: s.reliability.events().into_iter().chain(crate::retry::retries()).collect(),
             min_workers: limits.min_workers,
             max_workers: limits.max_workers,
             partition_backlog: by_partition.iter().map(|(p, n)| (p.to_string(), *n as u64)).collect(),

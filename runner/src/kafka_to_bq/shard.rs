@@ -8,8 +8,8 @@
 
 use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped};
 use super::writer::{
-    append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, SideOffsets, Step, Targets,
-    Which, Writer,
+    append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets, Plans,
+    SideOffsets, Step, Targets, Which, Writer,
 };
 use super::{JobCtx, Mapping};
 use crate::bigquery::target::RetryCtl;
@@ -22,6 +22,7 @@ use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::StreamConsumer;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -85,16 +86,24 @@ impl OpenBatch {
         self.deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
     }
 
+    /// The next offset of every partition: `positions` after the messages held.
+    fn next_positions(&self, positions: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+        let mut at = positions.clone();
+        for m in &self.msgs {
+            let pos = at.entry(m.partition()).or_insert(0);
+            *pos = (*pos).max(m.offset() + 1);
+        }
+        at
+    }
+
     /// Cut the batch: its ranges, and the positions after it (from `positions`).
     fn cut(self, positions: &BTreeMap<i32, i64>) -> Cut {
         let mut ranges = BTreeMap::new();
-        let mut positions = positions.clone();
+        let positions = self.next_positions(positions);
         for m in &self.msgs {
             let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
             r.0 = r.0.min(m.offset());
             r.1 = r.1.max(m.offset() + 1);
-            let pos = positions.entry(m.partition()).or_insert(0);
-            *pos = (*pos).max(m.offset() + 1);
         }
         Cut { msgs: self.msgs, ranges, positions, processed_ms: Some(now_ms()) }
     }
@@ -146,10 +155,12 @@ impl Shard {
                 (Some(e.clone()), Some(e.clone()), e.batch)
             }
         };
-        // Offsets that retention deleted were counted once at job start; skip them.
+        // Offsets retention deleted, or a position past a log's end, were judged once
+        // at job start (offsetGapPolicy); a shard resumes where that left them.
         for (p, pos) in positions.iter_mut() {
-            *pos = (*pos).max(ctx.retention_floor(*p));
+            *pos = ctx.resume_position(*p, *pos);
         }
+        crate::kafka::gaps::simulate_cut_log(&mut positions);
         if ctx.cfg.delivery == Delivery::AtLeastOnce && ctx.write_client.is_some() {
             let n = super::sent::possibly_resent(&dir, &positions);
             if n > 0 {
@@ -210,11 +221,28 @@ impl Shard {
         let mut pending: BTreeMap<i32, i64> =
             e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
         let mut msgs = Vec::new();
+        let mut errors_in_a_row = 0;
         while !pending.is_empty() {
             let m = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
                 .await
-                .map_err(|_| anyhow!("shard {}: replaying batch {}: Kafka did not return the logged ranges {:?} within 30 s (deleted by retention?)", self.id, e.batch, pending))?
-                .context("reading Kafka during replay")?;
+                .map_err(|_| anyhow!("shard {}: replaying batch {}: Kafka did not return the logged ranges {:?} within 30 s (deleted by retention?)", self.id, e.batch, pending))?;
+            let m = match m {
+                Ok(m) => m,
+                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => bail!(
+                    "job {} shard {}: the uncommitted batch {} needs {topic} ranges {:?} that the broker no longer holds; it cannot be replayed, so exactly-once cannot be kept for it. Move the job's checkpoint aside to start over",
+                    self.ctx.cfg.job_name, self.id, e.batch, pending
+                ),
+                // A broker restart mid-replay: librdkafka reconnects and fetches again.
+                Err(err) => {
+                    errors_in_a_row += 1;
+                    crate::retry::note_retry(crate::retry::Service::Broker);
+                    let delay = crate::retry::Backoff::BROKER.delay(errors_in_a_row).expect("no attempt limit");
+                    tracing::warn!(shard = self.id, batch = e.batch, error = %err, "Kafka consumer error during a replay; waiting and reading on");
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+            };
+            errors_in_a_row = 0;
             let (p, o) = (m.partition(), m.offset());
             if let Some(end) = pending.get(&p).copied() {
                 if o < end {
@@ -302,7 +330,8 @@ impl Shard {
                         }
                     }
                     Some(Some(Err(e))) => {
-                        tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)")
+                        let moved = self.consumer_error(e, &open).await?;
+                        self.positions.extend(moved);
                     }
                     Some(None) | None => break,
                 }
@@ -324,7 +353,10 @@ impl Shard {
                             break;
                         }
                     }
-                    Ok(Some(Err(e))) => tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)"),
+                    Ok(Some(Err(e))) => {
+                        let moved = self.consumer_error(e, &open).await?;
+                        self.positions.extend(moved);
+                    }
                     Ok(None) => bail!("shard {}: the Kafka message stream ended", self.id),
                     Err(_) if !open.msgs.is_empty() => break,
                     Err(_) => {}
@@ -336,6 +368,31 @@ impl Shard {
         }
         drop(stream);
         Ok(open.cut(&self.positions))
+    }
+
+    /// A consumer error while collecting. AUTO_OFFSET_RESET means a partition's next
+    /// offset is no longer stored (the consumers run with `auto.offset.reset=error`):
+    /// `offsetGapPolicy` decides ([`crate::kafka::gaps`]). Anything else librdkafka
+    /// retries by itself. Returns the partitions moved (`offsetGapPolicy=SKIP`) and where
+    /// to: the shard's positions take them, so the next commit makes the skip durable.
+    async fn consumer_error(&self, e: KafkaError, open: &OpenBatch) -> Result<BTreeMap<i32, i64>> {
+        if !matches!(e, KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) {
+            tracing::warn!(shard = self.id, error = %e, "Kafka consumer error (librdkafka retries)");
+            crate::retry::note_retry(crate::retry::Service::Broker);
+            return Ok(BTreeMap::new());
+        }
+        let ctx = &self.ctx;
+        let (job, topic) = (&ctx.cfg.job_name, &ctx.cfg.source.topic);
+        let mut at = open.next_positions(&self.positions);
+        let parts: Vec<i32> = at.keys().copied().collect();
+        let marks = ctx.metadata.watermarks(&parts).await.context("reading watermarks after an offset reset")?;
+        let found = crate::kafka::gaps::check(&at, &marks);
+        tracing::warn!(shard = self.id, positions = ?at, ?marks, found = found.len(), "a partition's position is no longer stored (AUTO_OFFSET_RESET)");
+        let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut at, job, topic)
+            .map_err(|e| anyhow!("shard {}: {e}", self.id))?;
+        super::positions::note_skipped(&ctx.stats, skipped);
+        kafka::assign(&self.consumer, topic, &at).context("assigning the shard's partitions again")?;
+        Ok(found.iter().map(|d| (d.partition(), d.resume())).collect())
     }
 
     /// Map, log, append and commit one batch (the protocol in the module docs).
@@ -426,10 +483,14 @@ impl Shard {
         let mut y = dlq.as_ref().map(|d| d.next);
         let mut attempted = replay.is_some();
         let mut first = true;
+        let mut plans = Plans::new((main, side, dlq.as_ref()), mapped, replay).map_err(|e| {
+            anyhow!("job {} shard {} batch {}: {e}; no row was written. Move the job's checkpoint directory aside to start over", ctx.cfg.job_name, self.id, entry.batch)
+        })?;
         loop {
-            entry.main = Some(slot_of(main, x, &mapped.rows));
-            entry.side = side_slots(side, &zs, mapped);
-            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows));
+            entry.main = Some(slot_of(main, x, &mapped.rows, &plans.main));
+            entry.side = side_slots(side, &zs, mapped, &plans);
+            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows, &plans.dlq));
+            let relog = !first;
             if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
                 verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
             }
@@ -437,18 +498,13 @@ impl Shard {
                 crate::crash_point!("eo::before_offset_log");
                 self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
                 crate::crash_point!("eo::after_offset_log");
+                if relog {
+                    crate::crash_point!("eo::after_relog_before_append");
+                }
             }
             let targets = Targets { main: &mut *main, side: &mut *side, dlq: dlq.as_mut() };
-            let step = append_both(
-                client,
-                targets,
-                mapped,
-                exactly.then_some(x),
-                exactly.then_some(&zs),
-                y.filter(|_| exactly),
-                &mut self.retry,
-            )
-            .await;
+            let at = Offsets { x: exactly.then_some(x), zs: exactly.then_some(&zs), y: y.filter(|_| exactly) };
+            let step = append_both(client, targets, mapped, &mut plans, at, &mut self.retry).await;
             let step = step.map_err(|e| {
                 anyhow::Error::new(e)
                     .context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table))
@@ -458,17 +514,27 @@ impl Shard {
                     counts.already_existed += already_existed;
                     break;
                 }
-                Step::RowErrors(table, errs) => {
+                Step::RowErrors { which, request, errors: errs, already_existed } => {
+                    counts.already_existed += already_existed;
+                    let table = match &which {
+                        Which::Side(t) => Some(t.clone()),
+                        _ => None,
+                    };
                     if dlq.is_none() {
-                        let (i, msg) = &errs[0];
-                        let src = match table.as_ref().and_then(|t| mapped.side.get(t)) {
-                            Some(s) => s.row_src[*i],
-                            None => mapped.row_src[*i],
-                        };
-                        let m = &cut.msgs[src];
-                        bail!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset());
+                        bail!("{}", refused_without_dlq(&ctx, cut, mapped, table.as_deref(), &errs));
                     }
                     reject_rows(&ctx, cut, mapped, table.as_deref(), &errs, entry, counts)?;
+                    let (rows, budget) = match &table {
+                        Some(t) => (
+                            mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice()),
+                            side.get(t).map_or(main.request_budget(), |t| t.request_budget()),
+                        ),
+                        None => (mapped.rows.as_slice(), main.request_budget()),
+                    };
+                    plans.of(&which).after_rejection(request, rows, budget);
+                    // The refused rows joined the dead-letter rows, none of which were
+                    // sent yet (they go last): split them anew.
+                    plans.dlq = dlq.as_ref().map(|d| d.plan(&mapped.dlq_rows)).unwrap_or_default();
                     tracing::warn!(
                         shard = self.id,
                         batch = entry.batch,
@@ -484,14 +550,17 @@ impl Shard {
                     };
                     let new = new_stream(client, &target.table, &mut self.retry).await?;
                     ctx.stats.note(|r| r.streams_replaced += 1);
-                    if attempted {
+                    // Sent before: in an earlier round or process, or requests of this
+                    // round that landed on the old stream before it went.
+                    if attempted || plans.of(&which).landed() > 0 {
                         ctx.stats.note(|r| r.batches_possibly_duplicated += 1);
                         tracing::error!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message,
                             "write stream is gone: this batch had been sent before, so if that attempt landed its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
                     } else {
-                        tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; this batch had not been sent, so nothing is duplicated");
+                        tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; no request of this batch had been sent to it, so nothing is duplicated");
                     }
                     target.replace_stream(new);
+                    plans.of(&which).restart();
                     match which {
                         Which::Main => x = 0,
                         Which::Side(t) => {
@@ -502,7 +571,6 @@ impl Shard {
                 }
             }
             attempted = true;
-            crate::crash_point!("eo::after_relog_before_append");
         }
         main.next = x + mapped.rows.len() as i64;
         for (t, target) in side.iter_mut() {
@@ -556,6 +624,26 @@ impl Shard {
         self.positions = cut.positions;
         self.next_batch = batch + 1;
         Ok(())
+    }
+}
+
+/// What to say when BigQuery refused a row and there is no dead-letter table: the
+/// record it came from, or (if BigQuery named a row the request did not have) that.
+fn refused_without_dlq(
+    ctx: &JobCtx,
+    cut: &Cut,
+    mapped: &Mapped,
+    side: Option<&str>,
+    errs: &[(usize, String)],
+) -> String {
+    let Some((i, msg)) = errs.first() else { return "BigQuery refused rows without naming any".into() };
+    let src = match side.and_then(|t| mapped.side.get(t)) {
+        Some(s) => s.row_src.get(*i),
+        None => mapped.row_src.get(*i),
+    };
+    match src.and_then(|s| cut.msgs.get(*s)) {
+        Some(m) => format!("BigQuery rejected record {}/{}@{}: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", ctx.cfg.source.topic, m.partition(), m.offset()),
+        None => format!("BigQuery reported an error for row {i} of a {}-row append: {msg}. No dead-letter table is configured, so the job stops; this batch was not committed", mapped.rows.len()),
     }
 }
 

@@ -4,7 +4,7 @@
 use super::batch::{rows_digest, Mapped};
 use super::config::Delivery;
 use super::context::JobCtx;
-use crate::bigquery::target::{with_retries, BatchAppend, RetryCtl, Target};
+use crate::bigquery::target::{with_retries, BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;
 use crate::progress::{OffsetEntry, StreamSlot};
@@ -36,13 +36,63 @@ pub(super) enum Which {
     Dlq,
 }
 
-pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>]) -> StreamSlot {
+pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>], plan: &Requests) -> StreamSlot {
     StreamSlot {
         stream: t.stream.clone(),
         offset,
         rows: rows.len() as i64,
         table: t.table.to_string(),
         digest: Some(rows_digest(rows)),
+        requests: plan.to_log(),
+    }
+}
+
+/// The request split of every target's rows in one batch ([`Requests`]): fixed when
+/// the batch is first logged (or taken from the log in a replay), and changed only for
+/// the requests that did not land after BigQuery refused rows.
+#[derive(Debug, Default)]
+pub(super) struct Plans {
+    pub(super) main: Requests,
+    pub(super) side: BTreeMap<String, Requests>,
+    pub(super) dlq: Requests,
+}
+
+impl Plans {
+    /// Each target's split: the logged one in a replay, else a new one under the target's budget.
+    pub(super) fn new(
+        (main, side, dlq): (&Target, &BTreeMap<String, Target>, Option<&Target>),
+        mapped: &Mapped,
+        replay: Option<&OffsetEntry>,
+    ) -> Result<Plans, String> {
+        let pick = |target: &Target, rows: &[Vec<u8>], logged: Option<&StreamSlot>| {
+            let logged = match logged {
+                Some(s) => Requests::logged(&s.requests, rows.len())
+                    .map_err(|e| format!("{} (stream {}, offset {})", e, s.stream, s.offset))?,
+                None => None,
+            };
+            Ok::<_, String>(logged.unwrap_or_else(|| target.plan(rows)))
+        };
+        let main = pick(main, &mapped.rows, replay.and_then(|e| e.main.as_ref()))?;
+        let mut sides = BTreeMap::new();
+        for (table, target) in side {
+            let rows = mapped.side.get(table).map_or(&[][..], |s| s.rows.as_slice());
+            let logged = replay.and_then(|e| e.side.iter().find(|s| s.stream == target.stream));
+            sides.insert(table.clone(), pick(target, rows, logged)?);
+        }
+        let dlq = match dlq {
+            Some(d) => pick(d, &mapped.dlq_rows, replay.and_then(|e| e.dlq.as_ref()))?,
+            None => Requests::default(),
+        };
+        Ok(Plans { main, side: sides, dlq })
+    }
+
+    /// The split of `which`'s rows.
+    pub(super) fn of(&mut self, which: &Which) -> &mut Requests {
+        match which {
+            Which::Main => &mut self.main,
+            Which::Side(t) => self.side.entry(t.clone()).or_default(),
+            Which::Dlq => &mut self.dlq,
+        }
     }
 }
 
@@ -51,8 +101,17 @@ pub(super) enum Step {
     Done {
         already_existed: u64,
     },
-    /// Rows of the main table (None) or of a per-record table were refused.
-    RowErrors(Option<String>, Vec<(usize, String)>),
+    /// Rows of the main table or of a per-record table were refused, in one request.
+    RowErrors {
+        /// Whose rows.
+        which: Which,
+        /// The refused request (the ones before it landed).
+        request: usize,
+        /// Row index in the batch, and BigQuery's message.
+        errors: Vec<(usize, String)>,
+        /// Requests of this round that answered ALREADY_EXISTS before the refusal.
+        already_existed: u64,
+    },
     StreamGone {
         which: Which,
         stream: String,
@@ -70,17 +129,26 @@ pub(super) struct Targets<'a> {
     pub(super) dlq: Option<&'a mut Target>,
 }
 
-/// Append the table rows, the per-record tables' rows, then the dead-letter rows.
-/// `x`, `zs` and `y` are the offsets (exactly-once); None appends without offsets.
+/// Where one round's rows start: `x` on the table, `zs` on the per-record tables, `y`
+/// on the dead-letter table (exactly-once); None appends without offsets.
+#[derive(Clone, Copy)]
+pub(super) struct Offsets<'a> {
+    pub(super) x: Option<i64>,
+    pub(super) zs: Option<&'a SideOffsets>,
+    pub(super) y: Option<i64>,
+}
+
+/// Append the table rows, the per-record tables' rows, then the dead-letter rows, each
+/// as its [`Plans`] split says, from the first request that has not landed.
 pub(super) async fn append_both(
     client: &WriteClient,
     t: Targets<'_>,
     mapped: &Mapped,
-    x: Option<i64>,
-    zs: Option<&SideOffsets>,
-    y: Option<i64>,
+    plans: &mut Plans,
+    at: Offsets<'_>,
     retry: &mut RetryCtl,
 ) -> Result<Step, WriteError> {
+    let Offsets { x, zs, y } = at;
     let gone = |which, e: WriteError| match e {
         WriteError::StreamGone { stream, message } if x.is_some() => Ok(Step::StreamGone { which, stream, message }),
         e => Err(e),
@@ -88,26 +156,37 @@ pub(super) async fn append_both(
     let Targets { main, side, dlq } = t;
     let mut already_existed = 0;
     if !mapped.rows.is_empty() {
-        match main.append_batch(client, &mapped.rows, x, retry).await {
+        match main.append_batch(client, &mapped.rows, &mut plans.main, x, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
-            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(None, errs)),
+            Ok(BatchAppend::RowErrors { request, errors, already_existed: n }) => {
+                return Ok(Step::RowErrors {
+                    which: Which::Main,
+                    request,
+                    errors,
+                    already_existed: already_existed + n,
+                })
+            }
             Err(e) => return gone(Which::Main, e),
         }
     }
     for (table, rows) in mapped.side.iter().filter(|(_, s)| !s.rows.is_empty()) {
         let target = side.get_mut(table).expect("a target is opened for every per-record table with rows");
         let z = zs.map(|zs| zs.get(table).copied().unwrap_or(target.next));
-        match target.append_batch(client, &rows.rows, z, retry).await {
+        let plan = plans.of(&Which::Side(table.clone()));
+        match target.append_batch(client, &rows.rows, plan, z, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
-            Ok(BatchAppend::RowErrors(errs)) => return Ok(Step::RowErrors(Some(table.clone()), errs)),
+            Ok(BatchAppend::RowErrors { request, errors, already_existed: n }) => {
+                let which = Which::Side(table.clone());
+                return Ok(Step::RowErrors { which, request, errors, already_existed: already_existed + n });
+            }
             Err(e) => return gone(Which::Side(table.clone()), e),
         }
     }
     crate::crash_point!("eo::after_main_append");
     if let (Some(d), false) = (dlq, mapped.dlq_rows.is_empty()) {
-        match d.append_batch(client, &mapped.dlq_rows, y, retry).await {
+        match d.append_batch(client, &mapped.dlq_rows, &mut plans.dlq, y, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
-            Ok(BatchAppend::RowErrors(errs)) => {
+            Ok(BatchAppend::RowErrors { errors: errs, .. }) => {
                 return Err(WriteError::Status {
                     what: "AppendRows",
                     code: "InvalidArgument".into(),
@@ -145,11 +224,17 @@ pub(super) async fn open_side_targets(
 
 /// One slot per per-record table target (in table order), with this batch's rows for
 /// it (none if it has none): every entry names every side stream, as `main` does.
-pub(super) fn side_slots(side: &BTreeMap<String, Target>, zs: &SideOffsets, mapped: &Mapped) -> Vec<StreamSlot> {
+pub(super) fn side_slots(
+    side: &BTreeMap<String, Target>,
+    zs: &SideOffsets,
+    mapped: &Mapped,
+    plans: &Plans,
+) -> Vec<StreamSlot> {
     side.iter()
         .map(|(t, target)| {
             let rows = mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice());
-            slot_of(target, zs.get(t).copied().unwrap_or(target.next), rows)
+            let plan = plans.side.get(t).cloned().unwrap_or_default();
+            slot_of(target, zs.get(t).copied().unwrap_or(target.next), rows, &plan)
         })
         .collect()
 }

@@ -19,7 +19,7 @@
 
 use super::config::KafkaToGcsConfig;
 use super::log::Recovered;
-use super::windows::{Extras, OpenWindows};
+use super::open_windows::{Extras, OpenWindows};
 use crate::state::checkpoint::{Checkpointer, Taken};
 use crate::state::{Backend, StateError, WindowState};
 use crate::store::{Location, Store};

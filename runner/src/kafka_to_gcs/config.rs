@@ -1,7 +1,7 @@
 //! A kafka-to-gcs job's settings, from validated template parameters and run flags;
 //! every problem names its parameter, before anything connects.
 
-use super::window::parse_window;
+use super::window::{parse_span, parse_window, TimestampBounds, TimestampPolicy};
 use crate::avro::wire::{AvroDecoder, Framing};
 use crate::kafka::SourceSettings;
 use crate::scaling::Capacity;
@@ -29,6 +29,15 @@ impl OutputFormat {
         match self {
             OutputFormat::Json => None,
             OutputFormat::Avro(d) | OutputFormat::Parquet(d) => Some(d),
+        }
+    }
+
+    /// The file format's name, as `outputFileFormat` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutputFormat::Json => "TEXT",
+            OutputFormat::Avro(_) => "AVRO",
+            OutputFormat::Parquet(_) => "PARQUET",
         }
     }
 }
@@ -93,6 +102,22 @@ fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFor
     }
 }
 
+impl KafkaToGcsConfig {
+    /// What the job's checkpoint depends on ([`crate::control::identity`]): the topic,
+    /// the window, the file format and where files go. A change would re-read records
+    /// into windows or files that the commit log does not know.
+    pub fn identity(&self) -> Vec<crate::control::identity::Field> {
+        use crate::control::identity::Field;
+        vec![
+            Field::new("topic", self.source.topic.clone()),
+            Field::new("windowDuration", format!("{}s", self.window.as_secs())),
+            Field::new("outputFileFormat", self.format.name()),
+            Field::new("outputDirectory", self.output.url()),
+            Field::new("outputFilenamePrefix", self.prefix.clone()),
+        ]
+    }
+}
+
 /// Shards per window when `numShards=0` and no worker ceiling is given: Dataflow's
 /// streaming default (`DEFAULT_NUM_SHARDS` in Beam's StreamingShardedWriteFactory).
 pub const DEFAULT_SHARDS: u32 = 10;
@@ -128,6 +153,23 @@ pub struct KafkaToGcsConfig {
     pub capacity: Option<Capacity>,
     /// Window state and its checkpoints.
     pub state: StateConfig,
+    /// `timestampPolicy` and `maxTimestampSkew`.
+    pub timestamps: TimestampBounds,
+}
+
+/// `timestampPolicy` (CLAMP or FAIL) and `maxTimestampSkew` (a span, default 1h).
+fn timestamp_bounds(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<TimestampBounds> {
+    let policy = match p.get("timestampPolicy").unwrap_or("CLAMP") {
+        "CLAMP" => TimestampPolicy::Clamp,
+        "FAIL" => TimestampPolicy::Fail,
+        other => {
+            errs.push(format!("timestampPolicy={other}: expected CLAMP (window the record by the processing time) or FAIL (stop the job)"));
+            return None;
+        }
+    };
+    let skew =
+        parse_span("maxTimestampSkew", p.get("maxTimestampSkew").unwrap_or("1h")).map_err(|e| errs.push(e)).ok()?;
+    Some(TimestampBounds { policy, max_future_ms: skew.as_millis() as i64 })
 }
 
 /// Where window state lives and how it is checkpointed.
@@ -206,6 +248,7 @@ impl KafkaToGcsConfig {
         let read = output_format(p, &mut errs);
         let format = file_format(p, read, &mut errs);
         let state = state_config(&f, &mut errs);
+        let timestamps = timestamp_bounds(p, &mut errs);
         if p.flag("useBigQueryDLQ") {
             errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)".into());
         }
@@ -227,6 +270,7 @@ impl KafkaToGcsConfig {
             pool: f.pool,
             capacity: f.capacity,
             state: state.expect("checked"),
+            timestamps: timestamps.expect("checked"),
         })
     }
 }

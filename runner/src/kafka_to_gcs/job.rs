@@ -13,12 +13,12 @@ use super::checkpoints::{Checkpoints, RestoredStart};
 use super::committer::{staging_prefix, CommitTimes, Committer};
 use super::config::KafkaToGcsConfig;
 use super::log::{Entry, FilePlan, Prepared, Recovered, WindowLog};
+use super::open_windows::OpenWindows;
 use super::pool::Workers;
 use super::scale::Autoscaled;
 use super::window::Window;
-use super::windows::OpenWindows;
 use crate::control::Control;
-use crate::kafka::metadata::Metadata;
+use crate::kafka::metadata::{Metadata, PARTITION_DISCOVERY_INTERVAL};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -41,6 +41,16 @@ pub struct GcsReport {
     pub late_records: u64,
     /// Messages without a value (tombstones): nothing to write.
     pub null_values: u64,
+    /// Records whose timestamp was out of bounds, windowed by the processing time.
+    pub timestamps_clamped: u64,
+    /// Errors the Kafka consumers reported and waited out (a broker restart).
+    pub consumer_errors: u64,
+    /// Offsets deleted before they were read (`offsetGapPolicy=SKIP`).
+    pub offsets_lost_to_retention: u64,
+    /// Partitions found past their log's end (`offsetGapPolicy=SKIP`).
+    pub partitions_past_end: u64,
+    /// Partitions found while running.
+    pub partitions_discovered: u64,
     /// Windows a restored checkpoint held that the commit log had committed since.
     pub dropped_on_restore: u64,
     /// Windows committed.
@@ -123,6 +133,7 @@ struct Watch {
     last_check: Instant,
     last_progress: Instant,
     last_read: u64,
+    last_discovery: Instant,
 }
 
 impl Watch {
@@ -148,8 +159,50 @@ impl Watch {
     }
 }
 
+/// Where each partition starts: the checkpoint's (or the window log's) position, else
+/// its saved start, else its earliest offset for a partition an existing job has never
+/// seen (added while it was stopped; counted), else `kafkaReadOffset`. Then
+/// `offsetGapPolicy` on any position the broker no longer holds, and all of it saved
+/// before the first read, so a restart before the first checkpoint or window resumes
+/// here, not at a newly resolved `latest`.
+async fn start_positions(
+    cfg: &KafkaToGcsConfig,
+    metadata: &Metadata,
+    job_dir: &Path,
+    partitions: &[i32],
+    rec: &Recovered,
+    checkpoints: &mut Checkpoints,
+) -> Result<(RestoredStart, crate::kafka::gaps::Skipped, u64)> {
+    let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let marks = metadata.watermarks(partitions).await?;
+    let mut initial = cfg.source.initial_positions(partitions).await?;
+    let mut discovered = 0;
+    if !saved.is_empty() {
+        for p in partitions.iter().filter(|p| !saved.contains_key(p)) {
+            initial.insert(*p, marks.get(p).map_or(0, |m| m.0));
+            discovered += 1;
+            tracing::info!(job = %cfg.job_name, partition = p, "a partition added since the job last ran starts at its earliest offset");
+        }
+    }
+    let initial = crate::kafka::starts::overlay(initial, &saved);
+    let mut restored = checkpoints.restore(rec, initial).await?;
+    let found = crate::kafka::gaps::check(&restored.positions, &marks);
+    let skipped = crate::kafka::gaps::apply(
+        cfg.source.gap_policy,
+        &found,
+        &mut restored.positions,
+        &cfg.job_name,
+        &cfg.source.topic,
+    )
+    .map_err(anyhow::Error::msg)?;
+    crate::kafka::starts::record(job_dir, &restored.positions)
+        .with_context(|| format!("writing {}", job_dir.display()))?;
+    Ok((restored, skipped, discovered))
+}
+
 /// A started job: its windows, workers, commit log, checkpoints and what watches them.
 struct Job {
+    job_dir: std::path::PathBuf,
     cfg: Arc<KafkaToGcsConfig>,
     ow: Arc<OpenWindows>,
     workers: Workers,
@@ -181,6 +234,7 @@ async fn start(
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let mut checkpoints = Checkpoints::open(&cfg, &job_dir).await?;
     let lock = crate::control::lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    crate::control::identity::check(&job_dir, "kafka-to-gcs", &cfg.identity())?;
     control.start(&job_dir)?;
     let (mut log, rec) =
         WindowLog::open(&job_dir).with_context(|| format!("opening the window log in {}", job_dir.display()))?;
@@ -189,14 +243,13 @@ async fn start(
     recover(&rec, &committer, &mut log, &mut report).await?;
     let metadata = cfg.source.metadata()?;
     let partitions = metadata.partitions().await?;
-    let saved = crate::kafka::starts::read(&job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
-    let initial = crate::kafka::starts::overlay(cfg.source.initial_positions(&partitions).await?, &saved);
-    let RestoredStart { state, positions, extras } = checkpoints.restore(&rec, initial).await?;
-    // Durable before the first read, as kafka-to-bq's: a restart before the first
-    // checkpoint or window resumes here, not at a newly resolved `latest`.
-    crate::kafka::starts::record(&job_dir, &positions).with_context(|| format!("writing {}", job_dir.display()))?;
+    let (RestoredStart { state, positions, extras }, skipped, discovered) =
+        start_positions(&cfg, &metadata, &job_dir, &partitions, &rec, &mut checkpoints).await?;
     let size_ms = cfg.window.as_millis() as i64;
-    let ow = Arc::new(OpenWindows::new(size_ms, cfg.shards, state, positions, extras, rec.published())?);
+    let ow = OpenWindows::new(size_ms, cfg.shards, state, positions, extras, rec.published())?;
+    let ow = Arc::new(ow.with_timestamp_bounds(cfg.timestamps));
+    ow.note_skipped(skipped);
+    ow.note_discovered(discovered);
     let n = cfg.pool.initial_workers(partitions.len() as u32);
     let workers = Workers::start(n, cfg.clone(), cfg.capacity, partitions.clone(), ow.clone())?;
     let attempt = checkpoints.attempt().to_string();
@@ -212,9 +265,11 @@ async fn start(
             hw: BTreeMap::new(),
             caught_up: BTreeSet::new(),
             last_check: Instant::now() - Duration::from_secs(10),
+            last_discovery: Instant::now(),
             last_progress: Instant::now(),
             last_read: 0,
         },
+        job_dir,
         cfg,
         ow,
         workers,
@@ -247,9 +302,39 @@ impl Job {
         }
     }
 
-    /// Between commits: the checkpoint task's health, the autoscaler, the dashboard.
+    /// Look for partitions added to the topic (every [`PARTITION_DISCOVERY_INTERVAL`]):
+    /// each starts at its earliest offset, saved before any reader reads it.
+    async fn discover_partitions(&mut self) -> Result<()> {
+        if self.watch.last_discovery.elapsed() < PARTITION_DISCOVERY_INTERVAL {
+            return Ok(());
+        }
+        self.watch.last_discovery = Instant::now();
+        let now = match self.watch.metadata.partitions().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the topic's partitions; will try again");
+                return Ok(());
+            }
+        };
+        let new: Vec<i32> = now.into_iter().filter(|p| !self.watch.partitions.contains(p)).collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let lows = self.watch.metadata.low_watermarks(&new).await?;
+        crate::kafka::starts::record(&self.job_dir, &lows)
+            .with_context(|| format!("writing {}", self.job_dir.display()))?;
+        self.ow.add_partitions(&lows);
+        self.watch.partitions.extend(&new);
+        self.watch.partitions.sort_unstable();
+        tracing::info!(job = %self.cfg.job_name, partitions = ?new, "new partitions found: they start at their earliest offset");
+        self.workers.add_partitions(&new).await
+    }
+
+    /// Between commits: the checkpoint task's health, new partitions, the autoscaler,
+    /// the dashboard.
     async fn tend(&mut self, control: &Control) -> Result<()> {
         self.ticker.check().await?;
+        self.discover_partitions().await?;
         let c = self.ow.counts();
         let avg = c.bytes as f64 / c.records.max(1) as f64;
         self.scaler.step(&mut self.workers, &self.watch.hw, &self.ow.read_pos(), avg, control).await?;
@@ -269,6 +354,9 @@ impl Job {
         (report.records, report.skipped_published, report.late_records, report.null_values) =
             (c.records, c.skipped_published, c.late_records, c.null_values);
         report.dropped_on_restore = c.dropped_on_restore;
+        (report.timestamps_clamped, report.consumer_errors) = (c.timestamps_clamped, c.consumer_errors);
+        (report.offsets_lost_to_retention, report.partitions_past_end, report.partitions_discovered) =
+            (c.offsets_lost_to_retention, c.partitions_past_end, c.partitions_discovered);
         report.workers = self.workers.workers();
         report.resizes =
             self.scaler.into_decisions().iter().filter(|d| d.is_change()).map(|d| (d.time_s, d.from, d.to)).collect();

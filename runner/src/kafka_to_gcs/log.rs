@@ -1,14 +1,20 @@
-//! The window commit log (`<job>/windows.log`): one JSON line per step, fsynced.
+//! The window commit log (`<job>/windows.log`): one checksummed line per step
+//! ([`crate::progress::line`], the shards' log format), fsynced.
 //!
 //! - `prepared`: a window's files are staged and complete; the entry names each staged
 //!   file and its final name, the window's `close_pos` and where a restart resumes.
 //!   From here the window is decided: recovery publishes it (rolls forward).
 //! - `committed`: its files are published and the staging objects removed.
 //!
-//! A torn last line (a crash mid-write) is ignored on read: the step it began did not
-//! happen, and recovery redoes it.
+//! A torn last line (a crash mid-write, which can stop inside a multibyte character or
+//! leave a prefix that is itself valid JSON) fails its checksum and is cut off on open:
+//! the step it began did not happen, and recovery redoes it. A damaged line before the
+//! end is an error that names the line; nothing is read as "nothing published". Lines
+//! from before checksums (plain JSON) still read.
 
 use super::window::{Published, Window};
+use crate::progress::line::{encode_line, read_segment};
+use crate::progress::{io, ProgressError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -85,17 +91,11 @@ pub struct WindowLog {
 
 impl WindowLog {
     /// Open (creating) `<dir>/windows.log` and read what it holds.
-    pub fn open(dir: &Path) -> std::io::Result<(WindowLog, Recovered)> {
+    pub fn open(dir: &Path) -> Result<(WindowLog, Recovered), ProgressError> {
         let path = dir.join("windows.log");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let (entries, good) = read_segment::<Entry>(&path, true)?;
         let mut rec = Recovered::default();
-        let mut good = 0usize;
-        for line in text.split_inclusive('\n') {
-            let Ok(e) = serde_json::from_str::<Entry>(line.trim_end()) else { break };
-            if !line.ends_with('\n') {
-                break;
-            }
-            good += line.len();
+        for e in entries {
             match e {
                 Entry::Prepared(p) => {
                     rec.last = Some(p);
@@ -107,19 +107,17 @@ impl WindowLog {
                 }
             }
         }
-        let file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(&path)?;
-        if good < text.len() {
+        let file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(&path).map_err(io(&path))?;
+        if good < file.metadata().map_err(io(&path))?.len() {
             tracing::warn!(path = %path.display(), "the window log ends in a torn line: cut off");
-            file.set_len(good as u64)?;
+            file.set_len(good).map_err(io(&path))?;
         }
         Ok((WindowLog { path, file }, rec))
     }
 
     /// Append `e` and fsync.
     pub fn append(&mut self, e: &Entry) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(e).expect("entries serialize");
-        line.push(b'\n');
-        self.file.write_all(&line)?;
+        self.file.write_all(&encode_line(e))?;
         self.file.sync_data()
     }
 
@@ -169,5 +167,45 @@ mod tests {
         log.append(&Entry::Committed { window: prepared(10).window }).unwrap();
         let (_, rec) = WindowLog::open(d.path()).unwrap();
         assert!(rec.last_committed && rec.committed == 2);
+    }
+
+    /// Every prefix of a log, cut anywhere (inside a multibyte character too), reads as
+    /// the entries whole before the cut: never as an empty log unless nothing was whole.
+    #[test]
+    fn a_log_cut_anywhere_reads_as_its_whole_entries() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut log, _) = WindowLog::open(d.path()).unwrap();
+        let mut p = prepared(0);
+        p.files.push(FilePlan { staged: "_temporary/ü€".into(), final_name: "out-日本".into(), records: 3 });
+        log.append(&Entry::Prepared(p.clone())).unwrap();
+        log.append(&Entry::Committed { window: p.window }).unwrap();
+        drop(log);
+        let full = std::fs::read(d.path().join("windows.log")).unwrap();
+        let first_end = full.iter().position(|b| *b == b'\n').unwrap() + 1;
+        for cut in 0..full.len() {
+            let c = tempfile::tempdir().unwrap();
+            std::fs::write(c.path().join("windows.log"), &full[..cut]).unwrap();
+            let (_, rec) = WindowLog::open(c.path()).unwrap();
+            assert_eq!(rec.last.is_some(), cut >= first_end, "cut at {cut}");
+            assert!(!rec.last_committed, "cut at {cut}: the commit line is not whole");
+            assert_eq!(rec.last.map(|l| l.files), (cut >= first_end).then(|| p.files.clone()));
+        }
+    }
+
+    #[test]
+    fn a_damaged_line_before_the_end_is_an_error_and_plain_json_lines_still_read() {
+        let d = tempfile::tempdir().unwrap();
+        let plain = serde_json::to_string(&Entry::Prepared(prepared(0))).unwrap();
+        std::fs::write(d.path().join("windows.log"), format!("{plain}\n")).unwrap();
+        let (mut log, rec) = WindowLog::open(d.path()).unwrap();
+        assert_eq!(rec.last.unwrap().window.start_ms, 0, "a line from before checksums");
+        log.append(&Entry::Committed { window: prepared(0).window }).unwrap();
+        drop(log);
+        let path = d.path().join("windows.log");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3] ^= 0x20;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = WindowLog::open(d.path()).err().expect("a damaged first line is an error");
+        assert!(e.to_string().contains("line 1"), "{e}");
     }
 }

@@ -9,7 +9,7 @@
 //!   ([`parquet`]) per writer schema.
 //! - [`log`]: the window commit log (`prepared`, `committed`).
 //! - [`committer`]: stage, publish (trash + rename) and sweep, N requests at a time.
-//! - [`windows`]: the open windows over the state backend ([`crate::state`]), with
+//! - [`open_windows`]: the open windows over the state backend ([`crate::state`]), with
 //!   the positions that must change with it.
 //! - [`reader`] and [`pool`]: the workers, each reading its partitions into state
 //!   and rendering its shards of a closing window; [`scale`] sizes them with the
@@ -18,6 +18,17 @@
 //!   they cost.
 //! - [`job`]: recovery, the coordinator's loop, and closing windows; [`publish`]
 //!   sends the dashboard its points.
+//!
+//! # Positions and timestamps
+//! - A position the broker no longer holds (retention, a recreated topic, a log cut
+//!   short), at start or while running, is judged by `offsetGapPolicy`
+//!   ([`crate::kafka::gaps`]); partitions added to the topic are found every few
+//!   seconds and start at their earliest offset, saved first ([`crate::kafka::starts`]).
+//! - A record stamped before the epoch or more than `maxTimestampSkew` ahead is
+//!   windowed by the processing time (`timestampPolicy=CLAMP`, counted) or stops the job
+//!   (`FAIL`): [`window::TimestampBounds`].
+//! - A restart that changes the topic, window, format or output is refused with exit
+//!   status 2 ([`crate::control::identity`]).
 //!
 //! # The commit protocol, and every crash point
 //! For each window, in window order:
@@ -46,10 +57,10 @@ pub mod config;
 pub mod encode;
 pub mod job;
 pub mod log;
+pub mod open_windows;
 pub mod parquet;
 pub mod pool;
 pub mod publish;
 pub mod reader;
 pub mod scale;
 pub mod window;
-pub mod windows;

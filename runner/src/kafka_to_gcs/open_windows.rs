@@ -16,7 +16,7 @@
 //! [`close`]: OpenWindows::close
 //! [`committed`]: OpenWindows::committed
 
-use super::window::{assign, shard_of, Published};
+use super::window::{assign, shard_of, Placed, Published, TimestampBounds};
 use crate::state::manifest::Manifest;
 use crate::state::{Record, Slot, Snapshot, StateError, StateStats, Window, WindowState};
 use crate::stats::{Stage, StageStats, StageSummary};
@@ -57,6 +57,37 @@ pub struct Counts {
     pub dropped_on_restore: u64,
     /// Message bytes placed.
     pub bytes: u64,
+    /// Records whose timestamp was out of bounds, windowed by the processing time
+    /// (`timestampPolicy=CLAMP`).
+    pub timestamps_clamped: u64,
+    /// Errors the Kafka consumers reported (and waited out).
+    pub consumer_errors: u64,
+    /// Offsets deleted (retention) before they were read, skipped under
+    /// `offsetGapPolicy=SKIP`.
+    pub offsets_lost_to_retention: u64,
+    /// Partitions found past their log's end and moved to it (`offsetGapPolicy=SKIP`).
+    pub partitions_past_end: u64,
+    /// Partitions found while running.
+    pub partitions_discovered: u64,
+}
+
+/// Why a batch could not be placed.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    /// The state backend failed; nothing of the batch was placed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A record's timestamp is out of bounds under `timestampPolicy=FAIL`; nothing of
+    /// the batch was placed.
+    #[error("record at partition {partition} offset {offset}: {why}")]
+    Timestamp {
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+        /// Why.
+        why: String,
+    },
 }
 
 /// What a checkpoint keeps beside the state: per open window and partition, the
@@ -113,6 +144,7 @@ pub struct OpenWindows {
     size_ms: i64,
     shards: u32,
     state: Box<dyn WindowState>,
+    bounds: TimestampBounds,
     p: Mutex<Progress>,
 }
 
@@ -146,42 +178,108 @@ impl OpenWindows {
             counts,
             latency: Latency::default(),
         };
-        Ok(OpenWindows { size_ms, shards, state, p: Mutex::new(p) })
+        Ok(OpenWindows { size_ms, shards, state, bounds: TimestampBounds::default(), p: Mutex::new(p) })
+    }
+
+    /// Window out-of-bounds timestamps as `bounds` says (default: clamp, 1 h ahead).
+    pub fn with_timestamp_bounds(mut self, bounds: TimestampBounds) -> OpenWindows {
+        self.bounds = bounds;
+        self
+    }
+
+    /// Partitions a reader moved (`offsetGapPolicy=SKIP`): reading resumes there, so the
+    /// next checkpoint and "caught up" see the new positions.
+    pub fn move_positions(&self, moved: &BTreeMap<i32, i64>) {
+        self.lock().read_pos.extend(moved);
+    }
+
+    /// Count what `offsetGapPolicy=SKIP` went past.
+    pub fn note_skipped(&self, s: crate::kafka::gaps::Skipped) {
+        let mut g = self.lock();
+        g.counts.offsets_lost_to_retention += s.lost;
+        g.counts.partitions_past_end += s.past_end;
+    }
+
+    /// Count partitions found at start that an existing job had never seen.
+    pub fn note_discovered(&self, n: u64) {
+        self.lock().counts.partitions_discovered += n;
+    }
+
+    /// Count one error a Kafka consumer reported.
+    pub fn note_consumer_error(&self) {
+        self.lock().counts.consumer_errors += 1;
     }
 
     fn lock(&self) -> MutexGuard<'_, Progress> {
         self.p.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Place a batch of messages, and advance their partitions' positions with it.
-    pub fn add(&self, msgs: &[Msg]) -> Result<(), StateError> {
+    /// Place a batch of messages, and advance their partitions' positions with it. All
+    /// or nothing: the positions, counts and windows change only once the state backend
+    /// holds the batch, so a checkpoint never records a position past records that
+    /// are not in its state.
+    pub fn add(&self, msgs: &[Msg]) -> Result<(), AddError> {
         let mut g = self.lock();
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut batch: Vec<Record> = Vec::with_capacity(msgs.len());
+        let mut placed: Vec<(Window, i64, bool)> = Vec::with_capacity(msgs.len());
+        let mut times = Vec::with_capacity(msgs.len());
         for m in msgs {
+            let (ts, clamped) = match self.bounds.place(m.ts_ms, now_ms) {
+                Placed::Event(t) => (t, false),
+                Placed::Clamped(t) => (t, true),
+                Placed::Refused(why) => {
+                    return Err(AddError::Timestamp { partition: m.partition, offset: m.offset, why })
+                }
+            };
+            times.push(ts);
+            let Some(v) = &m.value else { continue };
+            let raw = Window::of(ts, self.size_ms);
+            if g.published.holds(m.partition, m.offset, &raw) {
+                continue;
+            }
+            let window = assign(raw, g.closed_through.as_ref(), self.size_ms);
+            placed.push((window, ts, clamped));
+            let key = shard_of(m.partition, m.offset, self.shards);
+            batch.push((Slot { window, key, partition: m.partition, offset: m.offset }, v.clone()));
+        }
+        self.state.put(&batch)?;
+        let mut placed = placed.into_iter();
+        for (m, ts) in msgs.iter().zip(times) {
             g.read_pos.insert(m.partition, m.offset + 1);
-            let e = g.newest_ts.entry(m.partition).or_insert(m.ts_ms);
-            *e = (*e).max(m.ts_ms);
+            let e = g.newest_ts.entry(m.partition).or_insert(ts);
+            *e = (*e).max(ts);
             let Some(v) = &m.value else {
                 g.counts.null_values += 1;
                 continue;
             };
-            let raw = Window::of(m.ts_ms, self.size_ms);
+            let raw = Window::of(ts, self.size_ms);
             if g.published.holds(m.partition, m.offset, &raw) {
                 g.counts.skipped_published += 1;
                 continue;
             }
-            let window = assign(raw, g.closed_through.as_ref(), self.size_ms);
+            let (window, ts, clamped) = placed.next().expect("one placement per record put");
+            if clamped {
+                g.counts.timestamps_clamped += 1;
+                let n = g.counts.timestamps_clamped;
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        partition = m.partition,
+                        offset = m.offset,
+                        timestamp_ms = m.ts_ms,
+                        clamped_so_far = n,
+                        "timestamp out of bounds: windowed by the processing time (timestampPolicy=CLAMP)"
+                    );
+                }
+            }
             g.counts.late_records += u64::from(window != raw);
             g.counts.records += 1;
             g.counts.bytes += v.len() as u64;
             let low = g.min_offset.entry(window).or_default().entry(m.partition).or_insert(m.offset);
             *low = (*low).min(m.offset);
-            g.latency.read(window, m.ts_ms, now_ms);
-            let key = shard_of(m.partition, m.offset, self.shards);
-            batch.push((Slot { window, key, partition: m.partition, offset: m.offset }, v.clone()));
+            g.latency.read(window, ts, now_ms);
         }
-        self.state.put(&batch)
+        Ok(())
     }
 
     /// The earliest open window, if the watermark has passed its end: the smallest
@@ -270,6 +368,8 @@ impl OpenWindows {
     /// Add partitions found since the start, at their first positions.
     pub fn add_partitions(&self, start: &BTreeMap<i32, i64>) {
         let mut g = self.lock();
+        let new = start.keys().filter(|p| !g.read_pos.contains_key(p)).count() as u64;
+        g.counts.partitions_discovered += new;
         for (p, o) in start {
             g.read_pos.entry(*p).or_insert(*o);
         }
@@ -391,5 +491,83 @@ mod tests {
         assert_eq!(m.positions, [(0, 1), (1, 1)].into_iter().collect());
         let e: Extras = serde_json::from_value(m.extra).unwrap();
         assert_eq!(e.min_offset.len(), 1);
+    }
+
+    /// Issue 27, item 5: one record in microseconds (a thousand times too far ahead)
+    /// used to become the latest window; every later record was then late into a
+    /// window never due. Clamped, it is windowed now, and the next windows still close.
+    #[test]
+    fn a_far_future_record_is_windowed_by_the_processing_time_and_windows_go_on_closing() {
+        let now = chrono::Utc::now().timestamp_millis();
+        let ow = OpenWindows::new(
+            1000,
+            1,
+            Box::new(HeapState::default()),
+            BTreeMap::new(),
+            Extras::default(),
+            Published::default(),
+        )
+        .unwrap();
+        ow.add(&[msg(0, 0, now.saturating_mul(1000)), msg(0, 1, now - 5_000)]).unwrap();
+        assert_eq!(ow.counts().timestamps_clamped, 1);
+        let windows: Vec<Window> = ow.state.windows();
+        assert!(windows.iter().all(|w| w.end_ms <= now + 2_000), "no window far ahead: {windows:?}");
+        let none = BTreeSet::new();
+        let first = ow.due(&none, now + 10_000).expect("the older record's window is due");
+        assert_eq!(first, Window::of(now - 5_000, 1000));
+        let (close_pos, _) = ow.close(first);
+        ow.committed(first, close_pos).unwrap();
+        ow.add(&[msg(0, 2, now + 500)]).unwrap();
+        assert_eq!(ow.counts().late_records, 0, "a record of now is not late");
+    }
+
+    /// Under FAIL a refused timestamp places nothing of its batch, and a state backend
+    /// that fails leaves the positions where they were: a checkpoint taken then does not
+    /// skip the batch.
+    #[test]
+    fn a_batch_that_cannot_be_placed_leaves_positions_and_counts_as_they_were() {
+        use super::super::window::TimestampPolicy;
+        let bounds = TimestampBounds { policy: TimestampPolicy::Fail, max_future_ms: 1000 };
+        let ow = open(Published::default()).with_timestamp_bounds(bounds);
+        let before = ow.read_pos();
+        let e = ow.add(&[msg(0, 0, 100), msg(0, 1, i64::MAX)]).unwrap_err();
+        assert!(matches!(e, AddError::Timestamp { partition: 0, offset: 1, .. }), "{e}");
+        assert_eq!(ow.read_pos(), before);
+        assert_eq!(ow.counts().records, 0);
+        assert!(ow.state.windows().is_empty(), "nothing of the batch is in state");
+
+        struct Broken;
+        impl WindowState for Broken {
+            fn backend(&self) -> crate::state::Backend {
+                crate::state::Backend::Heap
+            }
+            fn put(&self, _: &[Record]) -> Result<(), StateError> {
+                let source = std::io::Error::other("disk full");
+                Err(StateError::Io { op: "put", path: "state".into(), source })
+            }
+            fn scan(&self, _: Window, _: u32, _: &mut dyn FnMut(i32, i64, &[u8])) -> Result<(), StateError> {
+                Ok(())
+            }
+            fn keys(&self, _: Window) -> Vec<u32> {
+                Vec::new()
+            }
+            fn windows(&self) -> Vec<Window> {
+                Vec::new()
+            }
+            fn drop_window(&self, _: Window) -> Result<(), StateError> {
+                Ok(())
+            }
+            fn stats(&self) -> StateStats {
+                StateStats::default()
+            }
+            fn snapshot(&self, _: &Path) -> Result<Snapshot, StateError> {
+                Ok(Snapshot::Records(Vec::new()))
+            }
+        }
+        let start: BTreeMap<i32, i64> = [(0, 0)].into_iter().collect();
+        let ow = OpenWindows::new(1000, 1, Box::new(Broken), start.clone(), Extras::default(), Published::default())
+            .unwrap();
+        assert!(matches!(ow.add(&[msg(0, 0, 100), msg(0, 1, 200)]), Err(AddError::State(_))));
+        assert_eq!(ow.read_pos(), start, "positions unchanged by a batch the state did not take");
     }
 }

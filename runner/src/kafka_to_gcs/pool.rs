@@ -14,9 +14,9 @@ use super::committer::staging_prefix;
 use super::config::{KafkaToGcsConfig, OutputFormat};
 use super::encode::{encode, Destination, Rec};
 use super::log::FilePlan;
+use super::open_windows::OpenWindows;
 use super::reader::Readers;
 use super::window::{avro_file_name, avro_window_prefix, file_name, window_prefix, Window};
-use super::windows::OpenWindows;
 use crate::scaling::{Capacity, WorkerSlot};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::WorkerMetrics;
@@ -48,7 +48,7 @@ impl Workers {
     ) -> Result<Workers> {
         let mut w = Workers { slots: Vec::new(), capacity, readers: None, cfg, partitions, windows };
         w.set_slots(n);
-        w.readers = Some(Readers::start(&w.cfg.source, &w.partitions, &w.slots, &w.windows)?);
+        w.readers = Some(Readers::start(&w.cfg, &w.partitions, &w.slots, &w.windows)?);
         Ok(w)
     }
 
@@ -66,7 +66,7 @@ impl Workers {
             r.stop().await?;
         }
         self.set_slots(n);
-        self.readers = Some(Readers::start(&self.cfg.source, &self.partitions, &self.slots, &self.windows)?);
+        self.readers = Some(Readers::start(&self.cfg, &self.partitions, &self.slots, &self.windows)?);
         Ok(())
     }
 

@@ -8,9 +8,9 @@
 
 use super::checkpoints::Checkpoints;
 use super::config::KafkaToGcsConfig;
+use super::open_windows::OpenWindows;
 use super::pool::Workers;
 use super::scale::Autoscaled;
-use super::windows::OpenWindows;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -92,11 +92,29 @@ impl Publisher {
             data_watermark_age_s: watermark_age,
             stages,
             state: Some(state_point(ow, ck)),
+            events: gcs_events(&c),
             ..Default::default()
         };
         (self.last_read, self.last_bytes) = (read, c.bytes);
         self.jobs.push_point(&self.job, p);
     }
+}
+
+/// The job's reliability counters and every service's retries, as `/metrics` events.
+fn gcs_events(c: &super::open_windows::Counts) -> BTreeMap<String, u64> {
+    let mut e: BTreeMap<String, u64> = [
+        ("timestamps_clamped", c.timestamps_clamped),
+        ("consumer_errors", c.consumer_errors),
+        ("offsets_lost_to_retention", c.offsets_lost_to_retention),
+        ("partitions_past_end", c.partitions_past_end),
+        ("partitions_discovered", c.partitions_discovered),
+        ("late_records", c.late_records),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    e.extend(crate::retry::retries());
+    e
 }
 
 /// The state, memory and checkpoints now.

@@ -79,20 +79,93 @@ pub fn shard_of(partition: i32, offset: i64, shards: u32) -> u32 {
 /// assert!(parse_window("5").is_err());
 /// ```
 pub fn parse_window(s: &str) -> Result<Duration, String> {
-    let bad =
-        || format!("windowDuration={s:?}: expected a whole number with s, m or h (e.g. 30s, 5m, 1h), at least 1s");
+    parse_span("windowDuration", s)
+}
+
+/// Parse a span parameter `name`: `Ns`, `Nm` or `Nh`, at least one second.
+pub fn parse_span(name: &str, s: &str) -> Result<Duration, String> {
+    let bad = || format!("{name}={s:?}: expected a whole number with s, m or h (e.g. 30s, 5m, 1h), at least 1s");
     let (n, unit) = s.split_at(s.len().saturating_sub(1));
     let n: u64 = n.parse().map_err(|_| bad())?;
     let secs = match unit {
         "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
+        "m" => n.checked_mul(60).ok_or_else(bad)?,
+        "h" => n.checked_mul(3600).ok_or_else(bad)?,
         _ => return Err(bad()),
     };
-    if secs < 1 {
+    if secs < 1 || secs > i64::MAX as u64 / 1000 {
         return Err(bad());
     }
     Ok(Duration::from_secs(secs))
+}
+
+/// What a record's timestamp out of bounds leads to (`timestampPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampPolicy {
+    /// Window the record by the processing time instead (counted as
+    /// `timestamps_clamped`, and logged).
+    Clamp,
+    /// Stop the job, naming the record and the bound.
+    Fail,
+}
+
+/// The timestamps windows accept: from the epoch to `max_future_ms` past the processing
+/// time. One far-future record would otherwise become the latest window to close, and
+/// every later record would be late into a window that is never due, held in state
+/// until the job runs out of memory; a timestamp near `i64::MAX` has no window at all.
+/// Kafka's own topic setting `message.timestamp.after.max.ms` bounds future timestamps
+/// the same way (rejected at produce time when the broker enforces it).
+///
+/// ```
+/// use flexrun::kafka_to_gcs::window::{TimestampBounds, TimestampPolicy, Placed};
+/// let b = TimestampBounds { policy: TimestampPolicy::Clamp, max_future_ms: 3_600_000 };
+/// let now = 1_714_564_812_000;
+/// assert_eq!(b.place(now - 5_000, now), Placed::Event(now - 5_000));
+/// assert_eq!(b.place(now * 1000, now), Placed::Clamped(now), "microseconds by mistake");
+/// assert_eq!(b.place(-1, now), Placed::Clamped(now), "before the epoch");
+/// let strict = TimestampBounds { policy: TimestampPolicy::Fail, ..b };
+/// assert!(matches!(strict.place(i64::MAX, now), Placed::Refused(_)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampBounds {
+    /// What an out-of-bounds timestamp leads to.
+    pub policy: TimestampPolicy,
+    /// How far past the processing time a timestamp may be (`maxTimestampSkew`).
+    pub max_future_ms: i64,
+}
+
+impl Default for TimestampBounds {
+    fn default() -> Self {
+        TimestampBounds { policy: TimestampPolicy::Clamp, max_future_ms: 3_600_000 }
+    }
+}
+
+/// The time a record is windowed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placed {
+    /// Its own timestamp.
+    Event(i64),
+    /// The processing time: its timestamp was out of bounds.
+    Clamped(i64),
+    /// Out of bounds under [`TimestampPolicy::Fail`]: why.
+    Refused(String),
+}
+
+impl TimestampBounds {
+    /// Where a record with timestamp `ts_ms`, read at `now_ms`, is windowed.
+    pub fn place(&self, ts_ms: i64, now_ms: i64) -> Placed {
+        let latest = now_ms.saturating_add(self.max_future_ms);
+        if (0..=latest).contains(&ts_ms) {
+            return Placed::Event(ts_ms);
+        }
+        match self.policy {
+            TimestampPolicy::Clamp => Placed::Clamped(now_ms),
+            TimestampPolicy::Fail => Placed::Refused(format!(
+                "timestamp {ts_ms} ms is outside the accepted range [0, {latest}] (the epoch to maxTimestampSkew={}s past the processing time); timestampPolicy=FAIL stops the job (CLAMP windows such records by the processing time)",
+                self.max_future_ms / 1000
+            )),
+        }
+    }
 }
 
 /// What the commit log says was published: the latest committed window and, per
@@ -147,6 +220,32 @@ mod tests {
             avro_file_name("output", "User", "5d41402abc4b2a76b9719d911017c592", &Window::of(0, 60_000), 3, 10, ".avro"),
             "User/output_5d41402abc4b2a76b9719d911017c592-1970-01-01T00:00:00.000Z-1970-01-01T00:01:00.000Z-00003-of-00010.avro"
         );
+    }
+
+    #[test]
+    fn windows_at_the_ends_of_time_saturate_instead_of_overflowing() {
+        let w = Window::of(i64::MAX, 300_000);
+        assert!(w.end_ms == i64::MAX && w.start_ms < w.end_ms, "{w:?}");
+        let v = Window::of(i64::MAX - 1, 300_000);
+        assert_eq!(v, w, "neighbouring timestamps share the last window");
+        assert!(Window::of(i64::MIN, 300_000).start_ms < Window::of(i64::MIN, 300_000).end_ms);
+        assert_ne!(Window::of(i64::MAX, 300_000).label(), Window::of(0, 300_000).label());
+    }
+
+    #[test]
+    fn timestamps_out_of_bounds_are_clamped_or_refused_by_the_policy() {
+        let now = 1_000_000;
+        let b = TimestampBounds { policy: TimestampPolicy::Clamp, max_future_ms: 10 };
+        assert_eq!(b.place(now + 10, now), Placed::Event(now + 10), "the bound is inclusive");
+        assert_eq!(b.place(now + 11, now), Placed::Clamped(now));
+        assert_eq!(b.place(0, now), Placed::Event(0));
+        assert_eq!(b.place(i64::MIN, now), Placed::Clamped(now));
+        let b = TimestampBounds { policy: TimestampPolicy::Fail, max_future_ms: i64::MAX };
+        assert_eq!(b.place(i64::MAX, now), Placed::Event(i64::MAX), "no overflow at the widest bound");
+        match b.place(-5, now) {
+            Placed::Refused(why) => assert!(why.contains("timestampPolicy=FAIL") && why.contains("-5"), "{why}"),
+            p => panic!("{p:?}"),
+        }
     }
 
     #[test]

@@ -28,6 +28,12 @@
 //! everything logged is committed, or exactly one batch (the last) was logged and
 //! not committed and must be replayed with the same ranges and row offsets.
 
+pub mod async_progress;
+pub mod line;
+
+pub use async_progress::AsyncProgress;
+
+use line::{encode_line, read_lines, read_segment};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -54,6 +60,12 @@ pub struct StreamSlot {
     /// these rows only if it maps to the same digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<u32>,
+    /// Row count of each AppendRows request, when the batch goes out as several: a
+    /// replay sends the same requests, so each one that landed answers ALREADY_EXISTS
+    /// for exactly its own rows. Empty: one request (or an entry from before splits
+    /// were logged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<u32>,
 }
 
 impl StreamSlot {
@@ -155,84 +167,8 @@ pub enum Purge {
     Async,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgressError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgressError + '_ {
     move |source| ProgressError::Io { path: path.to_path_buf(), source }
-}
-
-/// Encode one entry as a checksummed line.
-fn encode_line<T: Serialize>(e: &T) -> Vec<u8> {
-    let json = serde_json::to_vec(e).expect("log entries serialize");
-    let mut line = format!("{:08x} ", crc32c::crc32c(&json)).into_bytes();
-    line.extend_from_slice(&json);
-    line.push(b'\n');
-    line
-}
-
-/// Decode one line: `<crc32c hex> <json>`, or plain JSON from before checksums.
-/// `Err(None)` means the checksum does not match (a torn or damaged line).
-fn decode_line<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, Option<serde_json::Error>> {
-    if line.first() == Some(&b'{') {
-        return serde_json::from_slice(line).map_err(Some);
-    }
-    let (sum, json) = match (line.get(..8), line.get(8), line.get(9..)) {
-        (Some(h), Some(b' '), Some(j)) => (h, j),
-        _ => return Err(None),
-    };
-    let want = std::str::from_utf8(sum).ok().and_then(|h| u32::from_str_radix(h, 16).ok());
-    if want != Some(crc32c::crc32c(json)) {
-        return Err(None);
-    }
-    serde_json::from_slice(json).map_err(Some)
-}
-
-/// The entries of one segment file and the byte length of its good prefix. In the
-/// newest segment (`last_segment`) a bad final line is a torn write and ends the
-/// prefix; anywhere else it is corruption.
-fn read_segment<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -> Result<(Vec<T>, u64), ProgressError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(io(path)(e)),
-    };
-    let mut out = Vec::new();
-    let mut good = 0usize;
-    let mut start = 0usize;
-    let mut line_no = 0usize;
-    while start < bytes.len() {
-        line_no += 1;
-        let end = bytes[start..].iter().position(|b| *b == b'\n').map(|i| start + i);
-        let line = &bytes[start..end.unwrap_or(bytes.len())];
-        let is_last = end.is_none_or(|e| e + 1 >= bytes.len());
-        let parsed = if line.iter().all(u8::is_ascii_whitespace) { None } else { Some(decode_line::<T>(line)) };
-        match parsed {
-            None => {}
-            Some(Ok(v)) if end.is_some() => out.push(v),
-            // A complete JSON value without its newline: the write was cut just before it.
-            Some(Ok(_)) => break,
-            Some(Err(_)) if last_segment && is_last => break,
-            Some(Err(source)) => {
-                return Err(ProgressError::Corrupt {
-                    path: path.to_path_buf(),
-                    line: line_no,
-                    reason: corrupt_reason(source),
-                })
-            }
-        }
-        good = end.map_or(bytes.len(), |e| e + 1);
-        start = good;
-    }
-    Ok((out, good as u64))
-}
-
-fn corrupt_reason(e: Option<serde_json::Error>) -> String {
-    match e {
-        Some(e) => format!("not a log entry: {e}"),
-        None => "checksum mismatch (the line is damaged)".into(),
-    }
-}
-
-fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path, last_segment: bool) -> Result<Vec<T>, ProgressError> {
-    read_segment(path, last_segment).map(|(v, _)| v)
 }
 
 /// One log (offsets or commits) as a sequence of segment files.
@@ -447,6 +383,7 @@ mod tests {
                 rows: 9,
                 table: "p.d.t".into(),
                 digest: Some(batch as u32),
+                requests: vec![4, 5],
             }),
             ..Default::default()
         }
@@ -594,104 +531,5 @@ mod tests {
         log.log_offsets(&entry(1)).unwrap();
         log.log_commit(&commit(2)).unwrap();
         assert!(matches!(log.recover(), Err(ProgressError::Inconsistent(..))));
-    }
-}
-
-/// Asynchronous progress tracking (at-least-once only): the shard hands over its
-/// latest positions and a background thread persists them every interval, off the
-/// batch's critical path. After a crash the shard replays what it processed since the
-/// last persisted entry: at most one interval of data, duplicated, never lost.
-/// The latest entry to persist and the stop flag, with the condvar that wakes the
-/// background thread.
-type Handoff = std::sync::Arc<(std::sync::Mutex<(Option<CommitEntry>, bool)>, std::sync::Condvar)>;
-
-pub struct AsyncProgress {
-    shared: Handoff,
-    handle: Option<std::thread::JoinHandle<Result<(), ProgressError>>>,
-}
-
-impl AsyncProgress {
-    /// Start persisting into `log` every `interval`.
-    pub fn start(mut log: ShardLog, interval: std::time::Duration) -> AsyncProgress {
-        let shared =
-            std::sync::Arc::new((std::sync::Mutex::new((None::<CommitEntry>, false)), std::sync::Condvar::new()));
-        let s = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("progress".into())
-            .spawn(move || {
-                let (lock, cv) = &*s;
-                let mut written: Option<u64> = None;
-                loop {
-                    let (entry, stop) = {
-                        let g = lock.lock().expect("progress lock");
-                        let (g, _) = cv.wait_timeout_while(g, interval, |(_, stop)| !*stop).expect("progress lock");
-                        (g.0.clone(), g.1)
-                    };
-                    if let Some(e) = entry {
-                        if written != Some(e.batch) {
-                            log.log_commit(&e)?;
-                            written = Some(e.batch);
-                        }
-                    }
-                    if stop {
-                        return Ok(());
-                    }
-                }
-            })
-            .expect("spawn the progress thread");
-        AsyncProgress { shared, handle: Some(handle) }
-    }
-
-    /// The shard's latest completed batch (persisted at the next tick).
-    pub fn update(&self, e: CommitEntry) {
-        self.shared.0.lock().expect("progress lock").0 = Some(e);
-    }
-
-    /// Persist the latest entry now and stop (a drain).
-    pub fn finish(mut self) -> Result<(), ProgressError> {
-        self.stop_and_join()
-    }
-
-    fn stop_and_join(&mut self) -> Result<(), ProgressError> {
-        self.shared.0.lock().expect("progress lock").1 = true;
-        self.shared.1.notify_all();
-        match self.handle.take() {
-            Some(h) => h.join().expect("progress thread"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for AsyncProgress {
-    fn drop(&mut self) {
-        let _ = self.stop_and_join();
-    }
-}
-
-#[cfg(test)]
-mod async_tests {
-    use super::*;
-
-    #[test]
-    fn async_progress_persists_the_latest_entry_each_interval_and_on_finish() {
-        let d = tempfile::tempdir().unwrap();
-        let p = AsyncProgress::start(ShardLog::open(d.path()).unwrap(), std::time::Duration::from_millis(100));
-        for b in 1..=50u64 {
-            p.update(CommitEntry { batch: b, positions: BTreeMap::from([(0, b as i64 * 10)]) });
-        }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let mid = ShardLog::open(d.path()).unwrap().recover().unwrap();
-        assert!(matches!(mid, Recovery::Clean { ref commit, .. } if commit.batch == 50), "{mid:?}");
-        p.update(CommitEntry { batch: 51, positions: BTreeMap::from([(0, 510)]) });
-        p.finish().unwrap();
-        let end = ShardLog::open(d.path()).unwrap().recover().unwrap();
-        assert!(matches!(end, Recovery::Clean { ref commit, .. } if commit.batch == 51), "{end:?}");
-        // Entries are written once per interval, not once per batch.
-        let lines: usize = SegmentedLog::segments(d.path(), "commits.log")
-            .unwrap()
-            .iter()
-            .map(|s| fs::read_to_string(s).unwrap().lines().count())
-            .sum();
-        assert!(lines <= 4, "{lines} commit entries for 51 batches");
     }
 }

@@ -47,9 +47,18 @@ impl Window {
     /// use flexrun::state::Window;
     /// assert_eq!(Window::of(1_999, 1_000), Window { start_ms: 1_000, end_ms: 2_000 });
     /// ```
+    ///
+    /// At the ends of time the window saturates: its start is at least `i64::MIN` and
+    /// its end at most `i64::MAX`, so every timestamp has a window and distinct windows
+    /// have distinct labels (an overflow once gave far-future windows one label).
     pub fn of(ts_ms: i64, size_ms: i64) -> Window {
-        let start = ts_ms.div_euclid(size_ms) * size_ms;
-        Window { start_ms: start, end_ms: start + size_ms }
+        let size = size_ms.max(1);
+        let start = ts_ms.div_euclid(size).saturating_mul(size);
+        let end = start.saturating_add(size);
+        // The last window is cut short at i64::MAX; one that would hold i64::MAX itself
+        // ends there too (an empty window is never made).
+        let start = if start == end { end - size.min(end.saturating_sub(i64::MIN)) } else { start };
+        Window { start_ms: start, end_ms: end }
     }
 
     /// Beam's window string: `<start>-<end>`, each an ISO-8601 UTC instant with

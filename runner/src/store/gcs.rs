@@ -104,7 +104,7 @@ impl GcsStore {
         };
         let s = GcsStore { client: Arc::new(Client::new(config)), bucket: bucket.into(), prefix: prefix.into() };
         let req = ListObjectsRequest { bucket: bucket.into(), max_results: Some(1), ..Default::default() };
-        s.retry("list", "", || s.client.list_objects(&req)).await.map_err(|e| match e {
+        s.retry_with(Backoff::STORAGE_OPEN, "list", "", || s.client.list_objects(&req)).await.map_err(|e| match e {
             StoreError::Gcs { status: Some(404), .. } => {
                 StoreError::Location(format!("gs://{bucket}/: no such bucket (create it, or check the name)"))
             }
@@ -125,7 +125,22 @@ impl GcsStore {
         format!("gs://{}/{}", self.bucket, self.full(name))
     }
 
-    async fn retry<T, F, Fut>(&self, op: &'static str, name: &str, mut call: F) -> Result<T, StoreError>
+    /// `call`, retried on transient errors without an attempt limit ([`Backoff::STORAGE`]).
+    async fn retry<T, F, Fut>(&self, op: &'static str, name: &str, call: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, gcloud_storage::http::Error>>,
+    {
+        self.retry_with(Backoff::STORAGE, op, name, call).await
+    }
+
+    async fn retry_with<T, F, Fut>(
+        &self,
+        backoff: Backoff,
+        op: &'static str,
+        name: &str,
+        mut call: F,
+    ) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, gcloud_storage::http::Error>>,
@@ -135,7 +150,7 @@ impl GcsStore {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     let (again, status) = retryable(&e);
-                    let delay = Backoff::STORAGE.delay(attempt);
+                    let delay = backoff.delay(attempt);
                     if !again || delay.is_none() {
                         let message = match status {
                             Some(code) => format!("HTTP {code}: {e}"),
@@ -144,6 +159,7 @@ impl GcsStore {
                         return Err(StoreError::Gcs { op, object: self.url(name), message, status });
                     }
                     tracing::warn!(op, object = %self.url(name), attempt, error = %e, "Cloud Storage: retrying");
+                    crate::retry::note_retry(crate::retry::Service::Storage);
                     tokio::time::sleep(delay.expect("checked above")).await;
                 }
             }

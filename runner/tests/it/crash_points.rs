@@ -254,3 +254,76 @@ async fn a_replay_whose_logged_stream_was_finalized_is_reported_as_possibly_dupl
     // Exactly the one replayed batch (100 rows) is there twice; nothing is lost.
     assert_eq!(s.count(&f.table).await, (400, 300));
 }
+
+/// Three rows where the split changes when the middle one is refused: requests of
+/// 50,000 row bytes (`--append-request-bytes 100000`) take [r0] and [r1, r2]; with r1
+/// gone, r0 and r2 would fit one request. Then three small rows, a batch of their own.
+fn straddling_batches(marker: &str) -> Vec<Vec<u8>> {
+    let row =
+        |id: u64, msg: String| serde_json::json!({"id": id, "logStreamId": 1, "message": msg}).to_string().into_bytes();
+    let mut v =
+        vec![row(0, "a".repeat(30_000)), row(1, format!("{marker}{}", "b".repeat(30_000))), row(2, "c".repeat(1_000))];
+    v.extend((3..6).map(|id| row(id, "d".repeat(100))));
+    v
+}
+
+/// Run the straddling batches with row 1 refused, crashing at `crash` (if any), then
+/// finish with `restart_bytes` as the request size; the table and dead-letter counts.
+async fn refuse_mid_batch(
+    name: &str,
+    crash: Option<&str>,
+    restart_bytes: &str,
+    extra: &str,
+) -> (i64, i64, serde_json::Value) {
+    let s = stack();
+    let f = s.fixture(name, 1).await;
+    let marker = "RefuseMe";
+    produce_values(&s, &f.topic, &straddling_batches(marker)).await;
+    table_faults(&f.table, &format!(r#""reject_rows_containing": "{marker}""#));
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, &format!("outputDeadletterTable={}{extra}", f.dlq));
+    let first = ["--batch-rows", "3", "--append-request-bytes", "100000"];
+    if let Some(point) = crash {
+        let o = job_cmd(name, ck.path(), &params, "2s", &first).env("FAILPOINTS", format!("{point}=return")).bounded();
+        assert_eq!(o.status.signal(), Some(libc::SIGKILL), "the crash point was reached: {}", text(&o));
+    }
+    let sum = ck.path().join("summary.json");
+    let then = ["--batch-rows", "3", "--append-request-bytes", restart_bytes, "--summary-json", sum.to_str().unwrap()];
+    let o = run_job(name, ck.path(), &params, "2s", &then);
+    reset_faults(&f.table);
+    assert!(o.status.success(), "{}", text(&o));
+    let (rows, distinct) = s.count(&f.table).await;
+    assert_eq!(rows, distinct, "no duplicates");
+    let (dl, _) = flexrun::local::count_rows(&s.bq, &f.dlq, None).await.unwrap();
+    (rows, dl, summary(&sum))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_row_in_a_later_request_resends_only_what_did_not_land() {
+    // Split from scratch after the refusal, [r0, r2] would go out at r0's offset, be
+    // answered ALREADY_EXISTS, and r2 would be lost (and the next batch refused as
+    // OUT_OF_RANGE).
+    let (rows, dl, j) = refuse_mid_batch("eo_refuse_split", None, "100000", "").await;
+    assert_eq!((rows, dl), (5, 1), "rows 0 and 2-5 in the table, row 1 dead-lettered: {j}");
+    assert_eq!(j["summary"]["appends_already_existed"], 0, "the request that landed is not sent again: {j}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_after_a_refusal_sends_the_logged_requests_whatever_the_request_size_now() {
+    // The crash comes after the batch was logged again without row 1; the restart asks
+    // for 10 MB requests, which would put r0 and r2 in one request at r0's offset.
+    let (rows, dl, j) =
+        refuse_mid_batch("eo_refuse_replay", Some("eo::after_relog_before_append"), "10000000", "").await;
+    assert_eq!(j["summary"]["replayed_batches"], 1, "{j}");
+    assert_eq!(j["summary"]["appends_already_existed"], 1, "r0's request answers ALREADY_EXISTS, r2's lands: {j}");
+    assert_eq!((rows, dl), (5, 1), "rows 0 and 2-5 in the table, row 1 dead-lettered: {j}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_resends_only_the_refused_requests_good_rows() {
+    // On the `_default` stream there are no offsets to deduplicate: sending [r0, r2]
+    // again after r1 was refused would write r0 twice.
+    let (rows, dl, j) =
+        refuse_mid_batch("alo_refuse_split", None, "100000", ",useStorageWriteApiAtLeastOnce=true").await;
+    assert_eq!((rows, dl), (5, 1), "rows 0 and 2-5 once each, row 1 dead-lettered: {j}");
+}

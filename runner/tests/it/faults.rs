@@ -365,3 +365,67 @@ async fn a_request_over_10_mb_is_refused_with_invalid_argument_as_documented() {
     let msg = e.to_string();
     assert!(msg.contains("invalid argument") && msg.contains("AppendRows request too large"), "{msg}");
 }
+
+/// Issue 27, item 3: a position past the end of a partition's log (a recreated topic,
+/// a log cut short) is an error naming the partition under the default
+/// `offsetGapPolicy=FAIL`, never a rewind to the earliest offset; under SKIP the job goes
+/// on at the end, counted, and reads what is produced after. (The position is moved
+/// past the end by editing the saved start, as a recreated topic would leave it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_position_past_the_end_of_the_log_stops_the_job_or_is_skipped() {
+    let s = stack();
+    let f = s.fixture("pastend", 1).await;
+    let ck = tempfile::tempdir().unwrap();
+    let latest = f.params(&s, "").replace("kafkaReadOffset=earliest", "kafkaReadOffset=latest");
+    assert!(run_job("pastend", ck.path(), &latest, "1s", &[]).status.success());
+    f.produce(&s, 0, 100, None).await;
+    std::fs::write(ck.path().join("pastend/starts.json"), r#"{"0":500}"#).unwrap();
+    let o = run_job("pastend", ck.path(), &latest, "1s", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("/0 is at offset 500, past the end of its log (100)"), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await.0, 0, "nothing was rewound and re-read");
+    let skip = format!("{latest},offsetGapPolicy=SKIP");
+    let (sum, sum_s) = summary_arg(ck.path());
+    let o = run_job("pastend", ck.path(), &skip, "1s", &["--summary-json", &sum_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sum)["summary"]["reliability"]["partitions_past_end"], 1);
+    f.produce(&s, 100, 10, None).await;
+    let o = run_job("pastend", ck.path(), &skip, "1s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (10, 10), "only what was produced after the skip");
+}
+
+/// Issue 27, item 3, while running: the consumers run with `auto.offset.reset=error`, so
+/// a position the broker no longer holds reaches the job as AUTO_OFFSET_RESET instead of
+/// a silent rewind. The failpoint moves the shard's first fetch 1,000 past the end (a
+/// log cut short after the start-up check); the broker answers OFFSET_OUT_OF_RANGE.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_lost_while_running_is_reported_not_rewound() {
+    let s = stack();
+    let f = s.fixture("cutshort", 1).await;
+    f.produce(&s, 0, 100, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "");
+    let o = job_cmd_until_idle("cutshort", ck.path(), &params, "3s", &[])
+        .env("FAILPOINTS", "kafka::log_cut_short=return(1000)")
+        .bounded();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("AUTO_OFFSET_RESET"), "the running path ran: {}", text(&o));
+    assert!(text(&o).contains("/0 is at offset 1000, past the end of its log (100)"), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await.0, 0, "nothing was rewound and re-read");
+    let ck = tempfile::tempdir().unwrap();
+    let (sum, sum_s) = summary_arg(ck.path());
+    let o = job_cmd_until_idle(
+        "cutshort2",
+        ck.path(),
+        &format!("{params},offsetGapPolicy=SKIP"),
+        "3s",
+        &["--summary-json", &sum_s],
+    )
+    .env("FAILPOINTS", "kafka::log_cut_short=return(1000)")
+    .bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sum)["summary"]["reliability"]["partitions_past_end"], 1);
+    assert_eq!(s.count(&f.table).await.0, 0, "went on at the end: nothing re-read");
+}

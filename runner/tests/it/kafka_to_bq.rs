@@ -224,7 +224,7 @@ async fn a_restart_with_another_topic_under_the_same_job_name_is_refused() {
     let o = run_job("same", ck.path(), &a.params(&s, ""), "500ms", &[]);
     assert!(o.status.success(), "{}", text(&o));
     let o = run_job("same", ck.path(), &b.params(&s, ""), "500ms", &[]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "a changed pipeline is a usage error: {}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("already has a checkpoint for a different pipeline"),
         "{}",

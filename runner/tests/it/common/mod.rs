@@ -110,6 +110,21 @@ impl Fixture {
     }
 }
 
+/// Produce these message values, in order, to partition 0 of `topic`.
+pub async fn produce_values(s: &Stack, topic: &str, values: &[Vec<u8>]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+    let p: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.kafka)
+        .set("message.max.bytes", "33554432")
+        .create()
+        .expect("a producer");
+    for v in values {
+        let r = FutureRecord::<(), [u8]>::to(topic).payload(v.as_slice()).partition(0);
+        answer("produce", p.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).expect("produce");
+    }
+    p.flush(CALL_LIMIT).expect("flush");
+}
+
 /// Ask the emulator launcher for faults (see scripts/bqemulator_launcher.py): POST
 /// `body` (JSON) to `/faults`, or to `path` itself when it starts with `/`.
 pub fn faults(path: &str, body: &str) -> serde_json::Value {
