@@ -2,8 +2,10 @@
 # The long chaos suite (RELIABILITY.md): 20 SIGKILLs during 200k-message runs (kafka-to-bq
 # exactly-once and at-least-once, and kafka-to-gcs to the Cloud Storage emulator), a
 # broker SIGKILL and restart, BigQuery UNAVAILABLE for 30 s and
-# RESOURCE_EXHAUSTED for 2 min, and records of 1 MB, 9.9 MB and 15 MB, on the real local
-# stack (its own ports: stack name "chaos"). Prints a markdown table; about 15 minutes.
+# RESOURCE_EXHAUSTED for 2 min, records of 1 MB, 9.9 MB and 15 MB, 20 SIGKILLs with rows
+# refused mid-batch and 200 kB requests, and an idle partition written while the job was
+# down, on the real local stack (its own ports: stack name "chaos"). Prints a markdown
+# table; about 25 minutes.
 #
 #   scripts/chaos.sh                      every scenario
 #   scripts/chaos.sh chaos_large          only scenarios whose test name matches
