@@ -61,7 +61,6 @@ pub type CachedSchema = Result<Arc<WriterSchema>, String>;
 async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
     for attempt in 1.. {
         let wait = Backoff::REGISTRY.delay(attempt).expect("registry retries have no attempt limit");
-        crate::retry::note_retry(crate::retry::Service::Registry);
         match client.schema_by_id(id).await {
             Ok(text) => {
                 return WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}"))
@@ -77,6 +76,7 @@ async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
             // refusal would dead-letter every later message with that id for good).
             Err(e @ RegistryError::Status { status: 401 | 403 | 408 | 429, .. }) => {
                 tracing::error!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry refused the request: retrying (the batch waits)");
+                crate::retry::note_retry(crate::retry::Service::Registry);
                 tokio::time::sleep(wait).await;
             }
             Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
@@ -84,6 +84,7 @@ async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
             }
             Err(e) => {
                 tracing::warn!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry unavailable: retrying (the batch waits)");
+                crate::retry::note_retry(crate::retry::Service::Registry);
                 tokio::time::sleep(wait).await;
             }
         }
@@ -265,8 +266,11 @@ mod tests {
         let d = AvroDecoder::with_registry(Registry::new(&url));
         let mut framed = Vec::new();
         confluent_frame(7, &datum(5), &mut framed);
+        let before = crate::retry::retries()["retries_registry"];
         d.prefetch([framed.as_slice()].into_iter()).await;
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3, "two 503s retried, then the schema");
+        // Counted for /metrics (the counter is process-wide: other tests may add to it).
+        assert!(crate::retry::retries()["retries_registry"] >= before + 2);
         assert_eq!(d.decode(&framed).unwrap().1, Value::Record(vec![("id".into(), Value::Long(5))]));
         // 404: remembered as unknown (no further calls), and the message says so.
         let (url, calls) = flaky_registry(0, 404, r#"{"error_code":40403,"message":"Schema not found"}"#).await;
