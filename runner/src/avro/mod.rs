@@ -76,6 +76,18 @@ impl WriterSchema {
     }
 }
 
+/// `schemaRegistryAuthenticationMode`: NONE only (both templates). A mode that is not
+/// built is refused, never accepted and then ignored (which would send the registry
+/// unauthenticated requests the user did not ask for).
+pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut Vec<String>) {
+    match p.get("schemaRegistryAuthenticationMode").unwrap_or("NONE") {
+        "NONE" => {}
+        m => errs.push(format!(
+            "schemaRegistryAuthenticationMode={m} is not supported by flexrun; only NONE (a registry without authentication) is"
+        )),
+    }
+}
+
 /// A schema file parameter: a local path whose file is a valid Avro schema (checked now,
 /// so a bad file is a bad parameter, exit 2, rather than a failure after connecting).
 pub fn schema_file_param(p: &flexrun_templates::ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {

@@ -91,10 +91,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
             if url.is_empty() {
                 errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
             }
-            match p.get("schemaRegistryAuthenticationMode").unwrap_or("NONE") {
-                "NONE" => {}
-                m => errs.push(format!("schemaRegistryAuthenticationMode={m} is not supported by flexrun; only NONE (a registry without authentication) is")),
-            }
+            crate::avro::check_registry_auth(p, errs);
             let dataset = p.get("outputDataset").unwrap_or_default().to_string();
             if dataset.is_empty() {
                 errs.push("outputDataset is required with schemaFormat=SCHEMA_REGISTRY (Google: \"An output BigQuery dataset is required. It will be used to create tables per schema.\")".into());

@@ -88,15 +88,18 @@ fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFor
         "JSON" => Some(OutputFormat::Json),
         "AVRO_BINARY_ENCODING" => file("binaryAvroSchemaPath", Framing::Binary, errs),
         _ => match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
-            "SCHEMA_REGISTRY" => match p.get("schemaRegistryConnectionUrl") {
-                Some(url) => Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_registry(
-                    crate::avro::registry::Registry::new(url),
-                )))),
-                None => {
-                    errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081".into());
-                    None
+            "SCHEMA_REGISTRY" => {
+                crate::avro::check_registry_auth(p, errs);
+                match p.get("schemaRegistryConnectionUrl") {
+                    Some(url) => Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_registry(
+                        crate::avro::registry::Registry::new(url),
+                    )))),
+                    None => {
+                        errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081".into());
+                        None
+                    }
                 }
-            },
+            }
             _ => file("confluentAvroSchemaPath", Framing::Confluent, errs),
         },
     }

@@ -262,6 +262,14 @@ async fn bad_parameters_are_named_and_exit_2() {
         ("/tmp/x/".to_string(), "messageFormat=AVRO_CONFLUENT_WIRE_FORMAT", "messageFormat"),
         ("/tmp/x/".to_string(), "outputFileFormat=PARQUET", "outputFileFormat=PARQUET: messageFormat=JSON writes TEXT"),
         ("/tmp/x/".to_string(), "outputFileFormat=CSV", "outputFileFormat"),
+        // Google's parameter names are known, and refused with the reason (issue 30).
+        ("/tmp/x/".to_string(), "outputDeadletterTable=p:d.t", "outputDeadletterTable"),
+        ("/tmp/x/".to_string(), "schemaRegistryOauthClientId=abc", "Schema Registry OAuth is not implemented"),
+        (
+            "/tmp/x/".to_string(),
+            "schemaRegistryTruststoreLocation=/tmp/ts.jks",
+            "Schema Registry TLS is not implemented",
+        ),
     ];
     for (out, extra, want) in cases {
         let p = params(&s, "t", &out, extra);
@@ -270,6 +278,14 @@ async fn bad_parameters_are_named_and_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{out} {extra}: {}", text(&o));
         assert!(text(&o).contains(want), "{out} {extra}: expected {want:?} in {}", text(&o));
     }
+    // Accepted and then ignored before: a registry authentication mode that is not built
+    // is refused.
+    let registry = "messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl=http://127.0.0.1:9,schemaRegistryAuthenticationMode=TLS";
+    let p = params(&s, "t", "/tmp/x/", "").replace("messageFormat=JSON", registry);
+    let ck = tempfile::tempdir().unwrap();
+    let o = job("bad", ck.path(), &p).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("schemaRegistryAuthenticationMode=TLS is not supported"), "{}", text(&o));
 }
 
 /// Parquet needs flat records: a schema with an array field is refused before anything
