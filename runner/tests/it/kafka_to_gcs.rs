@@ -262,6 +262,9 @@ async fn bad_parameters_are_named_and_exit_2() {
         ("/tmp/x/".to_string(), "messageFormat=AVRO_CONFLUENT_WIRE_FORMAT", "messageFormat"),
         ("/tmp/x/".to_string(), "outputFileFormat=PARQUET", "outputFileFormat=PARQUET: messageFormat=JSON writes TEXT"),
         ("/tmp/x/".to_string(), "outputFileFormat=CSV", "outputFileFormat"),
+        ("/tmp/x/".to_string(), "offsetGapPolicy=SOMETIMES", "offsetGapPolicy"),
+        ("/tmp/x/".to_string(), "maxTimestampSkew=1d", "maxTimestampSkew"),
+        ("/tmp/x/".to_string(), "maxTimestampSkew=0s", "maxTimestampSkew"),
         // Google's parameter names are known, and refused with the reason (issue 30).
         ("/tmp/x/".to_string(), "outputDeadletterTable=p:d.t", "outputDeadletterTable"),
         ("/tmp/x/".to_string(), "schemaRegistryOauthClientId=abc", "Schema Registry OAuth is not implemented"),
