@@ -16,6 +16,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: a log piped to a file or a collector stays plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match rt.block_on(dispatch(cli)) {

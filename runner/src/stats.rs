@@ -134,6 +134,7 @@ struct Inner {
     written: u64,
     dead_lettered: u64,
     udf_dropped: u64,
+    bad_dropped: u64,
     bytes_read: u64,
     by_class: BTreeMap<String, u64>,
     batches: u64,
@@ -195,6 +196,8 @@ pub struct BatchCounts {
     pub dead_lettered: u64,
     /// Messages the UDF dropped (it returned null, undefined or "").
     pub udf_dropped: u64,
+    /// Bad records logged and dropped (`badRecordPolicy=LOG_AND_DROP`, no dead-letter table).
+    pub bad_dropped: u64,
     /// Dead-letter rows by error class.
     pub by_class: BTreeMap<&'static str, u64>,
     /// Whether the batch was a recovery replay.
@@ -231,6 +234,9 @@ pub struct Summary {
     pub dead_lettered: u64,
     /// Messages the UDF dropped (neither rows nor dead letters, as in Google's template).
     pub udf_dropped: u64,
+    /// Bad records logged and dropped for want of a dead-letter table
+    /// (`badRecordPolicy=LOG_AND_DROP`).
+    pub bad_records_dropped: u64,
     /// Message value bytes read.
     pub bytes_read: u64,
     /// Dead-letter rows by error class.
@@ -295,6 +301,7 @@ impl JobStats {
         g.written += counts.written;
         g.dead_lettered += counts.dead_lettered;
         g.udf_dropped += counts.udf_dropped;
+        g.bad_dropped += counts.bad_dropped;
         for (k, v) in &counts.by_class {
             *g.by_class.entry(k.to_string()).or_default() += v;
         }
@@ -348,6 +355,7 @@ impl JobStats {
             rows_written: g.written,
             dead_lettered: g.dead_lettered,
             udf_dropped: g.udf_dropped,
+            bad_records_dropped: g.bad_dropped,
             bytes_read: g.bytes_read,
             dead_letter_by_class: g.by_class.clone(),
             batches: g.batches,
@@ -402,11 +410,16 @@ impl Summary {
                 if self.bytes_read > 0 { (self.cpu_user_s + self.cpu_sys_s) / (self.bytes_read as f64 / 1e9) } else { 0.0 }
             ));
         }
-        let reconciles = self.messages_read == self.rows_written + self.dead_lettered + self.udf_dropped;
-        let (what, dropped) = match self.udf_dropped {
-            0 => ("read = written + dead-lettered", String::new()),
-            n => ("read = written + dead-lettered + dropped by the UDF", format!(" + {n}")),
-        };
+        let reconciles =
+            self.messages_read == self.rows_written + self.dead_lettered + self.udf_dropped + self.bad_records_dropped;
+        let mut what = String::from("read = written + dead-lettered");
+        let mut dropped = String::new();
+        for (n, name) in [(self.udf_dropped, "dropped by the UDF"), (self.bad_records_dropped, "bad records dropped")] {
+            if n > 0 {
+                what.push_str(&format!(" + {name}"));
+                dropped.push_str(&format!(" + {n}"));
+            }
+        }
         s.push_str(&format!(
             "reconciliation: {what}: {}\n",
             if reconciles {

@@ -66,12 +66,19 @@ fn is_loopback(host: &str) -> bool {
     h.starts_with("127.") || h.starts_with("localhost") || h.starts_with("::1") || h.starts_with("0.0.0.0")
 }
 
-/// Replace values that point at this machine with placeholders, and say so. Returns
-/// the pairs and the notes.
+/// Replace values that point at this machine with placeholders, and leave out
+/// flexrun's own parameters (Google's template refuses a launch with a parameter it
+/// does not know), saying so for each. Returns the pairs and the notes.
 pub fn localize(template: &Template, pairs: &[(String, String)]) -> (Vec<(String, String)>, Vec<String>) {
-    let mut notes = Vec::new();
+    let own = |k: &str| template.parameter(k).is_some_and(|p| p.flexrun_only);
+    let mut notes: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| own(k))
+        .map(|(k, v)| format!("{k}={v}: flexrun's own parameter, left out (Google's template has none by that name and would refuse the launch); on Dataflow the job behaves as Google's template does, which `flexrun templates describe {}` gives for {k}", template.name))
+        .collect();
     let out = pairs
         .iter()
+        .filter(|(k, _)| !own(k))
         .map(|(k, v)| {
             let new = placeholder(template, k, v);
             if let Some((new, note)) = new {
@@ -286,6 +293,20 @@ mod tests {
         );
         assert_eq!(notes.len(), 4, "{notes:?}");
         assert!(notes[3].contains("upload it to gs://BUCKET/order.avsc"));
+    }
+
+    #[test]
+    fn flexrun_only_parameters_are_left_out_with_a_note() {
+        let t = crate::find("kafka-to-bq").unwrap();
+        let pairs = vec![
+            ("offsetGapPolicy".to_string(), "SKIP".to_string()),
+            ("kafkaIsolationLevel".to_string(), "read_uncommitted".to_string()),
+            ("outputTableSpec".to_string(), "p:d.t".to_string()),
+        ];
+        let (out, notes) = localize(t, &pairs);
+        assert_eq!(out, vec![("outputTableSpec".to_string(), "p:d.t".to_string())]);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("offsetGapPolicy=SKIP: flexrun's own parameter, left out"), "{notes:?}");
     }
 
     #[test]

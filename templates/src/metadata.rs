@@ -29,6 +29,10 @@ pub struct Parameter {
     /// the default is refused (exit 2) with this reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
+    /// flexrun's own parameter, which Google's template does not have: `export`
+    /// leaves it out of the Dataflow launch and says what Dataflow does instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flexrun_only: bool,
 }
 
 /// A pipeline template: its identity, description and parameters.

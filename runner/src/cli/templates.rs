@@ -60,6 +60,9 @@ fn describe(t: &Template) {
             Some(why) => format!("[not supported: {why}] {}", p.help_text),
             None => p.help_text.clone(),
         };
+        if p.flexrun_only {
+            help = format!("[flexrun only: export leaves it out] {help}");
+        }
         if !p.enum_options.is_empty() {
             help.push_str(&format!(" [{}]", p.enum_options.join("|")));
         }

@@ -10,13 +10,13 @@ use rdkafka::producer::{ProducerContext, ThreadedProducer};
 pub enum Auth {
     /// Plain TCP, no authentication.
     None,
-    /// SASL/PLAIN (over TLS when a truststore is given).
+    /// SASL/PLAIN, always over TLS as in Google's template (`SASL_SSL`).
     SaslPlain {
         /// Username.
         username: String,
         /// Password.
         password: String,
-        /// PEM CA file, for SASL_SSL.
+        /// PEM CA file (else the system's CAs).
         ca: Option<String>,
     },
     /// SASL/SCRAM-SHA-512 over TLS.
@@ -39,6 +39,31 @@ pub enum Auth {
     },
 }
 
+/// Whether TLS connections check that the broker's certificate names the host
+/// (`kafkaTlsHostnameVerification`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostnameCheck {
+    /// As Google's template sets its Java client (`KafkaConfig.java` in
+    /// DataflowTemplates' `v2/kafka-common`): `ssl.endpoint.identification.algorithm`
+    /// is emptied for `TLS`, so the name is not checked there, and left at the Java
+    /// client's default (`https`, checked) for the SASL modes.
+    #[default]
+    AsGoogle,
+    /// Check the name in every TLS mode (librdkafka's own default).
+    Always,
+}
+
+impl HostnameCheck {
+    /// Parse `kafkaTlsHostnameVerification`.
+    pub fn parse(s: &str) -> Result<HostnameCheck, String> {
+        match s {
+            "AS_GOOGLE" => Ok(HostnameCheck::AsGoogle),
+            "ALWAYS" => Ok(HostnameCheck::Always),
+            other => Err(format!("kafkaTlsHostnameVerification={other}: expected AS_GOOGLE (not checked for TLS, checked for SASL, as Google's template does) or ALWAYS (checked in every TLS mode)")),
+        }
+    }
+}
+
 /// Bootstrap servers and authentication: enough to build any client.
 ///
 /// ```
@@ -53,6 +78,8 @@ pub struct Connection {
     pub bootstrap: String,
     /// Authentication.
     pub auth: Auth,
+    /// TLS host name checking.
+    pub hostname_check: HostnameCheck,
 }
 
 /// librdkafka settings for a producer that sends in bulk: idempotent, batched.
@@ -67,7 +94,7 @@ pub const BULK_PRODUCER: &[(&str, &str)] = &[
 impl Connection {
     /// Plain TCP without authentication (the local stack).
     pub fn plaintext(bootstrap: &str) -> Connection {
-        Connection { bootstrap: bootstrap.to_string(), auth: Auth::None }
+        Connection { bootstrap: bootstrap.to_string(), auth: Auth::None, hostname_check: HostnameCheck::AsGoogle }
     }
 
     /// The librdkafka settings every client starts from: bootstrap servers, socket
@@ -76,7 +103,7 @@ impl Connection {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
         c.set("socket.timeout.ms", "10000");
-        apply_auth(&mut c, &self.auth);
+        apply_auth(&mut c, &self.auth, self.hostname_check);
         c
     }
 
@@ -110,14 +137,15 @@ impl Connection {
     }
 }
 
-/// Add `auth`'s settings to `c`.
-pub(crate) fn apply_auth(c: &mut ClientConfig, auth: &Auth) {
+/// Add `auth`'s settings to `c`, with the protocols Google's template uses
+/// (`KafkaConfig.java`: `SASL_SSL` for both SASL mechanisms, `SSL` for TLS).
+pub(crate) fn apply_auth(c: &mut ClientConfig, auth: &Auth, check: HostnameCheck) {
     match auth {
         Auth::None => {
             c.set("security.protocol", "plaintext");
         }
         Auth::SaslPlain { username, password, ca } => {
-            c.set("security.protocol", if ca.is_some() { "sasl_ssl" } else { "sasl_plaintext" })
+            c.set("security.protocol", "sasl_ssl")
                 .set("sasl.mechanism", "PLAIN")
                 .set("sasl.username", username)
                 .set("sasl.password", password);
@@ -136,6 +164,9 @@ pub(crate) fn apply_auth(c: &mut ClientConfig, auth: &Auth) {
         }
         Auth::Tls { ca, keystore, key_password } => {
             c.set("security.protocol", "ssl");
+            if check == HostnameCheck::AsGoogle {
+                c.set("ssl.endpoint.identification.algorithm", "none");
+            }
             if let Some(ca) = ca {
                 c.set("ssl.ca.location", ca);
             }

@@ -37,7 +37,7 @@ pub mod starts;
 
 pub use acks::{AckContext, Acks, Timing};
 pub use admin::create_topic;
-pub use connection::{Auth, Connection};
+pub use connection::{Auth, Connection, HostnameCheck};
 pub use metadata::Metadata;
 pub use source::{assign, commit_positions, SourceSettings};
 
@@ -140,19 +140,30 @@ mod tests {
 
     #[test]
     fn auth_modes_map_to_librdkafka_settings() {
+        let scram = Auth::SaslScram512 { username: "u".into(), password: "p".into(), ca: Some("/ca.pem".into()) };
         let mut c = ClientConfig::new();
-        apply_auth(
-            &mut c,
-            &Auth::SaslScram512 { username: "u".into(), password: "p".into(), ca: Some("/ca.pem".into()) },
-        );
+        apply_auth(&mut c, &scram, HostnameCheck::AsGoogle);
         assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
         assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
         assert_eq!(c.get("ssl.ca.location"), Some("/ca.pem"));
+        // SASL keeps the client's default check, as Google's Java client does.
+        assert_eq!(c.get("ssl.endpoint.identification.algorithm"), None);
         let mut c = ClientConfig::new();
-        apply_auth(&mut c, &Auth::SaslPlain { username: "u".into(), password: "p".into(), ca: None });
-        assert_eq!(c.get("security.protocol"), Some("sasl_plaintext"));
+        apply_auth(
+            &mut c,
+            &Auth::SaslPlain { username: "u".into(), password: "p".into(), ca: None },
+            HostnameCheck::AsGoogle,
+        );
+        // Google connects SASL_PLAIN over TLS even without a truststore.
+        assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
+        let tls = Auth::Tls { ca: None, keystore: Some("/k.pem".into()), key_password: None };
         let mut c = ClientConfig::new();
-        apply_auth(&mut c, &Auth::Tls { ca: None, keystore: Some("/k.pem".into()), key_password: None });
+        apply_auth(&mut c, &tls, HostnameCheck::AsGoogle);
         assert_eq!(c.get("ssl.key.location"), Some("/k.pem"));
+        assert_eq!(c.get("ssl.endpoint.identification.algorithm"), Some("none"));
+        let mut c = ClientConfig::new();
+        apply_auth(&mut c, &tls, HostnameCheck::Always);
+        assert_eq!(c.get("ssl.endpoint.identification.algorithm"), None, "librdkafka's default (https) stays");
+        assert!(HostnameCheck::parse("yes").unwrap_err().contains("AS_GOOGLE"));
     }
 }

@@ -39,13 +39,20 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Vec<String>) -
     let auth = auth.map_err(|e| errs.push(e)).ok();
     let gap_policy =
         super::gaps::GapPolicy::parse(p.get("offsetGapPolicy").unwrap_or("FAIL")).map_err(|e| errs.push(e)).ok();
+    let hostname_check = super::HostnameCheck::parse(p.get("kafkaTlsHostnameVerification").unwrap_or("AS_GOOGLE"))
+        .map_err(|e| errs.push(e))
+        .ok();
+    let isolation = super::source::Isolation::parse(p.get("kafkaIsolationLevel").unwrap_or("read_committed"))
+        .map_err(|e| errs.push(e))
+        .ok();
     let group_id = p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{job_name}"));
     Some(SourceSettings {
-        conn: Connection { bootstrap, auth: auth? },
+        conn: Connection { bootstrap, auth: auth?, hostname_check: hostname_check? },
         topic,
         group_id,
         start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
         gap_policy: gap_policy?,
+        isolation: isolation?,
     })
 }
 

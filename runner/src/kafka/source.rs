@@ -22,6 +22,45 @@ pub struct SourceSettings {
     pub start_earliest: bool,
     /// `offsetGapPolicy`: what a position the broker no longer holds leads to.
     pub gap_policy: super::gaps::GapPolicy,
+    /// `kafkaIsolationLevel`: whether records of open or aborted transactions are read.
+    pub isolation: Isolation,
+}
+
+/// Which records of transactional producers a job reads (`kafkaIsolationLevel`).
+///
+/// Kafka's consumer docs: with `read_committed`, "consumer.poll() will only return
+/// transactional messages which have been committed", and reads stop at the last
+/// stable offset while a transaction is open; `read_uncommitted` "will return all
+/// messages, even transactional messages which have been aborted". Google's template
+/// leaves the Java client's default, `read_uncommitted`; flexrun defaults to
+/// `read_committed` (librdkafka's default), because an exactly-once sink that
+/// writes aborted records is not exactly-once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Committed transactional records only (and every non-transactional one).
+    #[default]
+    ReadCommitted,
+    /// Everything, aborted transactions included, as Google's template reads.
+    ReadUncommitted,
+}
+
+impl Isolation {
+    /// Parse `kafkaIsolationLevel`.
+    pub fn parse(s: &str) -> Result<Isolation, String> {
+        match s {
+            "read_committed" => Ok(Isolation::ReadCommitted),
+            "read_uncommitted" => Ok(Isolation::ReadUncommitted),
+            other => Err(format!("kafkaIsolationLevel={other}: expected read_committed (skip open and aborted transactions) or read_uncommitted (read everything, as Google's template does)")),
+        }
+    }
+
+    /// librdkafka's `isolation.level` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
 }
 
 /// librdkafka settings of a shard's consumer (manual assignment, no auto commit).
@@ -51,9 +90,32 @@ pub const SHARD_CONSUMER: &[(&str, &str)] = &[
 impl SourceSettings {
     /// A consumer for manual assignment (no auto commit, low fetch wait).
     pub fn consumer(&self) -> Result<StreamConsumer, KafkaError> {
-        let mut extra = vec![("group.id", self.group_id.as_str())];
-        extra.extend_from_slice(SHARD_CONSUMER);
-        self.conn.client("a consumer", &extra).map_err(|e| self.with_topic(e))
+        self.consumer_config().create().map_err(|e| self.broker_err(format!("cannot create a consumer: {e}")))
+    }
+
+    /// The settings of [`SourceSettings::consumer`]: the connection's, the group,
+    /// the isolation level and [`SHARD_CONSUMER`].
+    ///
+    /// ```
+    /// use flexrun::kafka::{source::Isolation, Connection, SourceSettings};
+    /// let s = SourceSettings {
+    ///     conn: Connection::plaintext("localhost:9092"),
+    ///     topic: "t".into(),
+    ///     group_id: "g".into(),
+    ///     start_earliest: false,
+    ///     gap_policy: Default::default(),
+    ///     isolation: Isolation::ReadUncommitted,
+    /// };
+    /// assert_eq!(s.consumer_config().get("isolation.level"), Some("read_uncommitted"));
+    /// assert_eq!(s.consumer_config().get("auto.offset.reset"), Some("error"));
+    /// ```
+    pub fn consumer_config(&self) -> rdkafka::ClientConfig {
+        let mut c = self.conn.config();
+        c.set("group.id", &self.group_id).set("isolation.level", self.isolation.as_str());
+        for (k, v) in SHARD_CONSUMER {
+            c.set(*k, *v);
+        }
+        c
     }
 
     /// A metadata client for this topic (one per job; see [`Metadata`]).

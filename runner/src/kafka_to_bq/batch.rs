@@ -200,12 +200,13 @@ pub fn map_values<'a>(
 }
 
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
-/// dead-letter row. Without a dead-letter table, a bad record stops the job.
+/// dead-letter row. Without a dead-letter table, a bad record stops the job unless
+/// `keep_bad` (`badRecordPolicy=LOG_AND_DROP`: its row is built, logged and never sent).
 pub(super) fn map_batch(
     ctx: &JobCtx,
     mapping: &Mapping,
     cut: &Cut,
-    has_dlq: bool,
+    keep_bad: bool,
     stages: &mut StageStats,
     counts: &mut BatchCounts,
 ) -> Result<Mapped> {
@@ -223,7 +224,7 @@ pub(super) fn map_batch(
             },
             e => e,
         };
-        if !has_dlq {
+        if !keep_bad {
             bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
         }
         dlq_rows.push(dead_letter(ctx, cut.processed_ms, m, "transform", &e.to_string()));
@@ -280,7 +281,13 @@ pub(super) fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: 
 }
 
 /// Encode the dead-letter row of message `m` of `cut` failing at `stage` with `error`.
+/// Without a dead-letter table (`badRecordPolicy=LOG_AND_DROP`) the row is only
+/// logged here; the batch's commit counts it as dropped.
 pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: &OwnedMessage, stage: &str, error: &str) -> Vec<u8> {
+    if ctx.cfg.dlq.is_none() {
+        tracing::error!(topic = %ctx.cfg.source.topic, partition = m.partition(), offset = m.offset(), stage, error,
+            "bad record dropped (badRecordPolicy=LOG_AND_DROP, no dead-letter table)");
+    }
     use rdkafka::message::{Headers, Timestamp};
     let headers: Vec<(&str, Option<&[u8]>)> =
         m.headers().map(|h| h.iter().map(|x| (x.key, x.value)).collect()).unwrap_or_default();

@@ -68,6 +68,8 @@ pub struct KafkaToBqConfig {
     pub udf: Option<Arc<Udf>>,
     /// Dead-letter table, if any.
     pub dlq: Option<TableRef>,
+    /// Without a dead-letter table: stop at a bad record, or log and drop it.
+    pub bad_records: BadRecordPolicy,
     /// Delivery guarantee.
     pub delivery: Delivery,
     /// Requested write streams (0 = automatic).
@@ -78,6 +80,30 @@ pub struct KafkaToBqConfig {
     pub commit_offsets: bool,
     /// The run flags (batching limits, sink, pool, progress), as given.
     pub run: RunFlags,
+}
+
+/// What a record that cannot be written leads to when no dead-letter table is
+/// configured (`badRecordPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BadRecordPolicy {
+    /// Stop the job before the batch commits, naming the record (flexrun's default:
+    /// nothing is lost, and the fix is to add a dead-letter table or fix the data).
+    #[default]
+    Fail,
+    /// Log the record and its error, count it (`bad_records_dropped`) and go on, as
+    /// Google's template does without `outputDeadletterTable` (its `ThrowErrorFn`
+    /// logs each failed element; nothing writes it anywhere).
+    LogAndDrop,
+}
+
+impl BadRecordPolicy {
+    fn parse(s: &str) -> Result<BadRecordPolicy, String> {
+        match s {
+            "FAIL" => Ok(BadRecordPolicy::Fail),
+            "LOG_AND_DROP" => Ok(BadRecordPolicy::LogAndDrop),
+            other => Err(format!("badRecordPolicy={other}: expected FAIL (stop at the first record that cannot be written) or LOG_AND_DROP (log it, count it and go on, as Google's template does without a dead-letter table)")),
+        }
+    }
 }
 
 /// Why asynchronous progress tracking and exactly-once do not mix.
@@ -197,6 +223,12 @@ impl KafkaToBqConfig {
         if p.flag("useBigQueryDLQ") && p.get("outputDeadletterTable").is_none() {
             errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)".into());
         }
+        let bad_records = BadRecordPolicy::parse(p.get("badRecordPolicy").unwrap_or("FAIL"))
+            .map_err(|e| errs.push(e))
+            .unwrap_or_default();
+        if bad_records == BadRecordPolicy::LogAndDrop && dlq.is_some() {
+            errs.push("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table, and outputDeadletterTable is set: bad records go to that table. Drop one of the two".into());
+        }
         let source = crate::kafka::params::read_source(p, &flags.job_name, &mut errs);
         let streams = storage_write_streams(p).unwrap_or_else(|e| {
             errs.push(e);
@@ -228,6 +260,7 @@ impl KafkaToBqConfig {
             persist_key: p.flag("persistKafkaKey"),
             udf,
             dlq,
+            bad_records,
             delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
             streams,
             triggering_frequency: Duration::from_secs_f64(freq),

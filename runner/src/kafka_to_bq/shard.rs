@@ -15,7 +15,7 @@ use super::{JobCtx, Mapping};
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
 use crate::kafka;
-use crate::kafka_to_bq::config::Delivery;
+use crate::kafka_to_bq::config::{BadRecordPolicy, Delivery};
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageStats};
@@ -412,15 +412,16 @@ impl Shard {
         let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
         counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
         let mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
-        let has_dlq = match &self.writer {
-            Writer::Bq(bq) => bq.dlq.is_some(),
-            Writer::Stats => ctx.cfg.dlq.is_some(),
-        };
+        let keep_bad = ctx.cfg.bad_records == BadRecordPolicy::LogAndDrop
+            || match &self.writer {
+                Writer::Bq(bq) => bq.dlq.is_some(),
+                Writer::Stats => ctx.cfg.dlq.is_some(),
+            };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
         ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
         let (slot, stages) = (self.slot.clone(), &mut self.stages);
         let mut mapped = slot
-            .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, has_dlq, stages, &mut counts))
+            .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, keep_bad, stages, &mut counts))
             .await?;
         let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
         apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
@@ -520,7 +521,7 @@ impl Shard {
                         Which::Side(t) => Some(t.clone()),
                         _ => None,
                     };
-                    if dlq.is_none() {
+                    if dlq.is_none() && ctx.cfg.bad_records == BadRecordPolicy::Fail {
                         bail!("{}", refused_without_dlq(&ctx, cut, mapped, table.as_deref(), &errs));
                     }
                     reject_rows(&ctx, cut, mapped, table.as_deref(), &errs, entry, counts)?;
@@ -535,11 +536,14 @@ impl Shard {
                     // The refused rows joined the dead-letter rows, none of which were
                     // sent yet (they go last): split them anew.
                     plans.dlq = dlq.as_ref().map(|d| d.plan(&mapped.dlq_rows)).unwrap_or_default();
+                    let to =
+                        if dlq.is_some() { "the dead-letter table" } else { "the log (badRecordPolicy=LOG_AND_DROP)" };
                     tracing::warn!(
                         shard = self.id,
                         batch = entry.batch,
                         rejected = errs.len(),
-                        "BigQuery rejected rows; they go to the dead-letter table"
+                        to,
+                        "BigQuery rejected rows"
                     );
                 }
                 Step::StreamGone { which, stream, message } => {
@@ -609,7 +613,14 @@ impl Shard {
             kafka::commit_positions(&self.consumer, &ctx.cfg.source.topic, &cut.positions);
         }
         counts.written = mapped.rows_written();
-        counts.dead_lettered = mapped.dlq_rows.len() as u64;
+        match ctx.cfg.dlq {
+            Some(_) => counts.dead_lettered = mapped.dlq_rows.len() as u64,
+            None => {
+                // badRecordPolicy=LOG_AND_DROP: the rows were logged, never sent.
+                counts.bad_dropped = mapped.dlq_rows.len() as u64;
+                counts.by_class.clear();
+            }
+        }
         counts.udf_dropped = mapped.dropped;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));

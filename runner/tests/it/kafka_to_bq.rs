@@ -196,6 +196,49 @@ async fn without_a_dead_letter_table_a_bad_record_stops_the_job_and_nothing_is_l
     assert_eq!(dl, 1);
 }
 
+/// `badRecordPolicy=LOG_AND_DROP` is Google's behaviour without a dead-letter table:
+/// records that cannot be mapped, and rows BigQuery refuses, are logged, counted and
+/// dropped; every other row lands once and the job does not stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_dead_letter_table_log_and_drop_logs_counts_and_goes_on() {
+    let s = stack();
+    let f = s.fixture("logdrop", 1).await;
+    // 60 messages, every 10th bad (6 transform errors); of the good ones, the emulator
+    // refuses those whose message holds the marker (seeded, so the test knows which).
+    let p = f.produce(&s, 0, 60, Some(10)).await;
+    let marker = "Qz";
+    let refused = (0..60u64)
+        .filter(|id| {
+            id % 10 != 9 && String::from_utf8_lossy(&flexrun::local::seed_message(*id, 42, 962)).contains(marker)
+        })
+        .count() as u64;
+    assert!(refused > 0, "the marker picks some good rows");
+    table_faults(&f.table, &format!(r#""reject_rows_containing": "{marker}""#));
+    let ck = tempfile::tempdir().unwrap();
+    let sum = ck.path().join("summary.json");
+    let params = f.params(&s, "badRecordPolicy=LOG_AND_DROP");
+    let o =
+        run_job("logdrop", ck.path(), &params, "2s", &["--batch-rows", "20", "--summary-json", sum.to_str().unwrap()]);
+    reset_faults(&f.table);
+    assert!(o.status.success(), "{}", text(&o));
+    let sm = &summary(&sum)["summary"];
+    assert_eq!(sm["bad_records_dropped"].as_u64(), Some(p.bad + refused), "{sm}");
+    assert_eq!(sm["dead_lettered"].as_u64(), Some(0), "{sm}");
+    let want = (p.good - refused) as i64;
+    assert_eq!(s.count(&f.table).await, (want, want));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("read = written + dead-lettered + bad records dropped: yes"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let logged = err.matches("bad record dropped (badRecordPolicy=LOG_AND_DROP").count() as u64;
+    assert_eq!(logged, p.bad + refused, "each dropped record is logged once: {err}");
+    assert!(err.contains(r#"stage="write" error="BigQuery rejected the row"#), "a refused row is logged: {err}");
+    // With a dead-letter table the two are contradictory: exit 2, naming both.
+    let both = f.params(&s, &format!("badRecordPolicy=LOG_AND_DROP,outputDeadletterTable={}", f.dlq));
+    let o = run_job("logdrop2", ck.path(), &both, "2s", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table"), "{}", text(&o));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_and_a_restart_resumes() {
     let s = stack();

@@ -263,6 +263,8 @@ async fn bad_parameters_are_named_and_exit_2() {
         ("/tmp/x/".to_string(), "outputFileFormat=PARQUET", "outputFileFormat=PARQUET: messageFormat=JSON writes TEXT"),
         ("/tmp/x/".to_string(), "outputFileFormat=CSV", "outputFileFormat"),
         ("/tmp/x/".to_string(), "offsetGapPolicy=SOMETIMES", "offsetGapPolicy"),
+        ("/tmp/x/".to_string(), "kafkaIsolationLevel=serializable", "kafkaIsolationLevel"),
+        ("/tmp/x/".to_string(), "kafkaTlsHostnameVerification=NO", "kafkaTlsHostnameVerification"),
         ("/tmp/x/".to_string(), "maxTimestampSkew=1d", "maxTimestampSkew"),
         ("/tmp/x/".to_string(), "maxTimestampSkew=0s", "maxTimestampSkew"),
         // Google's parameter names are known, and refused with the reason (issue 30).
