@@ -56,6 +56,37 @@ pub fn table_schema(w: &WriterSchema, with_key: bool) -> Result<BqSchema, AvroSc
     BqSchema::from_json(&Value::Array(fields)).map_err(|e| AvroSchemaError(e.to_string()))
 }
 
+/// The columns of `w`'s table (dotted paths, with their type) that take the BigQuery
+/// type of an Avro logical type Google's template maps otherwise (see the module
+/// docs): DATE, TIME, TIMESTAMP and DATETIME. A table flexrun created has these where
+/// Google's template would write TIMESTAMP or INTEGER values, so `flexrun export`
+/// names them.
+///
+/// ```
+/// use flexrun::avro::{table::google_mapping_differences, WriterSchema};
+/// let w = WriterSchema::parse(r#"{"type":"record","name":"R","fields":[
+///     {"name":"id","type":"long"},
+///     {"name":"day","type":{"type":"int","logicalType":"date"}},
+///     {"name":"at","type":{"type":"record","name":"A","fields":[
+///         {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}}]}"#).unwrap();
+/// assert_eq!(google_mapping_differences(&w).unwrap(), ["day (DATE)", "at.ts (TIMESTAMP)"]);
+/// ```
+pub fn google_mapping_differences(w: &WriterSchema) -> Result<Vec<String>, AvroSchemaError> {
+    fn walk(s: &BqSchema, prefix: &str, out: &mut Vec<String>) {
+        for c in &s.columns {
+            let path = format!("{prefix}{}", c.name);
+            match (&c.fields, c.type_name.as_str()) {
+                (Some(f), _) => walk(f, &format!("{path}."), out),
+                (None, t @ ("DATE" | "TIME" | "TIMESTAMP" | "DATETIME")) => out.push(format!("{path} ({t})")),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&table_schema(w, false)?, "", &mut out);
+    Ok(out)
+}
+
 /// One column for a field of schema `s`.
 fn field(w: &WriterSchema, name: &str, s: &Schema, depth: usize) -> Result<Value, AvroSchemaError> {
     if depth > 15 {

@@ -137,8 +137,36 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     if !left_out.is_empty() {
         notes.push(format!("flexrun-only, left out: {}", left_out.join(", ")));
     }
+    notes.extend(avro_mapping_note(t, &resolved));
     l.notes = notes;
     Ok(l)
+}
+
+/// For an Avro kafka-to-bq job, where flexrun's Avro → BigQuery mapping and Google's
+/// differ: the columns by name when the schema is a local file, else in general.
+fn avro_mapping_note(t: &flexrun_templates::Template, p: &flexrun_templates::ResolvedParams) -> Option<String> {
+    let format = p.get("messageFormat").unwrap_or_default();
+    if t.name != "kafka-to-bq" || !format.starts_with("AVRO") {
+        return None;
+    }
+    let why = "flexrun gives Avro logical types their BigQuery types, where Google's template makes date a TIMESTAMP column (whose values then fail), reads timestamp-millis as microseconds and makes timestamp-micros and time-* INTEGER columns";
+    let path = match (format, p.get("schemaFormat")) {
+        ("AVRO_BINARY_ENCODING", _) => p.get("binaryAvroSchemaPath"),
+        (_, Some("SCHEMA_REGISTRY")) => None,
+        _ => p.get("confluentAvroSchemaPath"),
+    };
+    let Some(path) = path else {
+        return Some(format!("Avro mapping: {why}. With a Schema Registry the columns are not known here: before Google's template writes to a table flexrun created, check its DATE, TIME, TIMESTAMP and DATETIME columns"));
+    };
+    let cols = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| crate::avro::WriterSchema::parse(&text).map_err(|e| e.to_string()))
+        .and_then(|w| crate::avro::table::google_mapping_differences(&w).map_err(|e| e.to_string()));
+    match cols {
+        Ok(c) if c.is_empty() => None,
+        Ok(c) => Some(format!("Avro mapping: {why}. A table flexrun created from {path} has {}: Google's template cannot write those columns as it writes them; let it create a new table (another outputTableSpec), or keep the job on flexrun", c.join(", "))),
+        Err(e) => Some(format!("Avro mapping: {why}; {path} could not be read to name the columns ({e})")),
+    }
 }
 
 /// Run `flexrun export`.

@@ -1,4 +1,5 @@
-//! How a generated JSON document goes out: as it is, or as an Avro record.
+//! How a generated JSON document goes out: compact JSON (as Google's Kafka and Cloud
+//! Storage writers send it), as rendered, or as an Avro record.
 //!
 //! Avro to Kafka is framed as kafka-to-bq's `messageFormat` expects: Confluent wire
 //! format (magic byte 0, the schema id, the datum) or the datum alone. With a Schema
@@ -14,8 +15,11 @@ use apache_avro::types::Value;
 
 /// Turns generated documents into message bytes.
 pub enum Encoder {
-    /// The JSON text itself.
-    Json,
+    /// The JSON text: compacted ([`compact_json`]) or as rendered.
+    Json {
+        /// Remove the whitespace between tokens.
+        compact: bool,
+    },
     /// An Avro record.
     Avro {
         /// The schema.
@@ -28,9 +32,10 @@ pub enum Encoder {
 }
 
 impl Encoder {
-    /// The encoder for `avro` (None: JSON); registers the schema for `topic` if asked.
-    pub async fn new(avro: Option<&AvroOutput>, topic: Option<&str>) -> Result<Encoder> {
-        let Some(a) = avro else { return Ok(Encoder::Json) };
+    /// The encoder for `avro` (None: JSON, `compact` or not); registers the schema for
+    /// `topic` if asked.
+    pub async fn new(avro: Option<&AvroOutput>, topic: Option<&str>, compact: bool) -> Result<Encoder> {
+        let Some(a) = avro else { return Ok(Encoder::Json { compact }) };
         let schema = WriterSchema::parse(&a.schema).with_context(|| a.schema_path.clone())?;
         let id = match (a.confluent, &a.registry, topic) {
             (false, _, _) => None,
@@ -70,7 +75,46 @@ impl Encoder {
                 }
                 Ok(out.as_slice())
             }
+            (Encoder::Json { compact: true }, _) => {
+                compact_json(json, out)?;
+                Ok(out.as_slice())
+            }
             _ => Ok(json.as_bytes()),
         }
     }
+}
+
+/// `doc` without the whitespace between its tokens, into `out`, as Google's generator
+/// sends JSON to Kafka and Cloud Storage: it parses each rendered document with Gson
+/// and writes `JsonParser.parseString(..).toString()` (`StreamingDataGeneratorWriteToKafka`).
+/// Strings are kept byte for byte (Gson would also rewrite escapes such as `\/`,
+/// which generated text rarely has). A document that is not JSON is an error, as it
+/// is for Gson.
+///
+/// ```
+/// let mut out = Vec::new();
+/// flexrun::data_generator::encode::compact_json("{\n  \"a\": \"x y\",\n  \"b\": [1, 2]\n}\n", &mut out).unwrap();
+/// assert_eq!(out, br#"{"a":"x y","b":[1,2]}"#);
+/// assert!(flexrun::data_generator::encode::compact_json("{\"a\": }", &mut out).is_err());
+/// ```
+pub fn compact_json(doc: &str, out: &mut Vec<u8>) -> Result<()> {
+    serde_json::from_str::<serde::de::IgnoredAny>(doc)
+        .map_err(|e| anyhow!("the generated document is not JSON ({e}), so it cannot be sent compacted as Google's generator sends it; fix the schema, or set compactJson=false to send the text as rendered"))?;
+    out.clear();
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in doc.as_bytes() {
+        if in_string {
+            out.push(b);
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            in_string = b == b'"';
+            out.push(b);
+        }
+    }
+    Ok(())
 }

@@ -52,6 +52,18 @@ pub struct GeneratorConfig {
     pub seed: u64,
     /// `outputType=AVRO`: encode each document as a record of this schema.
     pub avro: Option<AvroOutput>,
+    /// `compactJson`: JSON goes out without whitespace between tokens, as Google's does.
+    pub compact: bool,
+}
+
+/// Google's built-in schemas (`schemaTemplate`), as its `StreamingDataGenerator.SchemaTemplate`
+/// defines them.
+pub fn builtin_schema(name: &str) -> Option<&'static str> {
+    match name {
+        "GAME_EVENT" => Some(include_str!("schemas/GAME_EVENT.json")),
+        "LOG_ENTRY" => Some(include_str!("schemas/LOG_ENTRY.json")),
+        _ => None,
+    }
 }
 
 /// Avro output settings (`outputType=AVRO`).
@@ -89,10 +101,15 @@ impl GeneratorConfig {
                     (String::new(), loc.to_string())
                 }
             },
-            (None, Some(t)) => {
-                errs.push(format!("schemaTemplate={t}: the built-in {t} schema is not bundled with flexrun; write it as a JSON Data Generator file and pass schemaLocation"));
-                (String::new(), String::new())
-            }
+            (None, Some(t)) => match builtin_schema(t) {
+                Some(text) => (text.to_string(), format!("schemaTemplate={t}")),
+                None => {
+                    errs.push(format!(
+                        "schemaTemplate={t}: expected GAME_EVENT or LOG_ENTRY (Google's built-in schemas)"
+                    ));
+                    (String::new(), String::new())
+                }
+            },
             (None, None) => {
                 errs.push(
                     "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required"
@@ -152,6 +169,7 @@ impl GeneratorConfig {
             sink,
             seed: seed.unwrap_or_else(|| rand::Rng::random(&mut rand::rng())),
             avro,
+            compact: p.get("compactJson") != Some("false"),
         })
     }
 }
@@ -211,15 +229,9 @@ pub struct GeneratorReport {
     pub cpu_s: f64,
 }
 
-/// Run a generator until its limit, or until `cancel` becomes true.
-pub async fn run(
-    cfg: GeneratorConfig,
-    cancel: tokio::sync::watch::Receiver<bool>,
-    progress: bool,
-) -> Result<GeneratorReport> {
-    let mut generator =
-        Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
-    let mut sink = match &cfg.sink {
+/// The destination `cfg` names, opened (a file's directory is created).
+async fn open_sink(cfg: &GeneratorConfig) -> Result<sink::Sink> {
+    Ok(match &cfg.sink {
         SinkSpec::Kafka { bootstrap, topic } => sink::Sink::kafka(bootstrap, topic).await?,
         SinkSpec::File(path) => {
             if let Some(d) = path.parent() {
@@ -239,28 +251,41 @@ pub async fn run(
         }
         SinkSpec::Stdout => sink::Sink::Stdout(std::io::BufWriter::new(std::io::stdout())),
         SinkSpec::Null => sink::Sink::Null,
+    })
+}
+
+/// A bar to `limit` messages (a spinner without one), or a hidden one.
+fn progress_bar(show: bool, limit: Option<u64>) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = match limit {
+        Some(l) => indicatif::ProgressBar::new(l),
+        None => indicatif::ProgressBar::new_spinner(),
     };
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} messages [{elapsed_precise}] {per_sec} {msg}")
+            .expect("template"),
+    );
+    b
+}
+
+/// Run a generator until its limit, or until `cancel` becomes true.
+pub async fn run(
+    cfg: GeneratorConfig,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    progress: bool,
+) -> Result<GeneratorReport> {
+    let mut generator =
+        Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
+    let mut sink = open_sink(&cfg).await?;
     let topic = match &cfg.sink {
         SinkSpec::Kafka { topic, .. } => Some(topic.as_str()),
         _ => None,
     };
-    let mut encoder = encode::Encoder::new(cfg.avro.as_ref(), topic).await?;
+    let mut encoder = encode::Encoder::new(cfg.avro.as_ref(), topic, cfg.compact).await?;
     let schedule = rate::Schedule::new(cfg.qps, cfg.limit);
-    let bar = if progress {
-        let b = match cfg.limit {
-            Some(l) => indicatif::ProgressBar::new(l),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {pos}/{len} messages [{elapsed_precise}] {per_sec} {msg}",
-            )
-            .expect("template"),
-        );
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar(progress, cfg.limit);
     let t0 = Instant::now();
     // The generate loop is CPU-bound and blocking; run it on its own thread.
     let handle = tokio::task::spawn_blocking(move || -> Result<(GeneratorReport, sink::Sink)> {

@@ -191,12 +191,53 @@ fn generator_parameters_are_checked_before_anything_runs() {
             format!("qps=10,schemaLocation={},sinkType=STDOUT", bad.display()),
             "line 2, column 11: unknown function alphaNumerc()",
         ),
+        ("qps=10,schemaTemplate=CLICKS,sinkType=STDOUT".into(), "schemaTemplate"),
+        (format!("qps=10,schemaLocation={},sinkType=STDOUT,compactJson=maybe", good.display()), "compactJson"),
     ];
     for (params, want) in cases {
         let o = generator(&params);
         assert_eq!(o.status.code(), Some(2), "{params}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "{params}: expected {want:?} in {}", stderr(&o));
     }
+}
+
+/// Google's built-in schemas run, and JSON goes out compact as Google's generator
+/// re-serialises it (Gson), unless compactJson=false.
+#[test]
+fn generator_bundles_googles_schema_templates_and_sends_compact_json() {
+    let run = |params: &str| {
+        let o = flexrun(&["--template", "streaming-data-generator", "--seed", "7", "--parameters", params]);
+        assert!(o.status.success(), "{params}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let game = run("qps=100000,schemaTemplate=GAME_EVENT,sinkType=STDOUT,messagesLimit=50");
+    let lines: Vec<&str> = game.lines().collect();
+    assert_eq!(lines.len(), 50, "one compact document per line: {game}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(
+            ["A Break In the Ice", "Ghosts of Perdition", "Survive the Low Road"]
+                .contains(&v["quest"].as_str().unwrap()),
+            "{l}"
+        );
+        let score = v["score"].as_i64().unwrap();
+        assert!((100..=10000).contains(&score), "{l}");
+        assert!(!l.contains(": ") && !l.contains(", "), "no whitespace between tokens: {l}");
+    }
+    assert!(lines[0].starts_with(r#"{"eventId":""#), "{}", lines[0]);
+    let log = run("qps=100000,schemaTemplate=LOG_ENTRY,sinkType=STDOUT,messagesLimit=5");
+    let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert!(first["jsonPayload"]["connection"]["dest_port"].is_i64(), "{first}");
+    assert!(first["jsonPayload"]["dest_instance"]["project_id"].as_str().unwrap().starts_with("PROJECT"), "{first}");
+    // As rendered: Google's template text is indented over several lines.
+    let rendered = run("qps=100000,schemaTemplate=GAME_EVENT,sinkType=STDOUT,messagesLimit=1,compactJson=false");
+    assert!(rendered.starts_with("{\n  \"eventId\": \""), "{rendered}");
+    assert!(
+        rendered.len() > lines[0].len() + 20,
+        "compaction shortens the message: {} vs {}",
+        rendered.len(),
+        lines[0].len()
+    );
 }
 
 #[test]
@@ -629,6 +670,37 @@ fn export_prints_a_gcloud_command_that_flexrun_reads_back_as_the_same_job() {
     );
     let notes = j["notes"].to_string();
     assert!(notes.contains("KAFKA_BOOTSTRAP_ADDRESS") && notes.contains("left out: --checkpoint-dir"), "{notes}");
+}
+
+/// Flexrun-only parameters stay out of the Dataflow launch (Google's template would
+/// refuse it), and an Avro job names the columns whose mapping differs from Google's.
+#[test]
+fn export_leaves_out_flexrun_parameters_and_names_avro_mapping_differences() {
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("order.avsc");
+    std::fs::write(
+        &avsc,
+        r#"{"type":"record","name":"Order","fields":[
+        {"name":"id","type":"long"},
+        {"name":"day","type":{"type":"int","logicalType":"date"}},
+        {"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}}]}"#,
+    )
+    .unwrap();
+    let params = format!("readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=AVRO_BINARY_ENCODING,binaryAvroSchemaPath={},outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE,offsetGapPolicy=SKIP,kafkaIsolationLevel=read_uncommitted", avsc.display());
+    let o = flexrun(&["export", "--template", "kafka-to-bq", "--parameters", &params, "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = &j["rest"]["body"]["launchParameter"]["parameters"];
+    assert!(sent.get("offsetGapPolicy").is_none() && sent.get("kafkaIsolationLevel").is_none(), "{sent}");
+    assert!(!j["gcloud"].as_str().unwrap().contains("offsetGapPolicy"), "{}", j["gcloud"]);
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("offsetGapPolicy=SKIP: flexrun's own parameter, left out"), "{notes}");
+    assert!(notes.contains("has day (DATE), at (TIMESTAMP)"), "{notes}");
+    // Nothing to say for a schema without logical types.
+    std::fs::write(&avsc, r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}"#).unwrap();
+    let o = flexrun(&["export", "--template", "kafka-to-bq", "--parameters", &params, "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!j["notes"].to_string().contains("Avro mapping"), "{}", j["notes"]);
 }
 
 #[test]
