@@ -131,6 +131,10 @@ install_gcs_emulator() {
 
 install() {
   mkdir -p "$STACK"
+  # One install at a time (scripts/test.sh installs in the background while it builds,
+  # and a demo may start meanwhile): the second waits for the first, then finds it done.
+  exec 9>"$STACK/.install.lock"
+  flock 9
   install_bqemulator
   install_gcs_emulator
   install_tansu

@@ -4,9 +4,14 @@
 use std::process::{Command, Output};
 
 fn flexrun(args: &[&str]) -> Output {
+    // Jobs of this test process under a checkpoint root of its own: tests run in
+    // parallel, and two generator runs of the default job name under the user's root
+    // met at its lock (one failed with "already running").
+    let root = std::env::temp_dir().join(format!("flexrun-cli-{}", std::process::id()));
     Command::new(env!("CARGO_BIN_EXE_flexrun"))
         .args(args)
         .env("FLEXRUN_LOG", "warn")
+        .env("FLEXRUN_CHECKPOINT_DIR", root)
         .env_remove("BIGQUERY_EMULATOR_HOST")
         .env_remove("BIGQUERY_STORAGE_EMULATOR_HOST")
         .output()
