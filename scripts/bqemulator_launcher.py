@@ -69,6 +69,18 @@ stock emulator is lenient, the launcher makes it behave as documented:
    create_write_stream, get_write_stream, append_requests, default_stream_appends
    (those on the `_default` stream), injected_failures (and by call: injected_create,
    injected_get, injected_append) and rows_rejected.
+10. tables.insert refuses partitioning and clustering that BigQuery refuses, with
+   400 "invalid" (stock: stores any field name and any column type, and answers an
+   unknown partition type with 500). The rules, from Google's pages:
+   "The partitioning column must be either a scalar DATE, TIMESTAMP, or DATETIME
+   column. While the mode of the column can be REQUIRED or NULLABLE, it cannot be
+   REPEATED" and "must be a top-level field"
+   (https://cloud.google.com/bigquery/docs/creating-column-partitions);
+   "The supported types are DAY, HOUR, MONTH, and YEAR" (TimePartitioning.type);
+   "Clustering columns must be top-level, non-repeated columns of one of the following
+   types: DATE BOOL GEOGRAPHY INT64 NUMERIC BIGNUMERIC STRING TIMESTAMP DATETIME" and
+   "You can specify up to four clustering columns"
+   (https://cloud.google.com/bigquery/docs/creating-clustered-tables).
 
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
@@ -464,6 +476,49 @@ def _adding_columns(orig):
     return update_table
 
 
+_PARTITION_TYPES = {"DATE", "TIMESTAMP", "DATETIME"}
+_CLUSTER_TYPES = {"DATE", "BOOL", "BOOLEAN", "GEOGRAPHY", "INT64", "INTEGER", "NUMERIC", "BIGNUMERIC",
+                  "STRING", "TIMESTAMP", "DATETIME"}
+
+
+def _layout_problem(body):
+    """Why BigQuery would refuse this tables.insert body's partitioning or clustering."""
+    cols = {f.get("name", "").lower(): f for f in (body.get("schema") or {}).get("fields") or []}
+
+    def column(name, allowed, what):
+        f = cols.get((name or "").lower())
+        if f is None:
+            return f"{what} field {name} not found in the table schema"
+        if f.get("mode", "NULLABLE").upper() == "REPEATED" or f.get("type", "").upper() not in allowed:
+            return f"{what} field {name} has type {f.get('mode', 'NULLABLE')} {f.get('type')}, which is not allowed"
+        return None
+
+    tp = body.get("timePartitioning")
+    if tp is not None:
+        if tp.get("type", "DAY") not in ("DAY", "HOUR", "MONTH", "YEAR"):
+            return f"timePartitioning.type {tp.get('type')} is not one of DAY, HOUR, MONTH, YEAR"
+        if tp.get("field") and (why := column(tp["field"], _PARTITION_TYPES, "Partitioning")):
+            return why
+    fields = (body.get("clustering") or {}).get("fields") or []
+    if len(fields) > 4:
+        return f"Too many clustering fields: {len(fields)}, only 4 allowed"
+    for name in fields:
+        if why := column(name, _CLUSTER_TYPES, "Clustering"):
+            return why
+    return None
+
+
+def _checking_layout(orig):
+    def rest_to_table_meta(project_id, dataset_id, body, clock, existing=None):
+        from bqemulator.domain.errors import ValidationError
+
+        if existing is None and (why := _layout_problem(body)):
+            raise ValidationError(why)
+        return orig(project_id, dataset_id, body, clock, existing)
+
+    return rest_to_table_meta
+
+
 def _start_fault_server():
     port = int(os.environ.get("FLEXRUN_BQ_FAULT_PORT", "0") or 0)
     if port:
@@ -474,7 +529,10 @@ def _start_fault_server():
 from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository  # noqa: E402
 from bqemulator.catalog.memory_repository import MemoryCatalogRepository  # noqa: E402
 
+from bqemulator.api.routes import tables as tables_routes  # noqa: E402
+
 for owner, name in [
+    (tables_routes, "_rest_to_table_meta"),
     (DuckDBCatalogRepository, "update_table"),
     (MemoryCatalogRepository, "update_table"),
     (snapshots.SnapshotManager, "record_change"),
@@ -516,6 +574,7 @@ write_servicer.BigQueryWriteHandler.__init__ = _init
 write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
 write_servicer.BigQueryWriteHandler._handle_get_write_stream = _get
 write_servicer.BigQueryWriteHandler._handle_append_rows = _append
+tables_routes._rest_to_table_meta = _checking_layout(tables_routes._rest_to_table_meta)
 for _repo in (DuckDBCatalogRepository, MemoryCatalogRepository):
     _repo.update_table = _adding_columns(_repo.update_table)
 _start_fault_server()

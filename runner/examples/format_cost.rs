@@ -78,7 +78,7 @@ fn main() {
                 let t = Instant::now();
                 let mut ok = 0usize;
                 for m in msgs {
-                    ok += mapper.map_message(None, m, &mut row).is_ok() as usize;
+                    ok += mapper.map_message(None, m, None, &mut row).is_ok() as usize;
                 }
                 let secs = t.elapsed().as_secs_f64();
                 assert_eq!(ok, msgs.len(), "{shape}/{name}: every message maps");

@@ -24,6 +24,6 @@ pub mod params;
 
 pub use metadata::{builtin, find, find_by_gcs_path, Parameter, Template, TemplateError};
 pub use params::{
-    invalid_template_parameters, parse_parameter_list, validate, ParamError, ParamErrors, ParameterViolation,
+    invalid_template_parameters, parse_parameter_list, validate, ParamError, ParamErrors, ParameterViolation, Problems,
     ResolvedParams,
 };

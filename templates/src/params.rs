@@ -1,7 +1,7 @@
 //! `--parameters` parsing (gcloud's dictionary syntax) and validation against a template.
 
 use crate::metadata::Template;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Dataflow pipeline options that Google's tooling also accepts inside `--parameters`
@@ -75,6 +75,25 @@ pub enum ParamError {
     /// A combination of values that cannot work together.
     #[error("{0}")]
     Conflict(String),
+    /// A launch rule of the template (what Google's pipeline checks when it starts,
+    /// or a limit of flexrun's), found while the parameters are read into the
+    /// template's typed configuration. The message names the parameter and the fix.
+    #[error("{0}")]
+    Launch(String),
+}
+
+impl From<String> for ParamError {
+    /// A launch-rule message ([`ParamError::Launch`]).
+    fn from(message: String) -> ParamError {
+        ParamError::Launch(message)
+    }
+}
+
+impl From<&str> for ParamError {
+    /// A launch-rule message ([`ParamError::Launch`]).
+    fn from(message: &str) -> ParamError {
+        ParamError::Launch(message.to_string())
+    }
 }
 
 /// All the problems found in one set of parameters.
@@ -95,11 +114,47 @@ impl fmt::Display for ParamErrors {
 
 impl std::error::Error for ParamErrors {}
 
+/// The problems found while one template's parameters are read into its typed
+/// configuration: every problem is collected, so a launch reports them all at once.
+///
+/// ```
+/// use flexrun_templates::{ParamError, Problems};
+/// let mut problems = Problems::default();
+/// problems.push("windowDuration=7x: expected a duration such as 5m");
+/// problems.push(ParamError::Invalid { name: "qps".into(), value: "-1".into(), expected: "above 0".into() });
+/// let errors = problems.into_result().unwrap_err();
+/// assert_eq!(errors.0.len(), 2);
+/// assert!(errors.to_string().contains("windowDuration=7x"));
+/// ```
+#[derive(Debug, Default)]
+pub struct Problems(Vec<ParamError>);
+
+impl Problems {
+    /// Record a problem: a [`ParamError`], or a launch-rule message naming its parameter.
+    pub fn push(&mut self, problem: impl Into<ParamError>) {
+        self.0.push(problem.into());
+    }
+
+    /// Whether nothing was found wrong so far.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `Ok(())` when nothing was found wrong, else every problem.
+    pub fn into_result(self) -> Result<(), ParamErrors> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ParamErrors(self.0))
+        }
+    }
+}
+
 impl ParamError {
     /// The parameter the error is about (None for a malformed list).
     pub fn parameter(&self) -> Option<&str> {
         match self {
-            ParamError::Malformed { .. } | ParamError::Conflict(_) => None,
+            ParamError::Malformed { .. } | ParamError::Conflict(_) | ParamError::Launch(_) => None,
             ParamError::Duplicate { name }
             | ParamError::Missing { name, .. }
             | ParamError::Unknown { name, .. }
@@ -131,6 +186,15 @@ impl ParameterViolation {
             .unwrap_or_default();
         ParameterViolation { parameter, description: message.to_string() }
     }
+
+    /// The violation for one problem: its own parameter where it names one, else the
+    /// template parameter its message names first.
+    pub fn from_error(template: &crate::Template, e: &ParamError) -> ParameterViolation {
+        match e.parameter() {
+            Some(name) => ParameterViolation { parameter: name.to_string(), description: e.to_string() },
+            None => ParameterViolation::from_message(template, &e.to_string()),
+        }
+    }
 }
 
 /// The error Dataflow's API returns for bad template parameters (HTTP 400,
@@ -159,12 +223,28 @@ pub struct ResolvedParams {
     pub given: Vec<String>,
     /// Dataflow pipeline options passed inside `--parameters`.
     pub pipeline_options: BTreeMap<String, String>,
+    /// Every parameter name the template's YAML defines (filled by [`validate`]).
+    pub known: BTreeSet<String>,
 }
 
 impl ResolvedParams {
     /// The value of a parameter, if given or defaulted.
+    ///
+    /// # Panics
+    /// When `name` is not a parameter of the template these values were validated
+    /// against: the code would read a name that no user can set, and the YAML's
+    /// default would never apply. That is a bug in flexrun, and every test that
+    /// launches a template finds it on the path it runs.
     pub fn get(&self, name: &str) -> Option<&str> {
+        self.check_known(name);
         self.values.get(name).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    fn check_known(&self, name: &str) {
+        assert!(
+            self.known.is_empty() || self.known.contains(name) || PIPELINE_OPTIONS.contains(&name),
+            "flexrun reads parameter {name:?}, which the template's YAML does not define"
+        );
     }
 
     /// A parameter parsed as `T`, with the template's default filled in (so a default
@@ -195,8 +275,15 @@ impl ResolvedParams {
         self.get(name) == Some("true")
     }
 
+    /// Whether the template defines `name` (code shared between templates asks this
+    /// before it reads a parameter only some of them have).
+    pub fn defines(&self, name: &str) -> bool {
+        self.known.is_empty() || self.known.contains(name)
+    }
+
     /// Whether the user set this parameter explicitly.
     pub fn was_given(&self, name: &str) -> bool {
+        self.check_known(name);
         self.given.iter().any(|g| g == name)
     }
 }
@@ -246,7 +333,10 @@ fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
 /// required parameters. Returns every problem found, not just the first.
 pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<ResolvedParams, ParamErrors> {
     let mut errors = Vec::new();
-    let mut out = ResolvedParams::default();
+    let mut out = ResolvedParams {
+        known: template.parameters.iter().map(|p| p.name.clone()).collect(),
+        ..ResolvedParams::default()
+    };
     for (name, value) in pairs {
         if out.given.contains(name) || out.pipeline_options.contains_key(name) {
             errors.push(ParamError::Duplicate { name: name.clone() });
@@ -399,6 +489,27 @@ mod tests {
         let r = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t,maxNumWorkers=10")).unwrap();
         assert_eq!(r.pipeline_options.get("maxNumWorkers").map(String::as_str), Some("10"));
         assert!(r.get("maxNumWorkers").is_none());
+    }
+
+    #[test]
+    #[should_panic(expected = "which the template's YAML does not define")]
+    fn reading_a_name_the_yaml_lacks_is_a_bug_that_panics() {
+        let r = validate(k2bq(), &pairs("readBootstrapServerAndTopic=h:1;t")).unwrap();
+        assert_eq!(r.get("outputTableSpec"), None, "a known name reads");
+        let _ = r.get("outputTableSpc");
+    }
+
+    #[test]
+    fn launch_problems_are_collected_and_keep_their_parameter() {
+        let mut p = Problems::default();
+        assert!(p.is_empty());
+        p.push("useBigQueryDLQ=true requires outputDeadletterTable");
+        p.push(ParamError::Invalid { name: "qps".into(), value: "x".into(), expected: "a number".into() });
+        let e = p.into_result().unwrap_err();
+        let v: Vec<_> = e.0.iter().map(|e| ParameterViolation::from_error(k2bq(), e)).collect();
+        assert_eq!(v[0].parameter, "useBigQueryDLQ");
+        assert_eq!(v[1].parameter, "qps");
+        assert!(Problems::default().into_result().is_ok());
     }
 
     #[test]

@@ -79,7 +79,7 @@ impl WriterSchema {
 /// `schemaRegistryAuthenticationMode`: NONE only (both templates). A mode that is not
 /// built is refused, never accepted and then ignored (which would send the registry
 /// unauthenticated requests the user did not ask for).
-pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut Vec<String>) {
+pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut flexrun_templates::Problems) {
     match p.get("schemaRegistryAuthenticationMode").unwrap_or("NONE") {
         "NONE" => {}
         m => errs.push(format!(
@@ -90,7 +90,11 @@ pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut Vec
 
 /// A schema file parameter: a local path whose file is a valid Avro schema (checked now,
 /// so a bad file is a bad parameter, exit 2, rather than a failure after connecting).
-pub fn schema_file_param(p: &flexrun_templates::ResolvedParams, name: &str, errs: &mut Vec<String>) -> String {
+pub fn schema_file_param(
+    p: &flexrun_templates::ResolvedParams,
+    name: &str,
+    errs: &mut flexrun_templates::Problems,
+) -> String {
     let v = p.get(name).unwrap_or_default().to_string();
     if v.starts_with("gs://") {
         errs.push(format!("{name}={v}: Cloud Storage is not reachable from here; give a local .avsc file path"));

@@ -6,6 +6,8 @@
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
 //! - [`schema`]: a table's schema (columns, modes, fingerprint).
+//! - [`layout`]: partitioning and clustering of a table flexrun creates, checked by
+//!   BigQuery's documented rules.
 //! - [`target`]: a retrying append target (reconnect, stream replacement, unbounded
 //!   jittered backoff on transient errors).
 //!
@@ -13,6 +15,7 @@
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
 //! matching flags; with neither, Google's endpoints.
 
+pub mod layout;
 pub mod proto;
 pub mod rest;
 pub mod schema;

@@ -1,14 +1,17 @@
 //! REST calls through `gcp-bigquery-client`.
 
 use super::{Endpoints, TableRef};
+use crate::bigquery::layout::TableLayout;
 use crate::bigquery::schema::{Schema, SchemaError};
 use async_trait::async_trait;
 use gcp_bigquery_client::auth::Authenticator;
 use gcp_bigquery_client::error::BQError;
+use gcp_bigquery_client::model::clustering::Clustering;
 use gcp_bigquery_client::model::dataset::Dataset;
 use gcp_bigquery_client::model::query_request::QueryRequest;
 use gcp_bigquery_client::model::table::Table;
 use gcp_bigquery_client::model::table_schema::TableSchema;
+use gcp_bigquery_client::model::time_partitioning::TimePartitioning;
 use gcp_bigquery_client::Client;
 use std::sync::Arc;
 
@@ -115,11 +118,38 @@ pub async fn ensure_table(
     t: &TableRef,
     schema: &Schema,
 ) -> Result<Schema, RestError> {
+    ensure_table_laid_out(c, endpoints, t, schema, &TableLayout::default()).await
+}
+
+/// The table resource `tables.insert` takes for `schema` laid out as `layout`.
+fn new_table(t: &TableRef, schema: &Schema, layout: &TableLayout) -> Table {
+    let mut table = Table::new(&t.project, &t.dataset, &t.table, from_schema(schema));
+    if let Some(p) = &layout.partitioning {
+        let mut tp = TimePartitioning::new(p.granularity.as_str().to_string());
+        tp.field = p.field.clone();
+        tp.expiration_ms = p.expiration_ms();
+        table = table.time_partitioning(tp);
+    }
+    if !layout.clustering.is_empty() {
+        table = table.clustering(Clustering { fields: Some(layout.clustering.clone()) });
+    }
+    table
+}
+
+/// [`ensure_table`], creating a missing table partitioned and clustered as `layout`
+/// says (an existing table is used as it is).
+pub async fn ensure_table_laid_out(
+    c: &Client,
+    endpoints: &Endpoints,
+    t: &TableRef,
+    schema: &Schema,
+    layout: &TableLayout,
+) -> Result<Schema, RestError> {
     if let Ok(s) = table_schema(c, endpoints, t).await {
         return Ok(s);
     }
     ensure_dataset(c, &t.project, &t.dataset).await?;
-    if let Err(source) = c.table().create(Table::new(&t.project, &t.dataset, &t.table, from_schema(schema))).await {
+    if let Err(source) = c.table().create(new_table(t, schema, layout)).await {
         if table_schema(c, endpoints, t).await.is_err() {
             return Err(RestError::Call { what: format!("create table {t}"), source: Box::new(source) });
         }

@@ -109,7 +109,9 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     if l.max_workers.is_none() {
         match a.throughput {
             Some(rate) => {
-                let at_least_once = if resolved.was_given("useStorageWriteApiAtLeastOnce") {
+                let at_least_once = if resolved.defines("useStorageWriteApiAtLeastOnce")
+                    && resolved.was_given("useStorageWriteApiAtLeastOnce")
+                {
                     resolved.flag("useStorageWriteApiAtLeastOnce")
                 } else {
                     s.at_least_once_experiment()

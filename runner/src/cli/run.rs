@@ -41,13 +41,14 @@ impl Engine {
 }
 
 /// Launch-rule errors (each names its parameter) as a usage error.
-fn launch_rules(template: &str, errs: &[String], flags: &JobFlags) -> anyhow::Error {
+fn launch_rules(template: &str, errs: &flexrun_templates::ParamErrors, flags: &JobFlags) -> anyhow::Error {
     let template = flexrun_templates::find(template);
     let v: Vec<ParameterViolation> = errs
+        .0
         .iter()
-        .map(|m| match template {
-            Some(t) => ParameterViolation::from_message(t, m),
-            None => ParameterViolation { parameter: String::new(), description: m.clone() },
+        .map(|e| match template {
+            Some(t) => ParameterViolation::from_error(t, e),
+            None => ParameterViolation { parameter: String::new(), description: e.to_string() },
         })
         .collect();
     invalid_parameters(&v, flags.format == ErrorFormat::Json)

@@ -14,7 +14,7 @@ pub mod sink;
 
 use anyhow::{bail, Context, Result};
 pub use flexrun_generator::Generator;
-use flexrun_templates::ResolvedParams;
+use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::time::{Duration, Instant};
 
 /// Where generated messages go (`sinkType`).
@@ -81,8 +81,8 @@ pub struct AvroOutput {
 
 impl GeneratorConfig {
     /// Build from validated parameters; errors name the parameter and what it expects.
-    pub fn from_params(p: &ResolvedParams, seed: Option<u64>) -> Result<GeneratorConfig, Vec<String>> {
-        let mut errs = Vec::new();
+    pub fn from_params(p: &ResolvedParams, seed: Option<u64>) -> Result<GeneratorConfig, ParamErrors> {
+        let mut errs = Problems::default();
         let qps: f64 = p.parsed("qps", "a number of messages per second above 0").ok().flatten().unwrap_or(0.0);
         if !(qps > 0.0 && qps.is_finite()) {
             errs.push(format!("qps={}: expected a number of messages per second above 0", p.get("qps").unwrap_or("")));
@@ -112,8 +112,7 @@ impl GeneratorConfig {
             },
             (None, None) => {
                 errs.push(
-                    "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required"
-                        .into(),
+                    "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required",
                 );
                 (String::new(), String::new())
             }
@@ -122,7 +121,7 @@ impl GeneratorConfig {
             Ok(0) => None,
             Ok(n) => Some(n),
             Err(_) => {
-                errs.push("messagesLimit: expected a whole number (0 = unlimited)".into());
+                errs.push("messagesLimit: expected a whole number (0 = unlimited)");
                 None
             }
         };
@@ -131,7 +130,7 @@ impl GeneratorConfig {
             "KAFKA" => match (p.get("bootstrapServer"), p.get("kafkaTopic")) {
                 (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
                 _ => {
-                    errs.push("sinkType=KAFKA needs bootstrapServer (host:port) and kafkaTopic".into());
+                    errs.push("sinkType=KAFKA needs bootstrapServer (host:port) and kafkaTopic");
                     SinkSpec::Null
                 }
             },
@@ -147,7 +146,7 @@ impl GeneratorConfig {
                     SinkSpec::Null
                 }
                 None => {
-                    errs.push("sinkType=FILE needs outputDirectory (a local directory)".into());
+                    errs.push("sinkType=FILE needs outputDirectory (a local directory)");
                     SinkSpec::Null
                 }
             },
@@ -158,9 +157,7 @@ impl GeneratorConfig {
                 SinkSpec::Null
             }
         };
-        if !errs.is_empty() {
-            return Err(errs);
-        }
+        errs.into_result()?;
         Ok(GeneratorConfig {
             qps,
             schema,
@@ -174,12 +171,12 @@ impl GeneratorConfig {
     }
 }
 
-fn avro_output(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<AvroOutput> {
+fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
     match p.get("outputType").unwrap_or("JSON") {
         "JSON" => None,
         "AVRO" => {
             let Some(path) = p.get("avroSchemaLocation").filter(|s| !s.is_empty()) else {
-                errs.push("outputType=AVRO needs avroSchemaLocation (a local .avsc file)".into());
+                errs.push("outputType=AVRO needs avroSchemaLocation (a local .avsc file)");
                 return None;
             };
             let schema = match std::fs::read_to_string(path) {

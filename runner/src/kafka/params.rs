@@ -3,12 +3,12 @@
 //! `kafkaReadOffset`, `enableCommitOffsets`), read once for every template.
 
 use super::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
-use flexrun_templates::ResolvedParams;
+use flexrun_templates::{Problems, ResolvedParams};
 
 /// The source the parameters name, or `None` with the problems pushed to `errs`.
-pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Vec<String>) -> Option<SourceSettings> {
+pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Problems) -> Option<SourceSettings> {
     if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
-        errs.push("enableCommitOffsets=true requires consumerGroupId".into());
+        errs.push("enableCommitOffsets=true requires consumerGroupId");
     }
     let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default()) {
         Ok(v) => v,

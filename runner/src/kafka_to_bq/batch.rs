@@ -5,12 +5,13 @@
 
 use super::context::{JobCtx, Mapping};
 use super::dlq::{self, Payload, RecordRef, TimestampType};
+use super::metadata::KafkaMeta;
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{bail, Result};
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -173,16 +174,16 @@ pub struct MappedValues {
 /// twice per message.
 pub fn map_values<'a>(
     mapper: &Mapper,
-    messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8])>,
+    messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8], Option<KafkaMeta<'a>>)>,
     stages: &mut StageStats,
 ) -> MappedValues {
     let t = Instant::now();
     let mut out = MappedValues::default();
     let mut n = 0u64;
-    for (i, (key, value)) in messages.enumerate() {
+    for (i, (key, value, meta)) in messages.enumerate() {
         n += 1;
         let mut row = Vec::with_capacity(value.len() + 16);
-        let r = mapper.map_message(key, value, &mut row);
+        let r = mapper.map_message(key, value, meta.as_ref(), &mut row);
         match r {
             Ok(()) => {
                 out.rows.push(row);
@@ -211,7 +212,8 @@ pub(super) fn map_batch(
     counts: &mut BatchCounts,
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
-    let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default()));
+    let with_meta = mapping.mapper.wants_meta();
+    let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
     let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages);
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
@@ -233,6 +235,17 @@ pub(super) fn map_batch(
     Ok(Mapped { rows, row_src, dlq_rows, dropped, side })
 }
 
+/// A record's topic, partition, offset, timestamp and headers, for metadata columns.
+fn kafka_meta(m: &OwnedMessage) -> KafkaMeta<'_> {
+    KafkaMeta {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms: m.timestamp().to_millis(),
+        headers: m.headers().map(|h| h.iter().map(|h| (h.key, h.value)).collect()).unwrap_or_default(),
+    }
+}
+
 /// Map message `i` (a record of type `name`) with its per-record table's route.
 fn route_message(
     ctx: &JobCtx,
@@ -247,7 +260,8 @@ fn route_message(
         None => return Err(RecordError::Avro(format!("record {name}: no table was prepared for it"))),
     };
     let mut row = Vec::new();
-    route.mapping.mapper.map_message(m.key(), m.payload().unwrap_or_default(), &mut row)?;
+    let meta = route.mapping.mapper.wants_meta().then(|| kafka_meta(m));
+    route.mapping.mapper.map_message(m.key(), m.payload().unwrap_or_default(), meta.as_ref(), &mut row)?;
     let s = side.entry(route.table.to_string()).or_insert_with(|| SideRows {
         table: route.table.clone(),
         descriptor: route.mapping.descriptor.clone(),
@@ -372,7 +386,7 @@ mod tests {
         let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
         let mut stages = StageStats::default();
-        let out = map_values(&mapper, values.iter().map(|v| (None, *v)), &mut stages);
+        let out = map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages);
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();
         assert_eq!(transform.count, 3, "failed messages are timed too");

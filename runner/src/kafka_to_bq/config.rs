@@ -5,13 +5,14 @@
 //! connects.
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
+use super::metadata::{parse_columns, MetaColumn};
 use crate::bigquery::TableRef;
 use crate::kafka::SourceSettings;
 use crate::progress::ProgressConfig;
 use crate::scaling::Capacity;
 use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
-use flexrun_templates::ResolvedParams;
+use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,8 @@ pub struct KafkaToBqConfig {
     pub dispositions: Dispositions,
     /// `persistKafkaKey`: the Kafka key goes to the `_key` BYTES column.
     pub persist_key: bool,
+    /// `kafkaMetadataColumns`: the record's metadata written to columns.
+    pub metadata: Vec<MetaColumn>,
     /// The JavaScript UDF (JSON path), loaded and checked at launch.
     pub udf: Option<Arc<Udf>>,
     /// Dead-letter table, if any.
@@ -113,7 +116,7 @@ pub const ASYNC_PROGRESS_WITH_EXACTLY_ONCE: &str = "--async-progress-tracking pe
 pub const AUTO_MAX_SHARDS: usize = 8;
 
 /// Load the UDF the parameters name (JSON path only, as in Google's template).
-fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Arc<Udf>> {
+fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Problems) -> Option<Arc<Udf>> {
     let path = p.get("javascriptTextTransformGcsPath").filter(|s| !s.is_empty());
     let name = p.get("javascriptTextTransformFunctionName").filter(|s| !s.is_empty());
     let (path, name) = match (path, name) {
@@ -121,15 +124,12 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Ar
         (Some(path), Some(name)) => (path, name),
         (Some(_), None) => {
             errs.push(
-                "javascriptTextTransformGcsPath needs javascriptTextTransformFunctionName (the function to call)"
-                    .into(),
+                "javascriptTextTransformGcsPath needs javascriptTextTransformFunctionName (the function to call)",
             );
             return None;
         }
         (None, Some(_)) => {
-            errs.push(
-                "javascriptTextTransformFunctionName needs javascriptTextTransformGcsPath (a local .js file)".into(),
-            );
+            errs.push("javascriptTextTransformFunctionName needs javascriptTextTransformGcsPath (a local .js file)");
             return None;
         }
     };
@@ -146,7 +146,7 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Vec<String>) -> Option<Ar
     let minutes: u64 = match p.get("javascriptTextTransformReloadIntervalMinutes").unwrap_or("0").parse() {
         Ok(m) => m,
         Err(_) => {
-            errs.push("javascriptTextTransformReloadIntervalMinutes: expected a whole number of minutes".into());
+            errs.push("javascriptTextTransformReloadIntervalMinutes: expected a whole number of minutes");
             return None;
         }
     };
@@ -203,10 +203,34 @@ pub struct RunFlags {
     pub progress: ProgressConfig,
 }
 
+/// With a schema file, the table a job would create is known at launch: check the
+/// partitioning and clustering columns against it now, so a wrong column exits 2.
+/// (With a Schema Registry the check runs when each table is created.)
+fn check_layout(fp: &super::format::FormatParams, persist_key: bool, meta: &[MetaColumn], errs: &mut Problems) {
+    let path = match &fp.format {
+        InputFormat::AvroBinary { schema_path } | InputFormat::AvroConfluentFile { schema_path } => schema_path,
+        _ => return,
+    };
+    if fp.dispositions.layout.is_default() || path.is_empty() {
+        return;
+    }
+    let schema = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| crate::avro::WriterSchema::parse(&text).ok())
+        .and_then(|w| crate::avro::table::table_schema(&w, persist_key).ok())
+        .and_then(|s| super::metadata::with_columns(&s, meta).ok());
+    // A file that does not read or parse is reported by the schema file's own check.
+    if let Some(schema) = schema {
+        if let Err(why) = fp.dispositions.layout.check(&schema) {
+            errs.push(why);
+        }
+    }
+}
+
 impl KafkaToBqConfig {
     /// Build and check the configuration; errors name the parameter and the fix.
-    pub fn from_params(p: &ResolvedParams, flags: RunFlags) -> Result<KafkaToBqConfig, Vec<String>> {
-        let mut errs = Vec::new();
+    pub fn from_params(p: &ResolvedParams, flags: RunFlags) -> Result<KafkaToBqConfig, ParamErrors> {
+        let mut errs = Problems::default();
         let fp = format_params(p, &mut errs);
         let table = match (p.get("outputTableSpec"), &fp.dynamic) {
             // The per-record table is named at start, from the registry's schema.
@@ -221,13 +245,13 @@ impl KafkaToBqConfig {
             None => None,
         };
         if p.flag("useBigQueryDLQ") && p.get("outputDeadletterTable").is_none() {
-            errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)".into());
+            errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)");
         }
         let bad_records = BadRecordPolicy::parse(p.get("badRecordPolicy").unwrap_or("FAIL"))
             .map_err(|e| errs.push(e))
             .unwrap_or_default();
         if bad_records == BadRecordPolicy::LogAndDrop && dlq.is_some() {
-            errs.push("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table, and outputDeadletterTable is set: bad records go to that table. Drop one of the two".into());
+            errs.push("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table, and outputDeadletterTable is set: bad records go to that table. Drop one of the two");
         }
         let source = crate::kafka::params::read_source(p, &flags.job_name, &mut errs);
         let streams = storage_write_streams(p).unwrap_or_else(|e| {
@@ -244,12 +268,15 @@ impl KafkaToBqConfig {
             flags.at_least_once_experiment
         };
         if flags.progress.async_progress && !at_least_once {
-            errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE.into());
+            errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE);
         }
         let udf = load_udf(p, fp.format.is_avro(), &mut errs);
-        if !errs.is_empty() {
-            return Err(errs);
-        }
+        let metadata = parse_columns(p.get("kafkaMetadataColumns").unwrap_or_default()).unwrap_or_else(|e| {
+            errs.push(e);
+            Vec::new()
+        });
+        check_layout(&fp, p.flag("persistKafkaKey"), &metadata, &mut errs);
+        errs.into_result()?;
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),
             source: source.expect("checked"),
@@ -258,6 +285,7 @@ impl KafkaToBqConfig {
             dynamic: fp.dynamic,
             dispositions: fp.dispositions,
             persist_key: p.flag("persistKafkaKey"),
+            metadata,
             udf,
             dlq,
             bad_records,
@@ -298,7 +326,7 @@ mod tests {
         }
     }
 
-    fn cfg(s: &str) -> Result<KafkaToBqConfig, Vec<String>> {
+    fn cfg(s: &str) -> Result<KafkaToBqConfig, ParamErrors> {
         let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(s).unwrap()).unwrap();
         KafkaToBqConfig::from_params(&p, flags())
     }
@@ -337,20 +365,23 @@ mod tests {
     fn launch_rules_are_enforced_with_reasons() {
         let e = cfg("readBootstrapServerAndTopic=h:1;t,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE")
             .unwrap_err();
-        assert!(e[0].contains("confluentAvroSchemaPath is required"), "{e:?}");
+        assert!(e.0[0].to_string().contains("confluentAvroSchemaPath is required"), "{e:?}");
         let e =
             cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,kafkaReadAuthenticationMode=NONE").unwrap_err();
-        assert!(e[0].contains("outputTableSpec is required"), "{e:?}");
+        assert!(e.0[0].to_string().contains("outputTableSpec is required"), "{e:?}");
         let e = cfg(&format!("{OK},useBigQueryDLQ=true")).unwrap_err();
-        assert!(e[0].contains("requires outputDeadletterTable"), "{e:?}");
+        assert!(e.0[0].to_string().contains("requires outputDeadletterTable"), "{e:?}");
         let e = cfg(&format!("{OK},enableCommitOffsets=true")).unwrap_err();
-        assert!(e[0].contains("requires consumerGroupId"), "{e:?}");
+        assert!(e.0[0].to_string().contains("requires consumerGroupId"), "{e:?}");
         let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t").unwrap_err();
-        assert!(e[0].contains("kafkaReadAuthenticationMode=SASL_PLAIN needs kafkaReadUsernameSecretId"), "{e:?}");
+        assert!(
+            e.0[0].to_string().contains("kafkaReadAuthenticationMode=SASL_PLAIN needs kafkaReadUsernameSecretId"),
+            "{e:?}"
+        );
         let p = validate(find("kafka-to-bq").unwrap(), &parse_parameter_list(OK).unwrap()).unwrap();
         let f = RunFlags { progress: ProgressConfig { async_progress: true, ..Default::default() }, ..flags() };
         let e = KafkaToBqConfig::from_params(&p, f.clone()).unwrap_err();
-        assert!(e[0].contains("cannot be combined with exactly-once"), "{e:?}");
+        assert!(e.0[0].to_string().contains("cannot be combined with exactly-once"), "{e:?}");
         let p = validate(
             find("kafka-to-bq").unwrap(),
             &parse_parameter_list(&format!("{OK},useStorageWriteApiAtLeastOnce=true")).unwrap(),
@@ -358,8 +389,8 @@ mod tests {
         .unwrap();
         assert!(KafkaToBqConfig::from_params(&p, f.clone()).is_ok());
         let e = cfg(&format!("{OK},storageWriteApiTriggeringFrequencySec=0")).unwrap_err();
-        assert!(e[0].contains("above 0"), "{e:?}");
+        assert!(e.0[0].to_string().contains("above 0"), "{e:?}");
         let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS").unwrap_err();
-        assert!(e[0].contains("Managed Kafka"), "{e:?}");
+        assert!(e.0[0].to_string().contains("Managed Kafka"), "{e:?}");
     }
 }

@@ -8,6 +8,7 @@ use crate::bigquery::schema::Schema;
 use crate::bigquery::{proto, write::WriteClient, Endpoints, TableRef};
 use crate::control::lock;
 use crate::kafka::Metadata;
+use crate::kafka_to_bq::metadata::{MetaColumn, MetaPlan};
 use crate::kafka_to_bq::transform::{Input, Mapper};
 use crate::stats::{watermark_age_s, JobStats};
 use anyhow::{Context, Result};
@@ -37,12 +38,24 @@ impl Mapping {
         }
     }
 
-    /// Build the mapper for `input` (keeping the Kafka key in `_key` if `persist_key`).
-    pub fn with_input(schema: Schema, max_row_bytes: usize, input: Input, persist_key: bool) -> Result<Mapping> {
+    /// Build the mapper for `input` (keeping the Kafka key in `_key` if `persist_key`,
+    /// and the record's metadata in the `meta` columns).
+    pub fn with_input(
+        schema: Schema,
+        max_row_bytes: usize,
+        input: Input,
+        persist_key: bool,
+        meta: &[MetaColumn],
+    ) -> Result<Mapping> {
         let fingerprint = schema.fingerprint();
         let descriptor = proto::descriptor(&schema, "Row");
+        let plan = match meta.is_empty() {
+            true => None,
+            false => Some(MetaPlan::resolve(meta, &schema).map_err(anyhow::Error::msg)?),
+        };
         let mapper = Mapper::with_input(schema, max_row_bytes, input, persist_key)
-            .context("persistKafkaKey=true needs a _key column in the table")?;
+            .context("persistKafkaKey=true needs a _key column in the table")?
+            .with_meta(plan);
         Ok(Mapping { fingerprint, descriptor, mapper })
     }
 }
@@ -172,7 +185,13 @@ impl JobCtx {
         let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
         tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
         let cur = &self.mapping.mapper;
-        let mut m = Mapping::with_input(schema, cur.max_row_bytes(), cur.input().clone(), cur.persists_key())?;
+        let mut m = Mapping::with_input(
+            schema,
+            cur.max_row_bytes(),
+            cur.input().clone(),
+            cur.persists_key(),
+            &self.cfg.metadata,
+        )?;
         m.mapper = m.mapper.with_udf(cur.udf().cloned()).for_record(cur.record().map(str::to_string));
         let m = Arc::new(m);
         self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
@@ -205,6 +224,7 @@ impl JobCtx {
                         mapper.max_row_bytes(),
                         mapper.input().clone(),
                         mapper.persists_key(),
+                        &self.cfg.metadata,
                     )
                     .map_err(|e| format!("{e:#}"))?;
                     let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m };

@@ -10,7 +10,8 @@
 //! `schemaFormat=SCHEMA_REGISTRY` writes to tables named after each record
 //! (`outputProject:outputDataset.[bqTableNamePrefix-]namespace-Name`).
 
-use flexrun_templates::ResolvedParams;
+use crate::bigquery::layout::{Granularity, Partitioning, TableLayout};
+use flexrun_templates::{Problems, ResolvedParams};
 
 /// `messageFormat`, with the schema source it needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,12 +55,14 @@ pub struct DynamicTables {
 
 /// `createDisposition` / `writeDisposition` on the Avro paths (the JSON path always
 /// uses CREATE_NEVER and WRITE_APPEND, as Google's does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dispositions {
     /// Create a missing table from the Avro schema.
     pub create_if_needed: bool,
     /// What to do with rows already in the table when a new job starts.
     pub write: WriteDisposition,
+    /// Partitioning and clustering of a table the job creates.
+    pub layout: TableLayout,
 }
 
 /// BigQuery's WriteDisposition, applied once, when a job starts for the first time.
@@ -84,21 +87,21 @@ pub struct FormatParams {
     pub dispositions: Dispositions,
 }
 
-fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, Option<DynamicTables>) {
+fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
     match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
         "SCHEMA_REGISTRY" => {
             let url = p.get("schemaRegistryConnectionUrl").unwrap_or_default().to_string();
             if url.is_empty() {
-                errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
+                errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
             }
             crate::avro::check_registry_auth(p, errs);
             let dataset = p.get("outputDataset").unwrap_or_default().to_string();
             if dataset.is_empty() {
-                errs.push("outputDataset is required with schemaFormat=SCHEMA_REGISTRY (Google: \"An output BigQuery dataset is required. It will be used to create tables per schema.\")".into());
+                errs.push("outputDataset is required with schemaFormat=SCHEMA_REGISTRY (Google: \"An output BigQuery dataset is required. It will be used to create tables per schema.\")");
             }
             let project = p.get("outputProject").unwrap_or_default().to_string();
             if project.is_empty() {
-                errs.push("outputProject is required with schemaFormat=SCHEMA_REGISTRY: the per-record tables are outputProject:outputDataset.<name>".into());
+                errs.push("outputProject is required with schemaFormat=SCHEMA_REGISTRY: the per-record tables are outputProject:outputDataset.<name>");
             }
             let prefix = p.get("bqTableNamePrefix").unwrap_or_default().to_string();
             (InputFormat::AvroRegistry { url }, Some(DynamicTables { project, dataset, prefix }))
@@ -106,10 +109,10 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
         _ => {
             let schema_path = crate::avro::schema_file_param(p, "confluentAvroSchemaPath", errs);
             if schema_path.is_empty() {
-                errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")".into());
+                errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
             }
             if p.get("outputTableSpec").is_none() {
-                errs.push("outputTableSpec is required with schemaFormat=SINGLE_SCHEMA_FILE, as project:dataset.table (Google: \"The outputTableSpec parameter is required when using the SINGLE_SCHEMA_FILE schema format.\")".into());
+                errs.push("outputTableSpec is required with schemaFormat=SINGLE_SCHEMA_FILE, as project:dataset.table (Google: \"The outputTableSpec parameter is required when using the SINGLE_SCHEMA_FILE schema format.\")");
             }
             (InputFormat::AvroConfluentFile { schema_path }, None)
         }
@@ -117,23 +120,22 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Vec<String>) -> (InputFormat, O
 }
 
 /// Read `messageFormat` and what goes with it; problems are pushed onto `errs`.
-pub fn format_params(p: &ResolvedParams, errs: &mut Vec<String>) -> FormatParams {
+pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
     let (format, dynamic) = match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
         "JSON" => {
             if p.get("outputTableSpec").is_none() {
-                errs.push("outputTableSpec is required with messageFormat=JSON (project:dataset.table)".into());
+                errs.push("outputTableSpec is required with messageFormat=JSON (project:dataset.table)");
             }
             (InputFormat::Json, None)
         }
         "AVRO_BINARY_ENCODING" => {
             let schema_path = crate::avro::schema_file_param(p, "binaryAvroSchemaPath", errs);
             if schema_path.is_empty() {
-                errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")".into());
+                errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")");
             }
             if p.get("outputTableSpec").is_none() {
                 errs.push(
-                    "outputTableSpec is required with messageFormat=AVRO_BINARY_ENCODING (project:dataset.table)"
-                        .into(),
+                    "outputTableSpec is required with messageFormat=AVRO_BINARY_ENCODING (project:dataset.table)",
                 );
             }
             (InputFormat::AvroBinary { schema_path }, None)
@@ -148,5 +150,47 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Vec<String>) -> FormatParams
         _ => WriteDisposition::Append,
     };
     let create_if_needed = !json && p.get("createDisposition").unwrap_or("CREATE_IF_NEEDED") == "CREATE_IF_NEEDED";
-    FormatParams { format, dynamic, dispositions: Dispositions { create_if_needed, write } }
+    let layout = table_layout(p, errs);
+    if !layout.is_default() && !create_if_needed {
+        errs.push(format!("tablePartitioning and tableClusteringFields lay out a table flexrun creates, and this job creates none ({}): create the table partitioned and clustered yourself, or use an Avro messageFormat with createDisposition=CREATE_IF_NEEDED", if json { "messageFormat=JSON writes to an existing table" } else { "createDisposition=CREATE_NEVER" }));
+    }
+    FormatParams { format, dynamic, dispositions: Dispositions { create_if_needed, write, layout } }
+}
+
+/// `tablePartitioning`, `tablePartitionField`, `tablePartitionExpirationDays` and
+/// `tableClusteringFields` (the columns are checked against the schema when the table
+/// is created: [`TableLayout::check`]).
+fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
+    let field = p.get("tablePartitionField").map(str::to_string);
+    let expiration_days = match p.parsed::<f64>("tablePartitionExpirationDays", "a number of days above 0") {
+        Ok(Some(d)) if d <= 0.0 => {
+            errs.push(format!("tablePartitionExpirationDays={d}: expected a number of days above 0"));
+            None
+        }
+        Ok(d) => d,
+        Err(e) => {
+            errs.push(e);
+            None
+        }
+    };
+    let partitioning = match p.get("tablePartitioning").unwrap_or("NONE") {
+        "NONE" => {
+            if field.is_some() || expiration_days.is_some() {
+                errs.push("tablePartitionField and tablePartitionExpirationDays need tablePartitioning (HOUR, DAY, MONTH or YEAR)");
+            }
+            None
+        }
+        unit => match Granularity::parse(unit) {
+            Some(granularity) => Some(Partitioning { granularity, field, expiration_days }),
+            None => {
+                errs.push(format!("tablePartitioning={unit}: expected NONE, HOUR, DAY, MONTH or YEAR"));
+                None
+            }
+        },
+    };
+    let clustering = p
+        .get("tableClusteringFields")
+        .map(|v| v.split(['|', ',']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
+        .unwrap_or_default();
+    TableLayout { partitioning, clustering }
 }

@@ -193,7 +193,8 @@ pub async fn run(
     // dead-lettered as "Row payload too large".
     let max_row =
         cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
-    let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key)?;
+    let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key, &cfg.metadata)
+        .with_context(|| format!("table {}", dest.table))?;
     mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone()).for_record(dest.record.clone());
     let mapping = Arc::new(mapping);
     store_schema(&job_dir, &mapping)?;

@@ -5,7 +5,8 @@
 //! - [`config`]: the job's settings from template parameters and run flags;
 //!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
 //! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
-//!   or the reason it cannot be ([`json_row`]: a JSON object's row); [`dlq`]: dead-letter rows; [`table`]: the
+//!   or the reason it cannot be ([`json_row`]: a JSON object's row; [`metadata`]: the
+//!   Kafka metadata columns); [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
 //!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
@@ -98,6 +99,7 @@ pub mod dlq;
 pub mod format;
 pub mod job;
 pub mod json_row;
+pub mod metadata;
 pub mod pool;
 pub mod positions;
 pub mod publish;

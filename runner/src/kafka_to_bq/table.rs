@@ -9,6 +9,8 @@
 //!   used as it is, and records map onto its columns by name.
 //! - With per-record tables, another record type met while running gets its own table
 //!   ([`side_table`]), created from that writer schema under CREATE_IF_NEEDED.
+//! - A table created here is partitioned and clustered as `tablePartitioning` and
+//!   `tableClusteringFields` say ([`crate::bigquery::layout`]).
 //! - `writeDisposition` applies once, when the job starts for the first time:
 //!   WRITE_EMPTY refuses a table with rows, WRITE_TRUNCATE empties it (drops and
 //!   re-creates it with the same schema). A restart of the same job appends.
@@ -60,17 +62,20 @@ pub async fn side_table(
     let Some(table) = dynamic_table(d, w) else {
         return Ok(Err("the writer schema is not a record: each message must become one row".into()));
     };
-    let want = match table_schema(w, cfg.persist_key) {
+    let want = match new_table_schema(cfg, w) {
         Ok(s) => s,
-        Err(e) => return Ok(Err(format!("table {table} cannot be made from the writer schema: {e}"))),
+        Err(e) => return Ok(Err(format!("table {table} cannot be made from the writer schema: {e:#}"))),
     };
     let Some(ep) = ep else { return Ok(Ok((table, want))) };
     let client = rest::client(ep).await?;
     let schema = match rest::table_schema(&client, ep, &table).await {
         Ok(s) => s,
         Err(_) if cfg.dispositions.create_if_needed => {
+            if let Err(why) = cfg.dispositions.layout.check(&want) {
+                return Ok(Err(format!("table {table} cannot be created as asked: {why}")));
+            }
             tracing::info!(table = %table, "a new record type: creating its table from the Avro schema (CREATE_IF_NEEDED)");
-            rest::ensure_table(&client, ep, &table, &want).await?
+            rest::ensure_table_laid_out(&client, ep, &table, &want, &cfg.dispositions.layout).await?
         }
         Err(e) => return Ok(Err(format!("createDisposition=CREATE_NEVER: table {table} must exist ({e})"))),
     };
@@ -78,6 +83,13 @@ pub async fn side_table(
         return Ok(Err(format!("persistKafkaKey=true, but table {table} has no {KAFKA_KEY_FIELD} column")));
     }
     Ok(Ok((table, schema)))
+}
+
+/// The schema of a table created for records of `w`: the Avro schema's columns, then
+/// `_key` with `persistKafkaKey`, then the `kafkaMetadataColumns`.
+fn new_table_schema(cfg: &KafkaToBqConfig, w: &WriterSchema) -> Result<Schema> {
+    let s = table_schema(w, cfg.persist_key)?;
+    crate::kafka_to_bq::metadata::with_columns(&s, &cfg.metadata).map_err(anyhow::Error::msg)
 }
 
 /// The input and, for Avro, the writer schema the table would be created from.
@@ -162,9 +174,12 @@ async fn bigquery_schema(
     let schema = match (rest::table_schema(&client, ep, table).await, writer) {
         (Ok(s), _) => s,
         (Err(_), Some(w)) if cfg.dispositions.create_if_needed => {
-            let want = table_schema(w, cfg.persist_key).with_context(|| format!("creating {table} from the Avro schema"))?;
-            tracing::info!(table = %table, "table missing: creating it from the Avro schema (CREATE_IF_NEEDED)");
-            rest::ensure_table(&client, ep, table, &want).await?
+            let want = new_table_schema(cfg, w).with_context(|| format!("creating {table} from the Avro schema"))?;
+            cfg.dispositions.layout.check(&want).map_err(|why| anyhow::anyhow!("creating {table}: {why}"))?;
+            tracing::info!(table = %table, partitioned = cfg.dispositions.layout.partitioning.is_some(),
+                clustered = !cfg.dispositions.layout.clustering.is_empty(),
+                "table missing: creating it from the Avro schema (CREATE_IF_NEEDED)");
+            rest::ensure_table_laid_out(&client, ep, table, &want, &cfg.dispositions.layout).await?
         }
         (Err(e), Some(_)) => {
             return Err(anyhow::Error::new(e).context(format!("createDisposition=CREATE_NEVER: table {table} must exist")))
@@ -200,7 +215,7 @@ async fn apply_write_disposition(
         WriteDisposition::Truncate => {
             tracing::warn!(table = %table, "writeDisposition=WRITE_TRUNCATE: emptying the table before the first batch");
             rest::drop_table(client, table).await;
-            rest::ensure_table(client, ep, table, schema).await?;
+            rest::ensure_table_laid_out(client, ep, table, schema, &cfg.dispositions.layout).await?;
             Ok(())
         }
     }

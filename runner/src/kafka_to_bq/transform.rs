@@ -9,6 +9,7 @@
 //! depends on that: a replayed batch must map to the very same rows.
 
 use super::json_row::{encode_borrowed, encode_object, kind};
+use super::metadata::{KafkaMeta, MetaPlan};
 use crate::avro::fast::Plan;
 use crate::avro::table::KAFKA_KEY_FIELD;
 use crate::avro::wire::AvroDecoder;
@@ -49,6 +50,8 @@ pub struct Mapper {
     record: Option<String>,
     /// Avro fast-path plans by writer schema (its address: schemas live as long as the decoder).
     plans: Arc<RwLock<HashMap<usize, Option<Arc<Plan>>>>>,
+    /// The Kafka metadata columns (`kafkaMetadataColumns`), if any.
+    meta: Option<Arc<MetaPlan>>,
 }
 
 impl Mapper {
@@ -67,6 +70,7 @@ impl Mapper {
             udf: None,
             record: None,
             plans: Arc::default(),
+            meta: None,
         }
     }
 
@@ -77,7 +81,27 @@ impl Mapper {
             true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
             false => None,
         };
-        Some(Mapper { schema, max_row_bytes, input, key_tag, udf: None, record: None, plans: Arc::default() })
+        Some(Mapper {
+            schema,
+            max_row_bytes,
+            input,
+            key_tag,
+            udf: None,
+            record: None,
+            plans: Arc::default(),
+            meta: None,
+        })
+    }
+
+    /// Write the Kafka metadata columns of `plan` after each row's own fields.
+    pub fn with_meta(self, meta: Option<Arc<MetaPlan>>) -> Mapper {
+        Mapper { meta, ..self }
+    }
+
+    /// Whether rows carry Kafka metadata columns (then [`Mapper::map_message`] needs the
+    /// record's [`KafkaMeta`]).
+    pub fn wants_meta(&self) -> bool {
+        self.meta.is_some()
     }
 
     /// Apply `udf` to every JSON message before it is mapped.
@@ -131,8 +155,15 @@ impl Mapper {
 
     /// Map one Kafka message (key and value) into `out` as protobuf row bytes, in the
     /// job's input format, with the key in `_key` when it is persisted (a message
-    /// without a key leaves `_key` NULL, as Google's template does).
-    pub fn map_message(&self, key: Option<&[u8]>, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+    /// without a key leaves `_key` NULL, as Google's template does), and the record's
+    /// metadata in its columns when [`Mapper::wants_meta`].
+    pub fn map_message(
+        &self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        meta: Option<&KafkaMeta>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         match (&self.input, &self.udf) {
             (Input::Json, None) => self.map_into(value, out)?,
             (Input::Json, Some(udf)) => {
@@ -162,6 +193,9 @@ impl Mapper {
         }
         if let (Some(tag), Some(k)) = (self.key_tag, key) {
             put_bytes(tag, k, out);
+        }
+        if let (Some(plan), Some(m)) = (&self.meta, meta) {
+            plan.encode(m, key, out)?;
         }
         self.check_size(out)
     }

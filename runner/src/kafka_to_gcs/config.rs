@@ -8,7 +8,7 @@ use crate::scaling::Capacity;
 use crate::state::{Backend, Kind};
 use crate::store::Location;
 use flexrun_autoscaler::ScalingConfig;
-use flexrun_templates::ResolvedParams;
+use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ impl OutputFormat {
 
 /// `outputFileFormat` (flexrun's extension; Google's older Kafka_to_GCS template's
 /// parameter) over the format `messageFormat` gives.
-fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Vec<String>) -> Option<OutputFormat> {
+fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Problems) -> Option<OutputFormat> {
     let read = read?;
     let given = p.get("outputFileFormat").filter(|_| p.was_given("outputFileFormat"));
     match (given, read) {
@@ -70,8 +70,8 @@ fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Vec<St
 }
 
 /// `messageFormat` and its schema source, as Google's Kafka_to_Gcs_Flex reads them.
-fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFormat> {
-    let file = |name: &str, framing: Framing, errs: &mut Vec<String>| {
+fn output_format(p: &ResolvedParams, errs: &mut Problems) -> Option<OutputFormat> {
+    let file = |name: &str, framing: Framing, errs: &mut Problems| {
         let path = crate::avro::schema_file_param(p, name, errs);
         if path.is_empty() {
             errs.push(format!(
@@ -95,7 +95,7 @@ fn output_format(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<OutputFor
                         crate::avro::registry::Registry::new(url),
                     )))),
                     None => {
-                        errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081".into());
+                        errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081");
                         None
                     }
                 }
@@ -161,7 +161,7 @@ pub struct KafkaToGcsConfig {
 }
 
 /// `timestampPolicy` (CLAMP or FAIL) and `maxTimestampSkew` (a span, default 1h).
-fn timestamp_bounds(p: &ResolvedParams, errs: &mut Vec<String>) -> Option<TimestampBounds> {
+fn timestamp_bounds(p: &ResolvedParams, errs: &mut Problems) -> Option<TimestampBounds> {
     let policy = match p.get("timestampPolicy").unwrap_or("CLAMP") {
         "CLAMP" => TimestampPolicy::Clamp,
         "FAIL" => TimestampPolicy::Fail,
@@ -216,7 +216,7 @@ pub struct GcsFlags {
 }
 
 /// `--state-backend`, `--checkpoint-kind` and `--checkpoint-location`, checked.
-fn state_config(f: &GcsFlags, errs: &mut Vec<String>) -> Option<StateConfig> {
+fn state_config(f: &GcsFlags, errs: &mut Problems) -> Option<StateConfig> {
     if let Err(e) = crate::state::check_kind(f.backend, f.kind) {
         errs.push(e);
         return None;
@@ -230,8 +230,8 @@ fn state_config(f: &GcsFlags, errs: &mut Vec<String>) -> Option<StateConfig> {
 
 impl KafkaToGcsConfig {
     /// Build and check the configuration.
-    pub fn from_params(p: &ResolvedParams, f: GcsFlags) -> Result<KafkaToGcsConfig, Vec<String>> {
-        let mut errs = Vec::new();
+    pub fn from_params(p: &ResolvedParams, f: GcsFlags) -> Result<KafkaToGcsConfig, ParamErrors> {
+        let mut errs = Problems::default();
         let source = crate::kafka::params::read_source(p, &f.job_name, &mut errs);
         let output = Location::parse(p.get("outputDirectory").unwrap_or_default())
             .map_err(|e| errs.push(format!("outputDirectory: {e}")))
@@ -253,11 +253,9 @@ impl KafkaToGcsConfig {
         let state = state_config(&f, &mut errs);
         let timestamps = timestamp_bounds(p, &mut errs);
         if p.flag("useBigQueryDLQ") {
-            errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)".into());
+            errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)");
         }
-        if !errs.is_empty() {
-            return Err(errs);
-        }
+        errs.into_result()?;
         Ok(KafkaToGcsConfig {
             job_name: f.job_name,
             source: source.expect("checked"),

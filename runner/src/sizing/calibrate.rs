@@ -135,7 +135,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         messages += batch.len() as u64;
         bytes += batch_bytes as u64;
         // The shard's own transform, digest, log entries, request splitting and requests.
-        let mapped = map_values(&mapper, batch.into_iter().map(|v| (None, v)), &mut stages);
+        let mapped = map_values(&mapper, batch.into_iter().map(|v| (None, v, None)), &mut stages);
         rejected += mapped.failed.len() as u64;
         let rows = mapped.rows;
         let n = rows.len() as i64;

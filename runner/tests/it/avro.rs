@@ -366,3 +366,88 @@ async fn a_crash_replays_every_per_record_table_at_its_logged_offset() {
     assert_eq!(s.count(&orders).await.0, 200);
     assert_eq!(s.count(&refunds).await, (60, 60));
 }
+
+#[tokio::test]
+async fn a_created_table_is_partitioned_and_clustered_as_asked() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_layout").await;
+    generate(&s, &t, &tmpl, &avsc, 200, ",kafkaAvroEncoding=AVRO_BINARY_ENCODING");
+    let out = table(&t);
+    let params = format!(
+        "{},binaryAvroSchemaPath={avsc},outputTableSpec={out},tablePartitioning=HOUR,tablePartitionField=at,tablePartitionExpirationDays=30,tableClusteringFields=level|name,kafkaMetadataColumns=topic|offset:kafka_offset|headers",
+        base(&s, &t, "AVRO_BINARY_ENCODING")
+    );
+    let o = run_job("avro-layout", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&out).await, (200, 200));
+    let c = rest::client(&s.bq).await.unwrap();
+    let got = c.table().get(&out.project, &out.dataset, &out.table, None).await.unwrap();
+    let tp = got.time_partitioning.expect("the table is partitioned");
+    assert_eq!((tp.r#type.as_str(), tp.field.as_deref()), ("HOUR", Some("at")));
+    assert_eq!(tp.expiration_ms.as_deref(), Some("2592000000"), "30 days");
+    let cl = got.clustering.and_then(|c| c.fields).expect("the table is clustered");
+    assert_eq!(cl, ["level", "name"]);
+    // The metadata columns were created after the record's own, and filled.
+    let schema = rest::table_schema(&c, &s.bq, &out).await.unwrap();
+    let last: Vec<(&str, &str)> =
+        schema.columns[schema.columns.len() - 3..].iter().map(|c| (c.name.as_str(), c.type_name.as_str())).collect();
+    assert_eq!(last, [("_kafka_topic", "STRING"), ("kafka_offset", "INTEGER"), ("_kafka_headers", "RECORD")]);
+    let fq = format!("`{}.{}.{}`", out.project, out.dataset, out.table);
+    let n =
+        s.rows(&format!("SELECT COUNTIF(kafka_offset IS NULL), MIN(_kafka_topic), MAX(_kafka_topic) FROM {fq}")).await;
+    assert_eq!(n, vec![vec![Some("0".into()), Some(t.clone()), Some(t.clone())]]);
+}
+
+#[tokio::test]
+async fn table_layouts_bigquery_refuses_exit_2_and_the_emulator_refuses_them_too() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, _) = files(dir.path());
+    let run = |extra: &str| {
+        let p = format!(
+            "{},binaryAvroSchemaPath={avsc},outputTableSpec={}{extra}",
+            base(&s, "t", "AVRO_BINARY_ENCODING"),
+            table("never_made")
+        );
+        flexrun(&["--template", "kafka-to-bq", "--parameters", &p]).bounded()
+    };
+    for (extra, want) in [
+        (",tablePartitioning=DAY,tablePartitionField=id", "tablePartitionField=id: column id is REQUIRED INTEGER"),
+        (",tablePartitioning=DAY,tablePartitionField=nope", "tablePartitionField=nope: the table has no such column"),
+        (",tableClusteringFields=tags", "tableClusteringFields=tags: column tags is REPEATED STRING"),
+        (",tableClusteringFields=id|name|day|at|level", "at most 4"),
+        (",tablePartitionField=at", "need tablePartitioning"),
+        (",tablePartitioning=WEEK", "invalid value \"WEEK\" for parameter tablePartitioning"),
+        (",tablePartitioning=DAY,tablePartitionExpirationDays=0", "above 0"),
+        (",tableClusteringFields=id,createDisposition=CREATE_NEVER", "this job creates none"),
+    ] {
+        let o = run(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", text(&o));
+        assert!(text(&o).contains(want), "{extra}: wanted {want:?} in {}", text(&o));
+    }
+    // The emulator refuses such a table as BigQuery does (scripts/bqemulator_launcher.py, 10).
+    let c = rest::client(&s.bq).await.unwrap();
+    let t = table(&unique("layout_refused"));
+    rest::ensure_dataset(&c, &t.project, &t.dataset).await.unwrap();
+    let schema: gcp_bigquery_client::model::table_schema::TableSchema =
+        serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER"}, {"name": "f", "type": "FLOAT"}, {"name": "ts", "type": "TIMESTAMP"}]}))
+        .unwrap();
+    use gcp_bigquery_client::model::{clustering::Clustering, table::Table, time_partitioning::TimePartitioning};
+    let bad = [
+        Table::new(&t.project, &t.dataset, &t.table, schema.clone())
+            .time_partitioning(TimePartitioning::per_day().field("id")),
+        Table::new(&t.project, &t.dataset, &t.table, schema.clone())
+            .clustering(Clustering { fields: Some(vec!["f".into()]) }),
+    ];
+    for table in bad {
+        let e = c.table().create(table).await.expect_err("BigQuery refuses this layout");
+        assert!(e.to_string().contains("not allowed"), "{e}");
+    }
+    let ok = Table::new(&t.project, &t.dataset, &t.table, schema)
+        .time_partitioning(TimePartitioning::per_day().field("ts"))
+        .clustering(Clustering { fields: Some(vec!["id".into()]) });
+    c.table().create(ok).await.expect("a layout BigQuery takes");
+}

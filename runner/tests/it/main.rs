@@ -22,6 +22,7 @@ mod generator_kafka;
 mod kafka_to_bq;
 mod kafka_to_gcs;
 mod lifecycle;
+mod metadata;
 mod microbatch;
 mod progress;
 mod sizing;
