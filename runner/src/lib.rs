@@ -7,7 +7,7 @@
 //! `scripts/check_layers.py` (run by `scripts/test.sh`) reads this list and fails
 //! otherwise. Items at the crate root ([`usage`], `crash_point!`) are open to all.
 //!
-//! 1. `stats`, `record`, `retry`, `progress`, `udf`
+//! 1. `stats`, `record`, `retry`, `progress`, `udf`, `malloc`
 //! 2. `kafka`, `bigquery`, `control`, `store`
 //! 3. `state`
 //! 4. `avro`, `local`
@@ -17,6 +17,7 @@
 //! 8. `cli`
 //!
 //! # Layout (lower layers first)
+//! - [`malloc`]: glibc malloc settings applied at start-up (fewer page faults per batch).
 //! - [`stats`]: per-stage latency histograms ([`stats::Stage`]) and job counters.
 //! - [`record`]: what a record can fail as ([`record::RecordError`]) and BigQuery's
 //!   timestamp text forms, shared by the JSON and Avro mappers.
@@ -64,6 +65,7 @@ pub mod kafka;
 pub mod kafka_to_bq;
 pub mod kafka_to_gcs;
 pub mod local;
+pub mod malloc;
 pub mod microbatch;
 pub mod progress;
 pub mod record;

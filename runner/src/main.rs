@@ -7,7 +7,16 @@ use flexrun::cli::{dispatch, Cli};
 use flexrun::UsageError;
 use std::process::ExitCode;
 
+#[cfg(feature = "alloc-mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(feature = "alloc-jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
+    #[cfg(not(any(feature = "alloc-mimalloc", feature = "alloc-jemalloc")))]
+    let malloc = flexrun::malloc::tune();
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
@@ -19,6 +28,10 @@ fn main() -> ExitCode {
         // Colour only on a terminal: a log piped to a file or a collector stays plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    #[cfg(not(any(feature = "alloc-mimalloc", feature = "alloc-jemalloc")))]
+    if let Err(why) = malloc {
+        tracing::debug!(?why, "glibc malloc left at its settings");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match rt.block_on(dispatch(cli)) {
         Ok(()) => ExitCode::SUCCESS,
