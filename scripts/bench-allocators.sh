@@ -28,7 +28,7 @@ run() { # variant -> "MiB/core-s minor-faults"
     glibc) env=(FLEXRUN_MALLOPT=0) ;;
     mimalloc | jemalloc) bin="$D/flexrun-$v" ;;
   esac
-  /usr/bin/time -f "faults %R" -o "$D/time.txt" env "${env[@]}" "$bin" calibrate --modes exactly-once \
+  /usr/bin/time -f "faults %R" -o "$D/time.txt" env "${env[@]}" "$bin" calibrate --modes exactly-once --output "$D/baseline.yaml" \
     --duration 2s > "$D/out.txt" 2> /dev/null
   echo "$(awk '/^exactly-once +998/{print $5}' "$D/out.txt") $(awk '/^faults/{print $2}' "$D/time.txt")"
 }
