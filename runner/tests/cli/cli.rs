@@ -709,6 +709,28 @@ fn export_leaves_out_flexrun_parameters_and_names_avro_mapping_differences() {
 }
 
 #[test]
+fn export_leaves_out_table_layout_and_metadata_columns_and_sizes_a_gcs_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("o.avsc");
+    std::fs::write(&avsc, r#"{"type":"record","name":"O","fields":[{"name":"id","type":"long"}]}"#).unwrap();
+    let params = format!("readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=AVRO_BINARY_ENCODING,binaryAvroSchemaPath={},outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE,tablePartitioning=DAY,tableClusteringFields=id,kafkaMetadataColumns=topic|offset", avsc.display());
+    let o = flexrun(&["export", "--template", "kafka-to-bq", "--parameters", &params, "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = &j["rest"]["body"]["launchParameter"]["parameters"];
+    for p in ["tablePartitioning", "tableClusteringFields", "kafkaMetadataColumns"] {
+        assert!(sent.get(p).is_none(), "{p}: {sent}");
+        assert!(j["notes"].to_string().contains(&format!("{p}=")), "{p}: {}", j["notes"]);
+    }
+    // --throughput sizes any template's job: for kafka-to-gcs it used to read a
+    // parameter only kafka-to-bq has.
+    let gcs = "readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=JSON,outputDirectory=gs://b/o/,kafkaReadAuthenticationMode=NONE";
+    let o = flexrun(&["export", "--template", "kafka-to-gcs", "--throughput", "10MiB/s", "--parameters", gcs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--max-workers="), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
 fn export_refuses_what_dataflow_cannot_run() {
     for (args, needle) in [
         (vec!["export", "--template", "rate-to-stats"], "no template to export it to"),
