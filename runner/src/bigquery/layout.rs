@@ -150,12 +150,12 @@ fn check_column(
         return Err(format!("{param}={name}: the table has no such column (its columns: {})", names.join(", ")));
     };
     if !ok(&c.type_name.to_ascii_uppercase(), c.mode) {
-        let mode = match c.mode {
-            Mode::Nullable => "NULLABLE",
-            Mode::Required => "REQUIRED",
-            Mode::Repeated => "REPEATED",
-        };
-        return Err(format!("{param}={name}: column {} is {mode} {}; expected {expected}", c.name, c.type_name));
+        return Err(format!(
+            "{param}={name}: column {} is {} {}; expected {expected}",
+            c.name,
+            c.mode.as_str(),
+            c.type_name
+        ));
     }
     Ok(())
 }

@@ -113,6 +113,17 @@ enum SchemaSpec {
     Object { fields: Vec<FieldSpec> },
 }
 
+impl Mode {
+    /// BigQuery's name for the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Nullable => "NULLABLE",
+            Mode::Required => "REQUIRED",
+            Mode::Repeated => "REPEATED",
+        }
+    }
+}
+
 impl Schema {
     /// BigQuery's JSON form (`[{"name", "type", "mode", "fields"?}, ...]`).
     pub fn to_json(&self) -> serde_json::Value {
@@ -120,12 +131,7 @@ impl Schema {
             self.columns
                 .iter()
                 .map(|c| {
-                    let mode = match c.mode {
-                        Mode::Nullable => "NULLABLE",
-                        Mode::Required => "REQUIRED",
-                        Mode::Repeated => "REPEATED",
-                    };
-                    let mut v = serde_json::json!({"name": c.name, "type": c.type_name, "mode": mode});
+                    let mut v = serde_json::json!({"name": c.name, "type": c.type_name, "mode": c.mode.as_str()});
                     if let Some(sub) = &c.fields {
                         v["fields"] = sub.to_json();
                     }

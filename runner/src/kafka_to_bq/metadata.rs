@@ -182,9 +182,9 @@ impl MetaPlan {
             let col = &schema.columns[idx];
             let enc = encoding(c.field, col).ok_or_else(|| {
                 format!(
-                    "kafkaMetadataColumns: column {} ({:?} {}) cannot hold the record's {}; expected {}",
+                    "kafkaMetadataColumns: column {} ({} {}) cannot hold the record's {}; expected {}",
                     col.name,
-                    col.mode,
+                    col.mode.as_str(),
                     col.type_name,
                     c.field.name(),
                     expected(c.field)
@@ -366,7 +366,7 @@ mod tests {
         let e = MetaPlan::resolve(&parse_columns("topic").unwrap(), &s).unwrap_err();
         assert!(e.contains("column _kafka_topic") && e.contains("a NULLABLE STRING"), "{e}");
         let e = MetaPlan::resolve(&parse_columns("offset:o").unwrap(), &s).unwrap_err();
-        assert!(e.contains("Required INTEGER"), "REQUIRED is refused: {e}");
+        assert!(e.contains("REQUIRED INTEGER"), "REQUIRED is refused: {e}");
         assert!(MetaPlan::resolve(&parse_columns("headers:h").unwrap(), &s).is_err(), "no value field");
         assert!(MetaPlan::resolve(&parse_columns("key").unwrap(), &s).unwrap_err().contains("no column _kafka_key"));
     }
