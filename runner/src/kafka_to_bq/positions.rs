@@ -107,7 +107,7 @@ pub fn checkpoint_positions(job_dir: &Path) -> Result<BTreeMap<i32, i64>, crate:
         if !e.file_name().to_string_lossy().starts_with("shard-") {
             continue;
         }
-        match ShardLog::open(&e.path())?.recover()? {
+        match ShardLog::peek(&e.path())? {
             Recovery::Fresh => {}
             Recovery::Clean { commit, .. } => out.extend(commit.positions),
             Recovery::Replay(entry) => {

@@ -218,7 +218,13 @@ impl SegmentedLog {
     }
 
     fn read_all<T: for<'de> Deserialize<'de>>(&self) -> Result<Vec<T>, ProgressError> {
-        let segs = Self::segments(&self.dir, self.name)?;
+        Self::read_dir_log(&self.dir, self.name)
+    }
+
+    /// Every entry of the log `name` in `dir`, read without opening it for writing
+    /// (a torn last entry is skipped, not cut off).
+    fn read_dir_log<T: for<'de> Deserialize<'de>>(dir: &Path, name: &str) -> Result<Vec<T>, ProgressError> {
+        let segs = Self::segments(dir, name)?;
         let mut out = Vec::new();
         for (i, p) in segs.iter().enumerate() {
             out.extend(read_lines(p, i + 1 == segs.len())?);
@@ -304,8 +310,18 @@ impl ShardLog {
 
     /// Where the shard stands, from both logs.
     pub fn recover(&self) -> Result<Recovery, ProgressError> {
-        let offsets: Vec<OffsetEntry> = self.offsets.read_all()?;
-        let commits: Vec<CommitEntry> = self.commits.read_all()?;
+        Self::judge(&self.dir, self.offsets.read_all()?, self.commits.read_all()?)
+    }
+
+    /// Where the shard in `dir` stands, read only: unlike [`ShardLog::open`] it never
+    /// cuts a torn tail, so it is safe beside a writer that is mid-append.
+    pub fn peek(dir: &Path) -> Result<Recovery, ProgressError> {
+        let offsets = SegmentedLog::read_dir_log(dir, "offsets.log")?;
+        let commits = SegmentedLog::read_dir_log(dir, "commits.log")?;
+        Self::judge(dir, offsets, commits)
+    }
+
+    fn judge(dir: &Path, offsets: Vec<OffsetEntry>, commits: Vec<CommitEntry>) -> Result<Recovery, ProgressError> {
         match (offsets.last(), commits.last()) {
             (None, None) => Ok(Recovery::Fresh),
             (None, Some(c)) => Ok(Recovery::Clean { last: None, commit: c.clone() }),
@@ -318,7 +334,7 @@ impl ShardLog {
                 // Offset entries without stream slots (the stats sink) may trail commits.
                 Ok(Recovery::Clean { last: None, commit: c.clone() })
             }
-            (Some(o), Some(c)) => Err(ProgressError::Inconsistent(self.dir.clone(), c.batch, o.batch)),
+            (Some(o), Some(c)) => Err(ProgressError::Inconsistent(dir.to_path_buf(), c.batch, o.batch)),
         }
     }
 
@@ -420,6 +436,10 @@ mod tests {
         // A crash in the middle of writing batch 2's entry.
         let torn = encode_line(&entry(2));
         OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn[..torn.len() / 2]).unwrap();
+        let torn_len = fs::metadata(&p).unwrap().len();
+        // A reader beside a live writer sees the same recovery but leaves the bytes alone.
+        assert_eq!(ShardLog::peek(d.path()).unwrap(), Recovery::Replay(entry(1)));
+        assert_eq!(fs::metadata(&p).unwrap().len(), torn_len, "peek never cuts");
         let mut log = ShardLog::open(d.path()).unwrap();
         assert_eq!(fs::metadata(&p).unwrap().len(), good_len, "the torn tail is cut on open");
         assert_eq!(log.recover().unwrap(), Recovery::Replay(entry(1)));
