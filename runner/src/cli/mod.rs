@@ -12,6 +12,7 @@
 //! flexrun calibrate [--output baseline.yaml]
 //! flexrun capacity --bootstrap-server HOST:PORT --sizes 100,1KiB,4KiB
 //! flexrun web --addr 127.0.0.1:8080
+//! flexrun dlq replay --job JOB [--parameters k=v] [--where SQL] [--dry-run]
 //! flexrun local create-topic | create-table | produce | count      (local stack helpers)
 //! ```
 //! Bad flags and bad parameters exit with status 2 before anything connects.
@@ -19,11 +20,12 @@
 //! # Layout
 //! One file per subcommand ([`run`], [`jobs`], [`templates`], [`estimate`], [`export`], [`simulate`]
 //! and its [`sweep`],
-//! [`sizing`] for calibrate and capacity, [`web`], [`local`]); [`flags`] holds the flags
+//! [`sizing`] for calibrate and capacity, [`web`], [`local`], [`dlq`]); [`flags`] holds the flags
 //! the run forms share and the value parsers; [`ui`] the progress bars and signals.
 //! [`dispatch`] maps a parsed command line to its subcommand.
 
 pub mod bill_flags;
+pub mod dlq;
 pub mod estimate;
 pub mod export;
 pub mod flags;
@@ -85,6 +87,12 @@ pub enum Command {
     Capacity(crate::cli::sizing::CapacityArgs),
     /// Serve the cost-estimate page, job pages and /metrics.
     Web(web::WebArgs),
+    /// Dead letters: `replay` sends them back through the job's mapping, exactly once.
+    Dlq {
+        /// What to do.
+        #[command(subcommand)]
+        action: dlq::DlqAction,
+    },
     /// Helpers for the local stack (topics, tables, sample data, counts).
     Local {
         /// What to do.
@@ -182,6 +190,7 @@ pub async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Dataflow { group: DataflowGroup::Jobs { action } }) => jobs::run(action).await,
         Some(Command::Templates { action }) => templates::run(action),
         Some(Command::Local { action }) => local::run(action).await,
+        Some(Command::Dlq { action }) => dlq::run(action).await,
         Some(Command::Estimate(a)) => estimate::run(a),
         Some(Command::Export(a)) => export::run(&a),
         Some(Command::Simulate(a)) if !a.sweep.is_empty() => sweep::run(&a),

@@ -54,17 +54,18 @@ fn launch_rules(template: &str, errs: &flexrun_templates::ParamErrors, flags: &J
     invalid_parameters(&v, flags.format == ErrorFormat::Json)
 }
 
-/// Validate the parameters and run `template` as job `job_name`.
-pub async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
-    if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
-        return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
-    }
+/// Every `--parameters` value's pairs, in order (a later pair overrides an earlier one).
+pub(crate) fn parse_pairs(parameters: &[String]) -> Result<Vec<(String, String)>> {
     let mut pairs = Vec::new();
     for p in parameters {
         pairs.extend(parse_parameter_list(p).map_err(|e| usage(e.to_string()))?);
     }
-    let as_json = flags.format == ErrorFormat::Json;
-    let resolved = validate(template, &pairs).map_err(|e| {
+    Ok(pairs)
+}
+
+/// Validate `pairs` against `template` (a violation is a usage error, exit 2).
+pub(crate) fn resolve(template: &Template, pairs: &[(String, String)], flags: &JobFlags) -> Result<ResolvedParams> {
+    validate(template, pairs).map_err(|e| {
         let v: Vec<ParameterViolation> =
             e.0.iter()
                 .map(|p| ParameterViolation {
@@ -72,8 +73,16 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
                     description: p.to_string(),
                 })
                 .collect();
-        invalid_parameters(&v, as_json)
-    })?;
+        invalid_parameters(&v, flags.format == ErrorFormat::Json)
+    })
+}
+
+/// Validate the parameters and run `template` as job `job_name`.
+pub async fn run_template(template: &Template, job_name: &str, parameters: &[String], flags: &JobFlags) -> Result<()> {
+    if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
+        return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
+    }
+    let resolved = resolve(template, &parse_pairs(parameters)?, flags)?;
     for (k, v) in &resolved.pipeline_options {
         eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
     }
@@ -190,7 +199,13 @@ fn render_state(
 
 /// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
 /// drained, and print the summary and the autoscaling decisions.
-async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
+/// kafka-to-bq's typed configuration, and the BigQuery endpoints when it writes there
+/// (a launch-rule violation is a usage error, exit 2).
+pub(crate) fn kafka_to_bq_config(
+    resolved: &ResolvedParams,
+    job_name: &str,
+    flags: &JobFlags,
+) -> Result<(KafkaToBqConfig, Option<Endpoints>)> {
     let run_flags = flags.run_flags(job_name).map_err(usage)?;
     let sink = run_flags.sink.clone();
     let cfg =
@@ -202,6 +217,11 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
         ),
         SinkKind::Stats { .. } => None,
     };
+    Ok((cfg, endpoints))
+}
+
+async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
+    let (cfg, endpoints) = kafka_to_bq_config(resolved, job_name, flags)?;
     for n in flags.notes() {
         eprintln!("note: {n}");
     }

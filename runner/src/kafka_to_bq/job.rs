@@ -78,6 +78,18 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
     }
 }
 
+/// The job's mapping onto its destination: the input format, the Kafka key and
+/// metadata columns, the UDF. A row must fit in one AppendRows request with room to
+/// spare; larger ones are dead-lettered as "Row payload too large".
+pub fn job_mapping(cfg: &KafkaToBqConfig, dest: super::table::Destination) -> Result<Mapping> {
+    let max_row =
+        cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
+    let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key, &cfg.metadata)
+        .with_context(|| format!("table {}", dest.table))?;
+    mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone()).for_record(dest.record.clone());
+    Ok(mapping)
+}
+
 /// Plan where every partition starts (see [`positions`]), report retention gaps and
 /// new partitions, and remember the partitions the job now knows.
 async fn start_positions(
@@ -189,14 +201,7 @@ pub async fn run(
         (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
     };
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
-    // A row must fit in one AppendRows request with room to spare; larger ones are
-    // dead-lettered as "Row payload too large".
-    let max_row =
-        cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
-    let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key, &cfg.metadata)
-        .with_context(|| format!("table {}", dest.table))?;
-    mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone()).for_record(dest.record.clone());
-    let mapping = Arc::new(mapping);
+    let mapping = Arc::new(job_mapping(&cfg, dest)?);
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
         descriptor: mapping.descriptor.clone(),

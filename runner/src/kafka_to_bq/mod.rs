@@ -16,6 +16,8 @@
 //!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
 //!   and discovers new partitions; [`publish`] sends the dashboard its points.
+//! - [`replay`]: `flexrun dlq replay`, dead letters back through the mapping into the
+//!   table exactly once, with a ledger table that a later replay skips by.
 //!
 //! # Per-record tables
 //! With `schemaFormat=SCHEMA_REGISTRY` records of different types go to different tables
@@ -103,6 +105,7 @@ pub mod metadata;
 pub mod pool;
 pub mod positions;
 pub mod publish;
+pub mod replay;
 pub mod sent;
 pub mod shard;
 pub mod table;

@@ -16,6 +16,7 @@ mod autoscaling;
 mod avro;
 mod chaos;
 mod crash_points;
+mod dlq_replay;
 mod emulator;
 mod faults;
 mod generator_kafka;

@@ -1,0 +1,140 @@
+//! `flexrun dlq replay` end to end: a job dead-letters records, a replay with a fixed
+//! UDF lands them in the table exactly once across a SIGKILL between the table's and
+//! the ledger's appends, and a second replay lands nothing twice.
+
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
+use crate::common::*;
+use flexrun::bigquery::TableRef;
+
+/// The fix a user would write after reading the dead-letter table: string ids
+/// become numbers, records flagged `drop` are dropped, and anything else passes as
+/// it was (so `[n]` still is not an object and keeps failing).
+const FIX: &str = r#"
+function fix(inJson) {
+  var o = JSON.parse(inJson);
+  if (o.drop === true) return null;
+  if (typeof o.id === 'string') o.id = parseInt(o.id.substring(3), 10);
+  return JSON.stringify(o);
+}
+"#;
+
+/// 30 good records, 12 with a string id, 3 flagged `drop` (an unknown field), 6
+/// that are not objects: interleaved, on one partition.
+fn values() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for i in 0..30u64 {
+        v.push(format!(r#"{{"id": {i}, "message": "ok"}}"#).into_bytes());
+        if i % 5 == 0 {
+            v.push(format!("[{i}]").into_bytes());
+        }
+        if i < 12 {
+            v.push(format!(r#"{{"id": "id-{}"}}"#, 1000 + i).into_bytes());
+        }
+        if i < 3 {
+            v.push(format!(r#"{{"id": {}, "drop": true}}"#, 2000 + i).into_bytes());
+        }
+    }
+    v
+}
+
+fn fq(t: &TableRef) -> String {
+    format!("`{}.{}.{}`", t.project, t.dataset, t.table)
+}
+
+fn replay(job: &str, ck: &std::path::Path, js: &std::path::Path, extra: &[&str]) -> std::process::Command {
+    let p = format!("javascriptTextTransformGcsPath={},javascriptTextTransformFunctionName=fix", js.display());
+    let mut args = vec!["dlq", "replay", "--job", job, "--checkpoint-dir", ck.to_str().unwrap(), "--parameters", &p];
+    args.extend_from_slice(extra);
+    flexrun(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_killed_between_table_and_ledger_lands_each_row_once_and_a_second_replay_lands_none() {
+    let s = stack();
+    let f = s.fixture("dlqreplay", 1).await;
+    produce_values(&s, &f.topic, &values()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let job = unique("dlqr");
+    let params = f.params(&s, &format!("useBigQueryDLQ=true,outputDeadletterTable={}", f.dlq));
+    let o = run_job(&job, &ck, &params, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (30, 30));
+    let dead = s.rows(&format!("SELECT COUNT(*) FROM {}", fq(&f.dlq))).await;
+    assert_eq!(dead[0][0].as_deref(), Some("21"), "12 string ids + 3 unknown fields + 6 arrays");
+
+    let js = dir.path().join("fix.js");
+    std::fs::write(&js, FIX).unwrap();
+    // A dry run writes nothing and says what would happen.
+    let o = replay(&job, &ck, &js, &["--dry-run"]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.contains("would replay into the table: 12")
+            && out.contains("still failing (left in the dead-letter table): 6"),
+        "{out}"
+    );
+    assert_eq!(s.count(&f.table).await, (30, 30));
+
+    // Killed in batch 2 after its rows landed in the table, before the ledger append.
+    let o = replay(&job, &ck, &js, &["--batch-rows", "4"])
+        .env("FAILPOINTS", "replay::between_tables=1*off->return")
+        .bounded();
+    assert!(!o.status.success() && text(&o).contains("crash point replay::between_tables reached"), "{}", text(&o));
+    let (rows, _) = s.count(&f.table).await;
+    assert!(rows > 30, "batch 1, and batch 2's table rows, landed before the kill: {rows}");
+
+    let o = replay(&job, &ck, &js, &["--batch-rows", "4"]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    // The recovery path ran: the plan was resumed and the logged batch sent again,
+    // its table request answered ALREADY_EXISTS.
+    assert!(out.contains("finished the replay an earlier run left unfinished"), "{out}");
+    assert!(
+        out.contains("batch 2 was logged before a crash and sent again (1 request(s) answered ALREADY_EXISTS)"),
+        "{out}"
+    );
+    assert_eq!(s.count(&f.table).await, (42, 42), "30 good + 12 fixed, each once");
+    let fixed = s.rows(&format!("SELECT COUNT(*) FROM {} WHERE id >= 1000 AND id < 1012", fq(&f.table))).await;
+    assert_eq!(fixed[0][0].as_deref(), Some("12"));
+    let ledger = TableRef { table: format!("{}_replayed", f.dlq.table), ..f.dlq.clone() };
+    let marks = s
+        .rows(&format!("SELECT outcome, COUNT(DISTINCT rowKey) FROM {} GROUP BY outcome ORDER BY outcome", fq(&ledger)))
+        .await;
+    assert_eq!(
+        marks,
+        vec![vec![Some("DROPPED_BY_UDF".into()), Some("3".into())], vec![Some("WRITTEN".into()), Some("12".into())]]
+    );
+
+    // A second replay skips what the ledger names and lands nothing.
+    let o = replay(&job, &ck, &js, &[]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("already replayed (skipped): 15") && out.contains("replayed into the table: 0"), "{out}");
+    assert!(
+        out.contains("still failing (left in the dead-letter table): 6") && out.contains("expected a JSON object"),
+        "{out}"
+    );
+    assert_eq!(s.count(&f.table).await, (42, 42));
+    let total = s.rows(&format!("SELECT COUNT(*) FROM {}", fq(&ledger))).await;
+    assert_eq!(total[0][0].as_deref(), Some("15"), "no ledger row twice");
+}
+
+#[tokio::test]
+async fn a_replay_without_a_job_or_a_dead_letter_table_exits_2_naming_what_is_missing() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().to_str().unwrap();
+    let o = flexrun(&["dlq", "replay", "--job", "no-such-job", "--checkpoint-dir", ck]).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no job \"no-such-job\""), "{}", text(&o));
+    let p = format!(
+        "readBootstrapServerAndTopic={};t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE",
+        s.kafka
+    );
+    let o = flexrun(&["dlq", "replay", "--job", "x", "--checkpoint-dir", ck, "--parameters", &p]).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no outputDeadletterTable"), "{}", text(&o));
+}
