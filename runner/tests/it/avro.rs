@@ -170,6 +170,18 @@ async fn binary_encoding_decodes_and_non_avro_messages_are_dead_lettered() {
         let e = e[0].clone().unwrap_or_default();
         assert!(e.starts_with("Error deserializing Avro message"), "{e}");
     }
+    // A replay reads each dead letter's payloadBytes back as Beam's KafkaRecordCoder
+    // encoding of the record (topic, partition, offset, key, value): the two records
+    // are named by their place in the topic and fail again for their own reason, not
+    // for unreadable payload bytes.
+    let ck = dir.path().join("ck");
+    let o = flexrun(&["dlq", "replay", "--job", "avro-bin", "--checkpoint-dir", ck.to_str().unwrap(), "--dry-run"])
+        .bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("still failing (left in the dead-letter table): 2"), "{out}");
+    assert_eq!(out.matches(&format!("kafka:{t}:0:")).count(), 2, "{out}");
+    assert!(!out.contains("KafkaRecordCoder"), "{out}");
 }
 
 #[tokio::test]
