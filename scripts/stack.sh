@@ -138,6 +138,11 @@ install() {
   install_bqemulator
   install_gcs_emulator
   install_tansu
+  # Release the lock now: `start` goes on to launch the daemons from this shell, and an
+  # open descriptor would pass to them and hold the lock for as long as the stack runs
+  # (a later `scripts/test.sh` then waited for it forever).
+  flock -u 9
+  exec 9>&-
 }
 
 wait_port() { # host port seconds what
