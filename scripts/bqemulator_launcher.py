@@ -68,7 +68,7 @@ stock emulator is lenient, the launcher makes it behave as documented:
    GET /stats?table=dataset.table returns its call counters (no table: all calls):
    create_write_stream, get_write_stream, append_requests, default_stream_appends
    (those on the `_default` stream), injected_failures (and by call: injected_create,
-   injected_get, injected_append) and rows_rejected.
+   injected_get, injected_append), rows_rejected and cdc_changes (CDC rows received).
 10. tables.insert refuses partitioning and clustering that BigQuery refuses, with
    400 "invalid" (stock: stores any field name and any column type, and answers an
    unknown partition type with 500). The rules, from Google's pages:
@@ -81,6 +81,26 @@ stock emulator is lenient, the launcher makes it behave as documented:
    types: DATE BOOL GEOGRAPHY INT64 NUMERIC BIGNUMERIC STRING TIMESTAMP DATETIME" and
    "You can specify up to four clustering columns"
    (https://cloud.google.com/bigquery/docs/creating-clustered-tables).
+
+11. CDC (change data capture) through Storage Write, as
+   https://cloud.google.com/bigquery/docs/change-data-capture describes it (stock: the
+   primary key is dropped on tables.insert and `_CHANGE_TYPE` rows are appended as plain
+   inserts). tables.insert keeps `tableConstraints.primaryKey` (at most 16 columns:
+   "Composite primary keys containing up to 16 columns are supported") and `maxStaleness`,
+   and tables.get returns them. A row carrying `_CHANGE_TYPE` is applied by key:
+   "The pseudocolumn _CHANGE_TYPE only accepts the values UPSERT and DELETE"; UPSERT
+   replaces the row with the same primary key or inserts it, DELETE removes it. "You must
+   use the Storage Write API in the default stream" and "You must declare primary keys for
+   the destination table": a `_CHANGE_TYPE` row on another stream, or to a table without a
+   primary key, is refused with INVALID_ARGUMENT and nothing of the request is written.
+   `_CHANGE_SEQUENCE_NUMBER` orders the changes to one key: up to four hexadecimal sections
+   separated by "/", each at most 16 hex digits, compared section by section (the format
+   Apache Beam's RowMutationInformation documents; Google's page gives none). A change
+   whose number is lower than the last applied to its key is ignored, so a stale change
+   that arrives late loses; an equal number applies again (a resent change is the same
+   change). Without a number, arrival order decides. BigQuery applies changes in the
+   background (max_staleness); here they apply at append, which is the state a query
+   sees once BigQuery has caught up.
 
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
@@ -267,6 +287,8 @@ def _atomic_perform_append(self, bound_stream, rows_table, offset, max_buffered_
     ws = write_servicer
     strategy = ws.select_strategy(bound_stream.stream_type)
     with bound_stream.lock:
+        if why := _cdc_refusal(bound_stream, rows_table):
+            return ws._error_response(bound_stream.name, why, status_code=grpc.StatusCode.INVALID_ARGUMENT)
         rejected = _rows_to_reject(bound_stream.name, rows_table)
         if rejected:
             FAULTS.count("rows_rejected", len(rejected), table=_table_of(bound_stream.name))
@@ -303,14 +325,20 @@ def _flush_to_target(self, stream, rows):
     target_ref = quoted_table_ref(stream.project_id, stream.dataset_id, stream.table_id)
     reg_name = register_name(f"__bqemu_write_{uuid4().hex[:12]}")
     with self._write_lock:
-        cursor.register(reg_name, rows)
-        try:
-            cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_name}")
-        finally:
-            cursor.unregister(reg_name)
+        if CHANGE_TYPE in rows.column_names:
+            _apply_changes(self, stream, rows, cursor, target_ref)
+            added = None
+        else:
+            cursor.register(reg_name, rows)
+            try:
+                cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_name}")
+            finally:
+                cursor.unregister(reg_name)
+            added = rows.num_rows
         table_meta = self._ctx.catalog.get_table(stream.project_id, stream.dataset_id, stream.table_id)
         if table_meta is not None:
-            self._ctx.catalog.update_table(table_meta.model_copy(update={"num_rows": table_meta.num_rows + rows.num_rows}))
+            n = table_meta.num_rows + added if added is not None else cursor.execute(f"SELECT COUNT(*) FROM {target_ref}").fetchone()[0]
+            self._ctx.catalog.update_table(table_meta.model_copy(update={"num_rows": n}))
         self._ctx.snapshots.record_change(stream.project_id, stream.dataset_id, stream.table_id)
 
 
@@ -519,6 +547,162 @@ def _checking_layout(orig):
     return rest_to_table_meta
 
 
+_CDC_KEYS = {}  # "dataset.table" -> (primary key columns, maxStaleness or None)
+_CDC_LAST = {}  # ("dataset.table", key tuple) -> sequence tuple of the last change applied
+_CDC_COUNTER = [0]
+_CDC_LOCK = threading.Lock()
+CHANGE_TYPE = "_CHANGE_TYPE"
+CHANGE_SEQ = "_CHANGE_SEQUENCE_NUMBER"
+
+
+def _cdc_problem(body):
+    """Why BigQuery would refuse this tables.insert body's primary key."""
+    pk = (((body.get("tableConstraints") or {}).get("primaryKey") or {}).get("columns")) or []
+    cols = {f.get("name", "").lower(): f for f in (body.get("schema") or {}).get("fields") or []}
+    if len(pk) > 16:
+        return f"a primary key has at most 16 columns; {len(pk)} were given"
+    for c in pk:
+        f = cols.get(c.lower())
+        if f is None:
+            return f"primary key column {c} not found in the table schema"
+        if f.get("mode", "NULLABLE").upper() == "REPEATED" or f.get("type", "").upper() in ("RECORD", "STRUCT"):
+            return f"primary key column {c} must be a top-level scalar column"
+    return None
+
+
+def _keeping_constraints(orig):
+    def rest_to_table_meta(project_id, dataset_id, body, clock, existing=None):
+        from bqemulator.domain.errors import ValidationError
+
+        if existing is None:
+            if why := _cdc_problem(body):
+                raise ValidationError(why)
+            table = f"{dataset_id}.{(body.get('tableReference') or {}).get('tableId', '')}"
+            pk = (((body.get("tableConstraints") or {}).get("primaryKey") or {}).get("columns")) or []
+            with _CDC_LOCK:
+                for k in [k for k in _CDC_LAST if k[0] == table]:
+                    del _CDC_LAST[k]
+                _CDC_KEYS[table] = (list(pk), body.get("maxStaleness"))
+        return orig(project_id, dataset_id, body, clock, existing)
+
+    return rest_to_table_meta
+
+
+def _showing_constraints(orig):
+    def table_to_rest(t):
+        body = orig(t)
+        pk, staleness = _CDC_KEYS.get(f"{t.dataset_id}.{t.table_id}", ([], None))
+        if pk:
+            body["tableConstraints"] = {"primaryKey": {"columns": pk}}
+        if staleness:
+            body["maxStaleness"] = staleness
+        return body
+
+    return table_to_rest
+
+
+def _with_change_columns(orig):
+    """proto_rows_to_arrow_table, keeping `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER`
+    as two extra columns when the writer's descriptor has them."""
+
+    def proto_rows_to_arrow_table(decoder, serialized_rows, target_schema):
+        import pyarrow as pa
+
+        table = orig(decoder, serialized_rows, target_schema)
+        names = {f.name for f in decoder._descriptor.fields} if hasattr(decoder, "_descriptor") else None
+        if names is None:
+            names = set()
+            for raw in serialized_rows[:1]:
+                names = set(decoder.decode(raw).keys())
+        if CHANGE_TYPE not in names:
+            return table
+        types, seqs = [], []
+        for raw in serialized_rows:
+            row = decoder.decode(raw)
+            types.append(row.get(CHANGE_TYPE))
+            seqs.append(row.get(CHANGE_SEQ))
+        table = table.append_column(CHANGE_TYPE, pa.array(types, type=pa.string()))
+        return table.append_column(CHANGE_SEQ, pa.array(seqs, type=pa.string()))
+
+    return proto_rows_to_arrow_table
+
+
+def _seq(text):
+    """A _CHANGE_SEQUENCE_NUMBER as a comparable tuple, or a reason it is not one."""
+    parts = text.split("/")
+    if not 1 <= len(parts) <= 4 or any(not p or len(p) > 16 for p in parts):
+        return None, f"_CHANGE_SEQUENCE_NUMBER {text!r}: expected 1 to 4 hexadecimal sections of at most 16 digits, separated by '/'"
+    try:
+        return tuple(int(p, 16) for p in parts), None
+    except ValueError:
+        return None, f"_CHANGE_SEQUENCE_NUMBER {text!r} is not hexadecimal"
+
+
+def _cdc_refusal(stream, rows):
+    """Why BigQuery would refuse these change rows, or None."""
+    if CHANGE_TYPE not in rows.column_names:
+        return None
+    table = _table_of(stream.name)
+    if not stream.name.endswith("/_default"):
+        return "CDC writes (_CHANGE_TYPE) must use the table's default stream"
+    if not _CDC_KEYS.get(table, ([], None))[0]:
+        return f"CDC writes (_CHANGE_TYPE) need a primary key on the destination table {table}"
+    for t in rows.column(CHANGE_TYPE).to_pylist():
+        if t not in ("UPSERT", "DELETE"):
+            return f"_CHANGE_TYPE {t!r}: only UPSERT and DELETE are accepted"
+    for q in rows.column(CHANGE_SEQ).to_pylist():
+        if q is not None and (why := _seq(q)[1]):
+            return why
+    return None
+
+
+def _apply_changes(self, stream, rows, cursor, target_ref):
+    """Apply change rows by primary key (under the write lock): for each key the change
+    with the highest sequence number wins, if it is not older than the last applied."""
+    import pyarrow as pa
+
+    table = _table_of(stream.name)
+    FAULTS.count("cdc_changes", rows.num_rows, table=table)
+    pk = _CDC_KEYS[table][0]
+    data = rows.drop_columns([CHANGE_TYPE, CHANGE_SEQ])
+    types = rows.column(CHANGE_TYPE).to_pylist()
+    seqs = rows.column(CHANGE_SEQ).to_pylist()
+    keys = list(zip(*[data.column(c).to_pylist() for c in pk]))
+    winners = {}
+    with _CDC_LOCK:
+        for i, key in enumerate(keys):
+            if seqs[i] is None:
+                _CDC_COUNTER[0] += 1
+                seq = (1 << 64, _CDC_COUNTER[0])
+            else:
+                seq = _seq(seqs[i])[0]
+            last = _CDC_LAST.get((table, key))
+            best = winners.get(key)
+            if (last is None or seq >= last) and (best is None or seq >= best[0]):
+                winners[key] = (seq, i)
+        for key, (seq, _) in winners.items():
+            _CDC_LAST[(table, key)] = seq
+    if not winners:
+        return
+    idx = sorted(i for _, i in winners.values())
+    changed = data.take(pa.array(idx, type=pa.int64()))
+    upserts = data.take(pa.array([i for i in idx if types[i] == "UPSERT"], type=pa.int64()))
+    match = " AND ".join(f'cdc_t."{c}" IS NOT DISTINCT FROM k."{c}"' for c in pk)
+    reg_keys = write_servicer.register_name(f"__bqemu_cdc_keys_{os.getpid()}_{threading.get_ident()}")
+    reg_rows = write_servicer.register_name(f"__bqemu_cdc_rows_{os.getpid()}_{threading.get_ident()}")
+    cursor.register(reg_keys, changed.select(pk))
+    try:
+        cursor.execute(f"DELETE FROM {target_ref} AS cdc_t WHERE EXISTS (SELECT 1 FROM {reg_keys} k WHERE {match})")
+    finally:
+        cursor.unregister(reg_keys)
+    if upserts.num_rows:
+        cursor.register(reg_rows, upserts)
+        try:
+            cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_rows}")
+        finally:
+            cursor.unregister(reg_rows)
+
+
 def _start_fault_server():
     port = int(os.environ.get("FLEXRUN_BQ_FAULT_PORT", "0") or 0)
     if port:
@@ -533,6 +717,8 @@ from bqemulator.api.routes import tables as tables_routes  # noqa: E402
 
 for owner, name in [
     (tables_routes, "_rest_to_table_meta"),
+    (tables_routes, "_table_to_rest"),
+    (write_servicer, "proto_rows_to_arrow_table"),
     (DuckDBCatalogRepository, "update_table"),
     (MemoryCatalogRepository, "update_table"),
     (snapshots.SnapshotManager, "record_change"),
@@ -574,7 +760,9 @@ write_servicer.BigQueryWriteHandler.__init__ = _init
 write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
 write_servicer.BigQueryWriteHandler._handle_get_write_stream = _get
 write_servicer.BigQueryWriteHandler._handle_append_rows = _append
-tables_routes._rest_to_table_meta = _checking_layout(tables_routes._rest_to_table_meta)
+tables_routes._rest_to_table_meta = _keeping_constraints(_checking_layout(tables_routes._rest_to_table_meta))
+tables_routes._table_to_rest = _showing_constraints(tables_routes._table_to_rest)
+write_servicer.proto_rows_to_arrow_table = _with_change_columns(write_servicer.proto_rows_to_arrow_table)
 for _repo in (DuckDBCatalogRepository, MemoryCatalogRepository):
     _repo.update_table = _adding_columns(_repo.update_table)
 _start_fault_server()

@@ -60,6 +60,9 @@ pub enum RecordError {
     /// BigQuery refused the row (row_errors in an AppendRows response).
     #[error("BigQuery rejected the row: {0}")]
     Rejected(String),
+    /// A CDC record whose change type cannot be read.
+    #[error("CDC: {0}")]
+    Cdc(String),
 }
 
 impl RecordError {
@@ -78,6 +81,7 @@ impl RecordError {
             RecordError::Udf(_) => "udf",
             RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",
+            RecordError::Cdc(_) => "cdc",
         }
     }
 }

@@ -67,6 +67,8 @@ pub struct KafkaToBqConfig {
     pub persist_key: bool,
     /// `kafkaMetadataColumns`: the record's metadata written to columns.
     pub metadata: Vec<MetaColumn>,
+    /// `cdcPrimaryKey` and `cdcChangeTypeHeader`: records are changes by key (CDC).
+    pub cdc: Option<super::cdc::CdcConfig>,
     /// The JavaScript UDF (JSON path), loaded and checked at launch.
     pub udf: Option<Arc<Udf>>,
     /// Dead-letter table, if any.
@@ -203,6 +205,28 @@ pub struct RunFlags {
     pub progress: ProgressConfig,
 }
 
+/// The CDC parameters, checked: BigQuery takes CDC writes only on the `_default`
+/// stream, so they cannot go with `useStorageWriteApiAtLeastOnce=false` given
+/// explicitly, and per-record tables would need a primary key per record type.
+fn cdc_params(
+    p: &ResolvedParams,
+    fp: &super::format::FormatParams,
+    errs: &mut Problems,
+) -> Option<super::cdc::CdcConfig> {
+    let cdc = super::cdc::parse(p.get("cdcPrimaryKey"), p.get("cdcChangeTypeHeader"));
+    if p.get("cdcSequenceField").is_some() && !matches!(cdc, Ok(Some(_))) {
+        errs.push("cdcSequenceField needs cdcPrimaryKey (CDC is on only with a primary key)");
+    }
+    let cdc = cdc.map_err(|e| errs.push(e)).ok()??.with_sequence_field(p.get("cdcSequenceField"));
+    if p.was_given("useStorageWriteApiAtLeastOnce") && !p.flag("useStorageWriteApiAtLeastOnce") {
+        errs.push("cdcPrimaryKey: BigQuery takes CDC writes only on the _default stream (\"You must use the Storage Write API in the default stream\"), and useStorageWriteApiAtLeastOnce=false asks for COMMITTED streams; drop it. Each key's final state is still exact after a crash");
+    }
+    if fp.dynamic.is_some() {
+        errs.push("cdcPrimaryKey: not built for schemaFormat=SCHEMA_REGISTRY per-record tables; use one table (outputTableSpec)");
+    }
+    Some(cdc)
+}
+
 /// With a schema file, the table a job would create is known at launch: check the
 /// partitioning and clustering columns against it now, so a wrong column exits 2.
 /// (With a Schema Registry the check runs when each table is created.)
@@ -276,6 +300,7 @@ impl KafkaToBqConfig {
             Vec::new()
         });
         check_layout(&fp, p.flag("persistKafkaKey"), &metadata, &mut errs);
+        let cdc = cdc_params(p, &fp, &mut errs);
         errs.into_result()?;
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),
@@ -289,7 +314,9 @@ impl KafkaToBqConfig {
             udf,
             dlq,
             bad_records,
-            delivery: if at_least_once { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
+            // CDC writes go through the _default stream, as BigQuery requires.
+            delivery: if at_least_once || cdc.is_some() { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
+            cdc,
             streams,
             triggering_frequency: Duration::from_secs_f64(freq),
             commit_offsets: p.flag("enableCommitOffsets"),

@@ -58,6 +58,17 @@ impl Mapping {
             .with_meta(plan);
         Ok(Mapping { fingerprint, descriptor, mapper })
     }
+
+    /// Rows that are CDC changes (`cdcPrimaryKey`): the key checked against the schema,
+    /// the pseudo-columns added to the descriptor and written after each row.
+    pub fn with_cdc(mut self, cdc: Option<&super::cdc::CdcConfig>) -> Result<Mapping> {
+        if let Some(c) = cdc {
+            let plan = super::cdc::CdcPlan::resolve(c, self.mapper.schema()).map_err(anyhow::Error::msg)?;
+            self.descriptor = plan.descriptor(self.descriptor);
+            self.mapper = self.mapper.with_cdc(Some(Arc::new(plan)));
+        }
+        Ok(self)
+    }
 }
 
 /// Another record type's table (per-record tables) and how its records are mapped.
@@ -193,7 +204,7 @@ impl JobCtx {
             &self.cfg.metadata,
         )?;
         m.mapper = m.mapper.with_udf(cur.udf().cloned()).for_record(cur.record().map(str::to_string));
-        let m = Arc::new(m);
+        let m = Arc::new(m.with_cdc(self.cfg.cdc.as_ref())?);
         self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
         Ok(m)
     }

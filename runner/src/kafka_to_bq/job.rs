@@ -87,7 +87,7 @@ pub fn job_mapping(cfg: &KafkaToBqConfig, dest: super::table::Destination) -> Re
     let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key, &cfg.metadata)
         .with_context(|| format!("table {}", dest.table))?;
     mapping.mapper = mapping.mapper.with_udf(cfg.udf.clone()).for_record(dest.record.clone());
-    Ok(mapping)
+    mapping.with_cdc(cfg.cdc.as_ref()).with_context(|| format!("table {}", dest.table))
 }
 
 /// Plan where every partition starts (see [`positions`]), report retention gaps and

@@ -6,7 +6,7 @@
 //!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
 //! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
 //!   or the reason it cannot be ([`json_row`]: a JSON object's row; [`metadata`]: the
-//!   Kafka metadata columns); [`dlq`]: dead-letter rows; [`table`]: the
+//!   Kafka metadata columns; [`cdc`]: CDC's change type and sequence number); [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
 //!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
@@ -95,6 +95,7 @@
 
 pub mod autoscale;
 pub mod batch;
+pub mod cdc;
 pub mod config;
 pub mod context;
 pub mod dlq;

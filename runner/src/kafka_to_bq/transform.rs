@@ -52,6 +52,8 @@ pub struct Mapper {
     plans: Arc<RwLock<HashMap<usize, Option<Arc<Plan>>>>>,
     /// The Kafka metadata columns (`kafkaMetadataColumns`), if any.
     meta: Option<Arc<MetaPlan>>,
+    /// CDC's pseudo-columns (`cdcPrimaryKey`), if any.
+    cdc: Option<Arc<super::cdc::CdcPlan>>,
 }
 
 impl Mapper {
@@ -71,6 +73,7 @@ impl Mapper {
             record: None,
             plans: Arc::default(),
             meta: None,
+            cdc: None,
         }
     }
 
@@ -90,6 +93,7 @@ impl Mapper {
             record: None,
             plans: Arc::default(),
             meta: None,
+            cdc: None,
         })
     }
 
@@ -101,7 +105,17 @@ impl Mapper {
     /// Whether rows carry Kafka metadata columns (then [`Mapper::map_message`] needs the
     /// record's [`KafkaMeta`]).
     pub fn wants_meta(&self) -> bool {
-        self.meta.is_some()
+        self.meta.is_some() || self.cdc.is_some()
+    }
+
+    /// Write CDC's `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` after each row.
+    pub fn with_cdc(self, cdc: Option<Arc<super::cdc::CdcPlan>>) -> Mapper {
+        Mapper { cdc, ..self }
+    }
+
+    /// The CDC plan, if any.
+    pub fn cdc(&self) -> Option<&Arc<super::cdc::CdcPlan>> {
+        self.cdc.as_ref()
     }
 
     /// Apply `udf` to every JSON message before it is mapped.
@@ -196,6 +210,9 @@ impl Mapper {
         }
         if let (Some(plan), Some(m)) = (&self.meta, meta) {
             plan.encode(m, key, out)?;
+        }
+        if let (Some(plan), Some(m)) = (&self.cdc, meta) {
+            plan.encode(m, out)?;
         }
         self.check_size(out)
     }

@@ -14,6 +14,7 @@ mod common;
 
 mod autoscaling;
 mod avro;
+mod cdc;
 mod chaos;
 mod crash_points;
 mod dlq_replay;

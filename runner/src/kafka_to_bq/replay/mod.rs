@@ -106,6 +106,9 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
     if cfg.dynamic.is_some() {
         return Err(crate::usage("schemaFormat=SCHEMA_REGISTRY routes each record to its own table; dlq replay writes to one table (outputTableSpec) and does not route"));
     }
+    if cfg.cdc.is_some() {
+        return Err(crate::usage("dlq replay is not built for CDC jobs (cdcPrimaryKey): their changes go through the _default stream, which has no offsets to replay at exactly once"));
+    }
     let dir = root.join(&cfg.job_name).join("dlq-replay");
     let _lock = crate::control::lock::JobLock::acquire(&dir, &format!("{} (dlq replay)", cfg.job_name))?;
     let client = rest::client(&ep).await?;

@@ -1,0 +1,311 @@
+//! CDC upserts and deletes (flexrun's extension, `cdcPrimaryKey`): each record is a
+//! change to the table's row with the same primary key, written through BigQuery's
+//! change data capture (<https://cloud.google.com/bigquery/docs/change-data-capture>).
+//!
+//! Every row carries two pseudo-columns after the table's own fields:
+//! - `_CHANGE_TYPE`: `UPSERT` or `DELETE` ("The pseudocolumn _CHANGE_TYPE only accepts
+//!   the values UPSERT and DELETE"), from the header `cdcChangeTypeHeader` names
+//!   (case-insensitive; a record without the header is an UPSERT);
+//! - `_CHANGE_SEQUENCE_NUMBER`, in hexadecimal: the value of the INTEGER column
+//!   `cdcSequenceField` names (a source database's log position or version, so changes
+//!   produced out of order still resolve to the newest), or else the record's Kafka
+//!   offset (then a key's changes must all be in one partition, as they are when the
+//!   producer keys records by the primary key). Either way a change sent again after a
+//!   crash carries the same number and cannot undo a newer one.
+//!
+//! "You must use the Storage Write API in the default stream": CDC jobs write to the
+//! `_default` stream, so rows are not deduplicated by offset. What stays exact after
+//! any crash is the final state of each key.
+
+use super::metadata::KafkaMeta;
+use crate::bigquery::proto::put_bytes;
+use crate::bigquery::schema::{ColumnType, Mode, Schema};
+use crate::record::RecordError;
+use prost_types::field_descriptor_proto::{Label, Type};
+use prost_types::{DescriptorProto, FieldDescriptorProto};
+
+/// The change-type pseudo-column.
+pub const CHANGE_TYPE: &str = "_CHANGE_TYPE";
+/// The sequence-number pseudo-column.
+pub const CHANGE_SEQUENCE_NUMBER: &str = "_CHANGE_SEQUENCE_NUMBER";
+/// BigQuery's limit: "Composite primary keys containing up to 16 columns are supported."
+pub const MAX_KEY_COLUMNS: usize = 16;
+
+/// The CDC parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdcConfig {
+    /// `cdcPrimaryKey`: the table's primary key columns, in order.
+    pub primary_key: Vec<String>,
+    /// `cdcChangeTypeHeader`: the header whose value is UPSERT or DELETE.
+    pub change_type_header: String,
+    /// `cdcSequenceField`: the INTEGER column whose value orders a key's changes (None:
+    /// the Kafka offset).
+    pub sequence_field: Option<String>,
+}
+
+/// Parse `cdcPrimaryKey` (columns separated by `|`, or commas inside a `^;^` list) and
+/// `cdcChangeTypeHeader`; None when CDC is off. (`cdcSequenceField` is added with
+/// [`CdcConfig::with_sequence_field`].)
+///
+/// ```
+/// use flexrun::kafka_to_bq::cdc::parse;
+/// let c = parse(Some("id|region"), None).unwrap().unwrap();
+/// assert_eq!((c.primary_key.len(), c.change_type_header.as_str()), (2, "op"));
+/// assert!(parse(Some("id|id"), None).unwrap_err().contains("twice"));
+/// assert_eq!(parse(None, None), Ok(None));
+/// ```
+pub fn parse(primary_key: Option<&str>, header: Option<&str>) -> Result<Option<CdcConfig>, String> {
+    let Some(pk) = primary_key.filter(|s| !s.is_empty()) else {
+        return match header {
+            Some(_) => Err("cdcChangeTypeHeader needs cdcPrimaryKey (CDC is on only with a primary key)".into()),
+            None => Ok(None),
+        };
+    };
+    let cols: Vec<String> = pk.split(['|', ',']).map(|c| c.trim().to_string()).collect();
+    if let Some(c) = cols.iter().find(|c| c.is_empty() || !c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_'))
+    {
+        return Err(format!("cdcPrimaryKey: {c:?} is not a column name (letters, digits and _)"));
+    }
+    if cols.len() > MAX_KEY_COLUMNS {
+        return Err(format!(
+            "cdcPrimaryKey: {} columns; BigQuery's primary keys have at most {MAX_KEY_COLUMNS}",
+            cols.len()
+        ));
+    }
+    if let Some((i, c)) = cols.iter().enumerate().find(|(i, c)| cols[..*i].contains(c)) {
+        let _ = i;
+        return Err(format!("cdcPrimaryKey: column {c} is named twice"));
+    }
+    let header = header.unwrap_or("op").to_string();
+    if header.is_empty() {
+        return Err("cdcChangeTypeHeader: empty; expected a header name (default op)".into());
+    }
+    Ok(Some(CdcConfig { primary_key: cols, change_type_header: header, sequence_field: None }))
+}
+
+impl CdcConfig {
+    /// Order each key's changes by this INTEGER column instead of the Kafka offset.
+    pub fn with_sequence_field(self, field: Option<&str>) -> CdcConfig {
+        CdcConfig { sequence_field: field.filter(|f| !f.is_empty()).map(str::to_string), ..self }
+    }
+}
+
+/// What one record does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    /// Insert the row, or replace the row with the same key.
+    Upsert,
+    /// Delete the row with the same key.
+    Delete,
+}
+
+impl ChangeType {
+    /// BigQuery's value of `_CHANGE_TYPE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Upsert => "UPSERT",
+            ChangeType::Delete => "DELETE",
+        }
+    }
+}
+
+/// How a job writes the pseudo-columns, resolved against the table's schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdcPlan {
+    header: String,
+    type_tag: u32,
+    seq_tag: u32,
+    /// The sequence column's field number and name (None: the Kafka offset).
+    seq_from: Option<(u32, String)>,
+}
+
+impl CdcPlan {
+    /// Check the key columns against `schema` (top-level, not REPEATED, not RECORD)
+    /// and give the pseudo-columns the field numbers after the table's.
+    pub fn resolve(cfg: &CdcConfig, schema: &Schema) -> Result<CdcPlan, String> {
+        for k in &cfg.primary_key {
+            let Some(i) = schema.lookup(k) else {
+                return Err(format!("cdcPrimaryKey: the table has no column {k}"));
+            };
+            let c = &schema.columns[i];
+            if c.mode == Mode::Repeated || c.typ == ColumnType::Record {
+                return Err(format!(
+                    "cdcPrimaryKey: column {k} is {} {}; a primary key column is a top-level scalar",
+                    c.mode.as_str(),
+                    c.type_name
+                ));
+            }
+        }
+        let seq_from = match &cfg.sequence_field {
+            None => None,
+            Some(f) => {
+                let i = schema.lookup(f).ok_or_else(|| format!("cdcSequenceField: the table has no column {f}"))?;
+                let c = &schema.columns[i];
+                if c.mode == Mode::Repeated || c.typ != ColumnType::Int64 {
+                    return Err(format!(
+                        "cdcSequenceField: column {f} is {} {}; expected an INTEGER (INT64) column",
+                        c.mode.as_str(),
+                        c.type_name
+                    ));
+                }
+                Some((i as u32 + 1, f.clone()))
+            }
+        };
+        let n = schema.columns.len() as u32;
+        Ok(CdcPlan { header: cfg.change_type_header.clone(), type_tag: n + 1, seq_tag: n + 2, seq_from })
+    }
+
+    /// The rows' descriptor with the two pseudo-columns added.
+    pub fn descriptor(&self, mut d: DescriptorProto) -> DescriptorProto {
+        for (name, tag) in [(CHANGE_TYPE, self.type_tag), (CHANGE_SEQUENCE_NUMBER, self.seq_tag)] {
+            d.field.push(FieldDescriptorProto {
+                name: Some(name.to_string()),
+                number: Some(tag as i32),
+                label: Some(Label::Optional as i32),
+                r#type: Some(Type::String as i32),
+                ..Default::default()
+            });
+        }
+        d
+    }
+
+    /// The change type the record's header names.
+    pub fn change_type(&self, meta: &KafkaMeta<'_>) -> Result<ChangeType, RecordError> {
+        let v = meta.headers.iter().rev().find(|(k, _)| *k == self.header).and_then(|(_, v)| *v);
+        match v.map(|v| std::str::from_utf8(v).map(str::to_ascii_uppercase)) {
+            None => Ok(ChangeType::Upsert),
+            Some(Ok(s)) if s == "UPSERT" => Ok(ChangeType::Upsert),
+            Some(Ok(s)) if s == "DELETE" => Ok(ChangeType::Delete),
+            Some(Ok(s)) => Err(RecordError::Cdc(format!("header {} is {s:?}; expected UPSERT or DELETE", self.header))),
+            Some(Err(_)) => {
+                Err(RecordError::Cdc(format!("header {} is not UTF-8; expected UPSERT or DELETE", self.header)))
+            }
+        }
+    }
+
+    /// Append the pseudo-columns of the record `meta` describes to its row `out` (the
+    /// sequence column, if any, is read back from the row as encoded).
+    pub fn encode(&self, meta: &KafkaMeta<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        let seq = match &self.seq_from {
+            None => meta.offset,
+            Some((tag, name)) => match top_level_varint(out, *tag) {
+                Some(v) if (v as i64) >= 0 => v as i64,
+                Some(v) => {
+                    return Err(RecordError::Cdc(format!(
+                        "cdcSequenceField {name} is {}; expected 0 or more",
+                        v as i64
+                    )))
+                }
+                None => {
+                    return Err(RecordError::Cdc(format!("cdcSequenceField {name} is null; every change needs one")))
+                }
+            },
+        };
+        put_bytes(self.type_tag, self.change_type(meta)?.as_str().as_bytes(), out);
+        put_bytes(self.seq_tag, sequence_number(seq).as_bytes(), out);
+        Ok(())
+    }
+}
+
+/// The last value of varint field `tag` among a protobuf message's top-level fields.
+fn top_level_varint(mut b: &[u8], tag: u32) -> Option<u64> {
+    use prost::encoding::decode_varint;
+    let mut found = None;
+    while !b.is_empty() {
+        let key = decode_varint(&mut b).ok()?;
+        let (t, wire) = ((key >> 3) as u32, key & 7);
+        match wire {
+            0 => {
+                let v = decode_varint(&mut b).ok()?;
+                if t == tag {
+                    found = Some(v);
+                }
+            }
+            1 => b = b.get(8..)?,
+            2 => {
+                let n = decode_varint(&mut b).ok()? as usize;
+                b = b.get(n..)?;
+            }
+            5 => b = b.get(4..)?,
+            _ => return None,
+        }
+    }
+    found
+}
+
+/// `_CHANGE_SEQUENCE_NUMBER` for a Kafka offset: one hexadecimal section.
+///
+/// ```
+/// assert_eq!(flexrun::kafka_to_bq::cdc::sequence_number(255), "FF");
+/// ```
+pub fn sequence_number(offset: i64) -> String {
+    format!("{:X}", offset.max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Schema {
+        Schema::from_json(&json!([
+            {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+            {"name": "tags", "type": "STRING", "mode": "REPEATED"},
+            {"name": "v", "type": "STRING", "mode": "NULLABLE"}
+        ]))
+        .unwrap()
+    }
+
+    fn meta<'a>(headers: Vec<(&'a str, Option<&'a [u8]>)>) -> KafkaMeta<'a> {
+        KafkaMeta { topic: "t", partition: 0, offset: 4096, timestamp_ms: None, headers }
+    }
+
+    #[test]
+    fn the_key_must_name_scalar_columns_of_the_table() {
+        let cfg = |pk: &str| parse(Some(pk), None).unwrap().unwrap();
+        assert!(CdcPlan::resolve(&cfg("id"), &schema()).is_ok());
+        assert!(CdcPlan::resolve(&cfg("nope"), &schema()).unwrap_err().contains("no column nope"));
+        assert!(CdcPlan::resolve(&cfg("tags"), &schema()).unwrap_err().contains("top-level scalar"));
+        let many: Vec<String> = (0..17).map(|i| format!("c{i}")).collect();
+        assert!(parse(Some(&many.join("|")), None).unwrap_err().contains("at most 16"));
+        assert!(parse(None, Some("op")).unwrap_err().contains("needs cdcPrimaryKey"));
+    }
+
+    #[test]
+    fn a_sequence_field_is_read_back_from_the_encoded_row() {
+        let cfg = parse(Some("id"), None).unwrap().unwrap();
+        let plan = CdcPlan::resolve(&cfg.clone().with_sequence_field(Some("id")), &schema()).unwrap();
+        let mut row = Vec::new();
+        put_bytes(2, b"tag", &mut row);
+        crate::bigquery::proto::put_varint(1, 300, &mut row);
+        put_bytes(3, b"v", &mut row);
+        plan.encode(&meta(vec![]), &mut row).unwrap();
+        assert!(row.ends_with(b"12C"), "300 = 0x12C, not the offset 4096: {row:?}");
+        let mut null_row = Vec::new();
+        put_bytes(3, b"v", &mut null_row);
+        assert!(plan.encode(&meta(vec![]), &mut null_row).unwrap_err().to_string().contains("is null"));
+        let e = CdcPlan::resolve(&cfg.with_sequence_field(Some("v")), &schema()).unwrap_err();
+        assert!(e.contains("expected an INTEGER"), "{e}");
+    }
+
+    #[test]
+    fn the_header_decides_the_change_and_the_offset_its_number() {
+        let plan = CdcPlan::resolve(&parse(Some("id"), None).unwrap().unwrap(), &schema()).unwrap();
+        assert_eq!(plan.change_type(&meta(vec![])), Ok(ChangeType::Upsert));
+        assert_eq!(plan.change_type(&meta(vec![("op", Some(b"delete"))])), Ok(ChangeType::Delete));
+        assert_eq!(
+            plan.change_type(&meta(vec![("op", Some(b"DELETE")), ("op", Some(b"upsert"))])),
+            Ok(ChangeType::Upsert)
+        );
+        let e = plan.change_type(&meta(vec![("op", Some(b"MERGE"))])).unwrap_err();
+        assert_eq!(e.class(), "cdc");
+        assert!(e.to_string().contains("expected UPSERT or DELETE"), "{e}");
+        let mut out = Vec::new();
+        plan.encode(&meta(vec![("op", Some(b"DELETE"))]), &mut out).unwrap();
+        // Field 4 (after the table's 3 columns) = "DELETE", field 5 = "1000" (4096 in hex).
+        assert_eq!(out, [&[0x22, 6][..], b"DELETE", &[0x2a, 4], b"1000"].concat());
+        let d = plan.descriptor(crate::bigquery::proto::descriptor(&schema(), "Row"));
+        let names: Vec<_> = d.field.iter().map(|f| (f.name().to_string(), f.number())).collect();
+        assert_eq!(&names[3..], &[(CHANGE_TYPE.to_string(), 4), (CHANGE_SEQUENCE_NUMBER.to_string(), 5)]);
+    }
+}
