@@ -743,3 +743,22 @@ fn export_refuses_what_dataflow_cannot_run() {
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn cdc_parameters_that_cannot_work_exit_2_naming_the_parameter() {
+    for (extra, want) in [
+        ("cdcSequenceField=version", "cdcSequenceField needs cdcPrimaryKey"),
+        ("cdcChangeTypeHeader=op", "cdcChangeTypeHeader needs cdcPrimaryKey"),
+        ("cdcPrimaryKey=id|id", "cdcPrimaryKey: column id is named twice"),
+        ("cdcPrimaryKey=id,useStorageWriteApiAtLeastOnce=false", "only on the _default stream"),
+        ("cdcPrimaryKey=1id", "invalid value \"1id\" for parameter cdcPrimaryKey"),
+    ] {
+        let o = run_with(&format!("{GOOD},{extra}"));
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra}: want {want:?} in {}", stderr(&o));
+    }
+    // Flexrun's own parameters: describe marks them, export leaves them out and says so.
+    let d = flexrun(&["templates", "describe", "kafka-to-bq"]);
+    let text = String::from_utf8_lossy(&d.stdout);
+    assert!(text.contains("cdcPrimaryKey") && text.contains("cdcSequenceField"), "{text}");
+}
