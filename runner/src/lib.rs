@@ -7,7 +7,7 @@
 //! `scripts/check_layers.py` (run by `scripts/test.sh`) reads this list and fails
 //! otherwise. Items at the crate root ([`usage`], `crash_point!`) are open to all.
 //!
-//! 1. `stats`, `record`, `retry`, `progress`, `udf`, `malloc`
+//! 1. `stats`, `record`, `retry`, `progress`, `udf`, `malloc`, `gcp_auth`
 //! 2. `kafka`, `bigquery`, `control`, `store`
 //! 3. `state`
 //! 4. `avro`, `local`
@@ -18,6 +18,7 @@
 //!
 //! # Layout (lower layers first)
 //! - [`malloc`]: glibc malloc settings applied at start-up (fewer page faults per batch).
+//! - [`gcp_auth`]: Application Default Credentials for flexrun's own Google HTTP calls.
 //! - [`stats`]: per-stage latency histograms ([`stats::Stage`]) and job counters.
 //! - [`record`]: what a record can fail as ([`record::RecordError`]) and BigQuery's
 //!   timestamp text forms, shared by the JSON and Avro mappers.
@@ -61,6 +62,7 @@ pub mod bigquery;
 pub mod cli;
 pub mod control;
 pub mod data_generator;
+pub mod gcp_auth;
 pub mod kafka;
 pub mod kafka_to_bq;
 pub mod kafka_to_gcs;

@@ -22,6 +22,7 @@
 //! let l = TableLayout {
 //!     partitioning: Some(Partitioning { granularity: Granularity::Day, field: Some("ts".into()), expiration_days: None }),
 //!     clustering: vec!["user".into()],
+//!     ..Default::default()
 //! };
 //! assert!(l.check(&s).is_ok());
 //! let bad = TableLayout { clustering: vec!["nope".into()], ..l };
@@ -94,10 +95,27 @@ pub struct TableLayout {
     pub partitioning: Option<Partitioning>,
     /// Clustering columns in order (empty: not clustered).
     pub clustering: Vec<String>,
+    /// CDC: the primary key the table declares (`tableConstraints.primaryKey`; empty: none).
+    pub primary_key: Vec<String>,
+    /// CDC: the table's `maxStaleness`, as BigQuery's interval text ([`staleness_interval`]).
+    pub max_staleness: Option<String>,
+}
+
+/// A duration as the interval text BigQuery's `maxStaleness` takes (`Y-M D H:M:S`).
+///
+/// ```
+/// use flexrun::bigquery::layout::staleness_interval;
+/// assert_eq!(staleness_interval(std::time::Duration::from_secs(15 * 60)), "0-0 0 0:15:0");
+/// assert_eq!(staleness_interval(std::time::Duration::from_secs(90_061)), "0-0 1 1:1:1");
+/// ```
+pub fn staleness_interval(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    format!("0-0 {} {}:{}:{}", s / 86_400, s % 86_400 / 3_600, s % 3_600 / 60, s % 60)
 }
 
 impl TableLayout {
-    /// Whether the table is laid out as BigQuery's default (no partitions, no clusters).
+    /// Whether the table is laid out as BigQuery's default (no partitions, no clusters;
+    /// the CDC key and staleness are not layout).
     pub fn is_default(&self) -> bool {
         self.partitioning.is_none() && self.clustering.is_empty()
     }
@@ -114,6 +132,11 @@ impl TableLayout {
                 "a top-level DATE, TIMESTAMP or DATETIME column that is not REPEATED",
                 ok,
             )?;
+        }
+        for k in &self.primary_key {
+            check_column(schema, k, "cdcPrimaryKey", "a top-level, non-repeated scalar column", |t, m| {
+                m != Mode::Repeated && !matches!(t, "RECORD" | "STRUCT")
+            })?;
         }
         if self.clustering.len() > MAX_CLUSTERING_COLUMNS {
             return Err(format!(
@@ -187,6 +210,7 @@ mod tests {
                 expiration_days: Some(1.5),
             }),
             clustering: vec![],
+            ..Default::default()
         }
     }
 
@@ -204,7 +228,8 @@ mod tests {
 
     #[test]
     fn clustering_columns_follow_bigquerys_rules() {
-        let l = |c: &[&str]| TableLayout { partitioning: None, clustering: c.iter().map(|s| s.to_string()).collect() };
+        let l =
+            |c: &[&str]| TableLayout { clustering: c.iter().map(|s| s.to_string()).collect(), ..Default::default() };
         assert!(l(&["id", "ts", "day", "at"]).check(&schema()).is_ok());
         assert!(l(&["id", "ts", "day", "at", "id"]).check(&schema()).unwrap_err().contains("at most 4"));
         assert!(l(&["id", "ID"]).check(&schema()).unwrap_err().contains("twice"));

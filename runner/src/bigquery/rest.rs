@@ -44,6 +44,14 @@ pub enum RestError {
         /// Cause.
         source: Box<SchemaError>,
     },
+    /// tables.insert failed.
+    #[error("BigQuery could not create table {table}: {why}")]
+    Create {
+        /// Table.
+        table: TableRef,
+        /// BigQuery's answer.
+        why: String,
+    },
     /// Any other call.
     #[error("BigQuery {what}: {source}")]
     Call {
@@ -149,12 +157,46 @@ pub async fn ensure_table_laid_out(
         return Ok(s);
     }
     ensure_dataset(c, &t.project, &t.dataset).await?;
-    if let Err(source) = c.table().create(new_table(t, schema, layout)).await {
+    let table = new_table(t, schema, layout);
+    let created = match layout.primary_key.is_empty() && layout.max_staleness.is_none() {
+        true => c.table().create(table).await.map(|_| ()).map_err(|e| e.to_string()),
+        false => insert_with_constraints(endpoints, t, table, layout).await,
+    };
+    if let Err(why) = created {
         if table_schema(c, endpoints, t).await.is_err() {
-            return Err(RestError::Call { what: format!("create table {t}"), source: Box::new(source) });
+            return Err(RestError::Create { table: t.clone(), why });
         }
     }
     table_schema(c, endpoints, t).await
+}
+
+/// tables.insert with `tableConstraints` and `maxStaleness`, which the BigQuery client's
+/// table model lacks: the same resource, sent as JSON by hand.
+async fn insert_with_constraints(
+    endpoints: &Endpoints,
+    t: &TableRef,
+    table: Table,
+    layout: &TableLayout,
+) -> Result<(), String> {
+    let mut body = serde_json::to_value(&table).map_err(|e| e.to_string())?;
+    if !layout.primary_key.is_empty() {
+        body["tableConstraints"] = serde_json::json!({"primaryKey": {"columns": layout.primary_key}});
+    }
+    if let Some(s) = &layout.max_staleness {
+        body["maxStaleness"] = serde_json::json!(s);
+    }
+    let url = format!("{}/projects/{}/datasets/{}/tables", endpoints.rest, t.project, t.dataset);
+    let mut req = reqwest::Client::new().post(&url).header("content-type", "application/json").body(body.to_string());
+    if !endpoints.emulator {
+        let auth =
+            crate::gcp_auth::Adc::default().bearer(crate::gcp_auth::BIGQUERY_SCOPE).await.map_err(|e| e.to_string())?;
+        req = req.header("authorization", auth);
+    }
+    let r = req.send().await.map_err(|e| e.to_string())?;
+    match r.status().is_success() {
+        true => Ok(()),
+        false => Err(format!("{}: {}", r.status(), r.text().await.unwrap_or_default())),
+    }
 }
 
 /// Delete a table if it exists.

@@ -227,6 +227,22 @@ fn cdc_params(
     Some(cdc)
 }
 
+/// `cdcMaxStaleness` as BigQuery's interval text.
+fn cdc_staleness(p: &ResolvedParams, errs: &mut Problems) -> Option<String> {
+    let v = p.get("cdcMaxStaleness")?;
+    match flexrun_estimator::parse_duration(v) {
+        Ok(d) if d.as_secs() > 0 => Some(crate::bigquery::layout::staleness_interval(d)),
+        Ok(_) => {
+            errs.push(format!("cdcMaxStaleness={v}: expected a duration of a second or more (15m, 1h)"));
+            None
+        }
+        Err(e) => {
+            errs.push(format!("cdcMaxStaleness={v}: {e}; expected a duration such as 15m or 1h"));
+            None
+        }
+    }
+}
+
 /// With a schema file, the table a job would create is known at launch: check the
 /// partitioning and clustering columns against it now, so a wrong column exits 2.
 /// (With a Schema Registry the check runs when each table is created.)
@@ -301,6 +317,13 @@ impl KafkaToBqConfig {
         });
         check_layout(&fp, p.flag("persistKafkaKey"), &metadata, &mut errs);
         let cdc = cdc_params(p, &fp, &mut errs);
+        let mut fp = fp;
+        if let (Some(c), true) = (&cdc, fp.dispositions.create_if_needed) {
+            fp.dispositions.layout.primary_key = c.primary_key.clone();
+            fp.dispositions.layout.max_staleness = cdc_staleness(p, &mut errs);
+        } else if p.get("cdcMaxStaleness").is_some() {
+            errs.push("cdcMaxStaleness sets maxStaleness on a CDC table flexrun creates (cdcPrimaryKey with an Avro messageFormat and createDisposition=CREATE_IF_NEEDED); on an existing table use ALTER TABLE ... SET OPTIONS (max_staleness = INTERVAL ...)");
+        }
         errs.into_result()?;
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),

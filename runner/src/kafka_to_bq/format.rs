@@ -192,5 +192,5 @@ fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
         .get("tableClusteringFields")
         .map(|v| v.split(['|', ',']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
         .unwrap_or_default();
-    TableLayout { partitioning, clustering }
+    TableLayout { partitioning, clustering, ..Default::default() }
 }

@@ -52,30 +52,13 @@ impl token_source::TokenSourceProvider for Adc {
     }
 }
 
-struct AdcSource(tokio::sync::OnceCell<gcp_bigquery_client::yup_oauth2::authenticator::DefaultAuthenticator>);
-
-impl std::fmt::Debug for AdcSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("application default credentials")
-    }
-}
+#[derive(Debug, Default)]
+struct AdcSource(crate::gcp_auth::Adc);
 
 #[async_trait::async_trait]
 impl token_source::TokenSource for AdcSource {
     async fn token(&self) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-        use gcp_bigquery_client::yup_oauth2 as y;
-        let auth = self
-            .0
-            .get_or_try_init(|| async {
-                let opts = y::ApplicationDefaultCredentialsFlowOpts::default();
-                match y::ApplicationDefaultCredentialsAuthenticator::builder(opts).await {
-                    y::authenticator::ApplicationDefaultCredentialsTypes::ServiceAccount(b) => b.build().await,
-                    y::authenticator::ApplicationDefaultCredentialsTypes::InstanceMetadata(b) => b.build().await,
-                }
-            })
-            .await?;
-        let t = auth.token(&["https://www.googleapis.com/auth/devstorage.read_write"]).await?;
-        Ok(format!("Bearer {}", t.token().ok_or("the token response had no access token")?))
+        self.0.bearer(crate::gcp_auth::STORAGE_SCOPE).await
     }
 }
 
@@ -98,7 +81,7 @@ impl GcsStore {
         let config = match emulator_endpoint(endpoint) {
             Some(ep) => ClientConfig { storage_endpoint: ep, ..Default::default() }.anonymous(),
             None => ClientConfig {
-                token_source_provider: Some(Box::new(Adc(Arc::new(AdcSource(Default::default()))))),
+                token_source_provider: Some(Box::new(Adc(Arc::new(AdcSource::default())))),
                 ..Default::default()
             },
         };

@@ -463,3 +463,31 @@ async fn table_layouts_bigquery_refuses_exit_2_and_the_emulator_refuses_them_too
         .clustering(Clustering { fields: Some(vec!["id".into()]) });
     c.table().create(ok).await.expect("a layout BigQuery takes");
 }
+
+#[tokio::test]
+async fn a_cdc_table_flexrun_creates_declares_its_key_and_staleness_and_upserts_collapse_by_key() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, _) = files(dir.path());
+    // 300 records over 20 ids: every id is upserted many times.
+    let tmpl = dir.path().join("few-ids.json");
+    std::fs::write(&tmpl, TEMPLATE.replace("{{index(0)}}", "{{integer(0,20)}}")).unwrap();
+    let t = topic(&s, "avro_cdc").await;
+    generate(&s, &t, tmpl.to_str().unwrap(), &avsc, 300, "");
+    let out = table(&t);
+    let params = format!(
+        "{},confluentAvroSchemaPath={avsc},outputTableSpec={out},cdcPrimaryKey=id,cdcMaxStaleness=15m",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let o = run_job("avro-cdc", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let get = format!("{}/projects/{}/datasets/{}/tables/{}", s.bq.rest, out.project, out.dataset, out.table);
+    let body: serde_json::Value = serde_json::from_str(
+        &answer("tables.get", async { reqwest::get(&get).await.unwrap().text().await.unwrap() }).await,
+    )
+    .unwrap();
+    assert_eq!(body["tableConstraints"]["primaryKey"]["columns"], serde_json::json!(["id"]), "{body}");
+    assert_eq!(body["maxStaleness"], "0-0 0 0:15:0", "{body}");
+    let (rows, distinct) = s.count(&out).await;
+    assert!(rows > 0 && rows <= 20 && rows == distinct, "one row per id: {rows} rows, {distinct} ids");
+}
