@@ -4,8 +4,10 @@
 //!
 //! Every row carries two pseudo-columns after the table's own fields:
 //! - `_CHANGE_TYPE`: `UPSERT` or `DELETE` ("The pseudocolumn _CHANGE_TYPE only accepts
-//!   the values UPSERT and DELETE"), from the header `cdcChangeTypeHeader` names
-//!   (case-insensitive; a record without the header is an UPSERT);
+//!   the values UPSERT and DELETE", case-insensitive here), from the header
+//!   `cdcChangeTypeHeader` names (a record without it is an UPSERT) or from the STRING
+//!   column `cdcChangeTypeField` names; a tombstone (a record with a key and no value)
+//!   is a DELETE of the row its JSON key names, as Debezium and Kafka's compaction mean it;
 //! - `_CHANGE_SEQUENCE_NUMBER`, in hexadecimal: the value of the INTEGER column
 //!   `cdcSequenceField` names (a source database's log position or version, so changes
 //!   produced out of order still resolve to the newest), or else the record's Kafka
@@ -38,6 +40,9 @@ pub struct CdcConfig {
     pub primary_key: Vec<String>,
     /// `cdcChangeTypeHeader`: the header whose value is UPSERT or DELETE.
     pub change_type_header: String,
+    /// `cdcChangeTypeField`: the STRING column whose value is UPSERT or DELETE (None:
+    /// the header).
+    pub change_type_field: Option<String>,
     /// `cdcSequenceField`: the INTEGER column whose value orders a key's changes (None:
     /// the Kafka offset).
     pub sequence_field: Option<String>,
@@ -80,13 +85,18 @@ pub fn parse(primary_key: Option<&str>, header: Option<&str>) -> Result<Option<C
     if header.is_empty() {
         return Err("cdcChangeTypeHeader: empty; expected a header name (default op)".into());
     }
-    Ok(Some(CdcConfig { primary_key: cols, change_type_header: header, sequence_field: None }))
+    Ok(Some(CdcConfig { primary_key: cols, change_type_header: header, change_type_field: None, sequence_field: None }))
 }
 
 impl CdcConfig {
     /// Order each key's changes by this INTEGER column instead of the Kafka offset.
     pub fn with_sequence_field(self, field: Option<&str>) -> CdcConfig {
         CdcConfig { sequence_field: field.filter(|f| !f.is_empty()).map(str::to_string), ..self }
+    }
+
+    /// Read the change type from this STRING column instead of a header.
+    pub fn with_change_type_field(self, field: Option<&str>) -> CdcConfig {
+        CdcConfig { change_type_field: field.filter(|f| !f.is_empty()).map(str::to_string), ..self }
     }
 }
 
@@ -117,6 +127,8 @@ pub struct CdcPlan {
     seq_tag: u32,
     /// The sequence column's field number and name (None: the Kafka offset).
     seq_from: Option<(u32, String)>,
+    /// The change-type column's field number and name (None: the header).
+    type_from: Option<(u32, String)>,
 }
 
 impl CdcPlan {
@@ -151,8 +163,23 @@ impl CdcPlan {
                 Some((i as u32 + 1, f.clone()))
             }
         };
+        let type_from = match &cfg.change_type_field {
+            None => None,
+            Some(f) => {
+                let i = schema.lookup(f).ok_or_else(|| format!("cdcChangeTypeField: the table has no column {f}"))?;
+                let c = &schema.columns[i];
+                if c.mode == Mode::Repeated || !matches!(c.typ, ColumnType::String | ColumnType::StringLike) {
+                    return Err(format!(
+                        "cdcChangeTypeField: column {f} is {} {}; expected a STRING column",
+                        c.mode.as_str(),
+                        c.type_name
+                    ));
+                }
+                Some((i as u32 + 1, f.clone()))
+            }
+        };
         let n = schema.columns.len() as u32;
-        Ok(CdcPlan { header: cfg.change_type_header.clone(), type_tag: n + 1, seq_tag: n + 2, seq_from })
+        Ok(CdcPlan { header: cfg.change_type_header.clone(), type_tag: n + 1, seq_tag: n + 2, seq_from, type_from })
     }
 
     /// The rows' descriptor with the two pseudo-columns added.
@@ -169,23 +196,34 @@ impl CdcPlan {
         d
     }
 
-    /// The change type the record's header names.
+    /// The change type the record's header names (see [`CdcPlan::change_type_of`] for
+    /// the column).
     pub fn change_type(&self, meta: &KafkaMeta<'_>) -> Result<ChangeType, RecordError> {
         let v = meta.headers.iter().rev().find(|(k, _)| *k == self.header).and_then(|(_, v)| *v);
-        match v.map(|v| std::str::from_utf8(v).map(str::to_ascii_uppercase)) {
-            None => Ok(ChangeType::Upsert),
-            Some(Ok(s)) if s == "UPSERT" => Ok(ChangeType::Upsert),
-            Some(Ok(s)) if s == "DELETE" => Ok(ChangeType::Delete),
-            Some(Ok(s)) => Err(RecordError::Cdc(format!("header {} is {s:?}; expected UPSERT or DELETE", self.header))),
-            Some(Err(_)) => {
-                Err(RecordError::Cdc(format!("header {} is not UTF-8; expected UPSERT or DELETE", self.header)))
-            }
+        parse_change(v, &format!("header {}", self.header))
+    }
+
+    /// The change type of the row `row` encodes: from its column when
+    /// `cdcChangeTypeField` is set, else from the record's header.
+    pub fn change_type_of(&self, meta: &KafkaMeta<'_>, row: &[u8]) -> Result<ChangeType, RecordError> {
+        match &self.type_from {
+            None => self.change_type(meta),
+            Some((tag, name)) => match top_level_bytes(row, *tag) {
+                Some(v) => parse_change(Some(v), &format!("cdcChangeTypeField {name}")),
+                None => Err(RecordError::Cdc(format!("cdcChangeTypeField {name} is null; expected UPSERT or DELETE"))),
+            },
         }
     }
 
     /// Append the pseudo-columns of the record `meta` describes to its row `out` (the
-    /// sequence column, if any, is read back from the row as encoded).
+    /// sequence and change-type columns, if any, are read back from the row as encoded).
     pub fn encode(&self, meta: &KafkaMeta<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        let change = self.change_type_of(meta, out)?;
+        self.encode_as(change, meta, out)
+    }
+
+    /// Append the pseudo-columns with the change type given (a tombstone's DELETE).
+    pub fn encode_as(&self, change: ChangeType, meta: &KafkaMeta<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
         let seq = match &self.seq_from {
             None => meta.offset,
             Some((tag, name)) => match top_level_varint(out, *tag) {
@@ -201,14 +239,29 @@ impl CdcPlan {
                 }
             },
         };
-        put_bytes(self.type_tag, self.change_type(meta)?.as_str().as_bytes(), out);
+        put_bytes(self.type_tag, change.as_str().as_bytes(), out);
         put_bytes(self.seq_tag, sequence_number(seq).as_bytes(), out);
         Ok(())
     }
 }
 
-/// The last value of varint field `tag` among a protobuf message's top-level fields.
-fn top_level_varint(mut b: &[u8], tag: u32) -> Option<u64> {
+fn parse_change(v: Option<&[u8]>, what: &str) -> Result<ChangeType, RecordError> {
+    match v.map(|v| std::str::from_utf8(v).map(str::to_ascii_uppercase)) {
+        None => Ok(ChangeType::Upsert),
+        Some(Ok(s)) if s == "UPSERT" => Ok(ChangeType::Upsert),
+        Some(Ok(s)) if s == "DELETE" => Ok(ChangeType::Delete),
+        Some(Ok(s)) => Err(RecordError::Cdc(format!("{what} is {s:?}; expected UPSERT or DELETE"))),
+        Some(Err(_)) => Err(RecordError::Cdc(format!("{what} is not UTF-8; expected UPSERT or DELETE"))),
+    }
+}
+
+/// A top-level field of a protobuf message: its last varint or length-delimited value.
+enum Value<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+fn top_level<'a>(mut b: &'a [u8], tag: u32) -> Option<Value<'a>> {
     use prost::encoding::decode_varint;
     let mut found = None;
     while !b.is_empty() {
@@ -218,19 +271,39 @@ fn top_level_varint(mut b: &[u8], tag: u32) -> Option<u64> {
             0 => {
                 let v = decode_varint(&mut b).ok()?;
                 if t == tag {
-                    found = Some(v);
+                    found = Some(Value::Varint(v));
                 }
             }
             1 => b = b.get(8..)?,
             2 => {
                 let n = decode_varint(&mut b).ok()? as usize;
-                b = b.get(n..)?;
+                let v = b.get(..n)?;
+                b = &b[n..];
+                if t == tag {
+                    found = Some(Value::Bytes(v));
+                }
             }
             5 => b = b.get(4..)?,
             _ => return None,
         }
     }
     found
+}
+
+/// The last value of varint field `tag` among a message's top-level fields.
+fn top_level_varint(b: &[u8], tag: u32) -> Option<u64> {
+    match top_level(b, tag)? {
+        Value::Varint(v) => Some(v),
+        Value::Bytes(_) => None,
+    }
+}
+
+/// The last value of length-delimited field `tag` among a message's top-level fields.
+fn top_level_bytes(b: &[u8], tag: u32) -> Option<&[u8]> {
+    match top_level(b, tag)? {
+        Value::Bytes(v) => Some(v),
+        Value::Varint(_) => None,
+    }
 }
 
 /// `_CHANGE_SEQUENCE_NUMBER` for a Kafka offset: one hexadecimal section.
@@ -269,6 +342,26 @@ mod tests {
         let many: Vec<String> = (0..17).map(|i| format!("c{i}")).collect();
         assert!(parse(Some(&many.join("|")), None).unwrap_err().contains("at most 16"));
         assert!(parse(None, Some("op")).unwrap_err().contains("needs cdcPrimaryKey"));
+    }
+
+    #[test]
+    fn a_change_type_field_is_read_back_from_the_encoded_row() {
+        let cfg = parse(Some("id"), None).unwrap().unwrap().with_change_type_field(Some("v"));
+        let plan = CdcPlan::resolve(&cfg, &schema()).unwrap();
+        let mut row = Vec::new();
+        crate::bigquery::proto::put_varint(1, 7, &mut row);
+        put_bytes(3, b"delete", &mut row);
+        plan.encode(&meta(vec![("op", Some(b"UPSERT"))]), &mut row).unwrap();
+        assert!(row.windows(6).any(|w| w == b"DELETE"), "the column wins over the header: {row:?}");
+        let mut bad = Vec::new();
+        put_bytes(3, b"MERGE", &mut bad);
+        assert!(plan
+            .encode(&meta(vec![]), &mut bad)
+            .unwrap_err()
+            .to_string()
+            .contains("cdcChangeTypeField v is \"MERGE\""));
+        let e = CdcPlan::resolve(&cfg.with_change_type_field(Some("id")), &schema()).unwrap_err();
+        assert!(e.contains("expected a STRING column"), "{e}");
     }
 
     #[test]

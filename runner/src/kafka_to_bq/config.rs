@@ -217,7 +217,17 @@ fn cdc_params(
     if p.get("cdcSequenceField").is_some() && !matches!(cdc, Ok(Some(_))) {
         errs.push("cdcSequenceField needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
-    let cdc = cdc.map_err(|e| errs.push(e)).ok()??.with_sequence_field(p.get("cdcSequenceField"));
+    if p.get("cdcChangeTypeField").is_some() && !matches!(cdc, Ok(Some(_))) {
+        errs.push("cdcChangeTypeField needs cdcPrimaryKey (CDC is on only with a primary key)");
+    }
+    if p.get("cdcChangeTypeField").is_some() && p.get("cdcChangeTypeHeader").is_some() {
+        errs.push("cdcChangeTypeField and cdcChangeTypeHeader both name where the change type is; give one");
+    }
+    let cdc = cdc
+        .map_err(|e| errs.push(e))
+        .ok()??
+        .with_sequence_field(p.get("cdcSequenceField"))
+        .with_change_type_field(p.get("cdcChangeTypeField"));
     if p.was_given("useStorageWriteApiAtLeastOnce") && !p.flag("useStorageWriteApiAtLeastOnce") {
         errs.push("cdcPrimaryKey: BigQuery takes CDC writes only on the _default stream (\"You must use the Storage Write API in the default stream\"), and useStorageWriteApiAtLeastOnce=false asks for COMMITTED streams; drop it. Each key's final state is still exact after a crash");
     }

@@ -178,6 +178,9 @@ impl Mapper {
         meta: Option<&KafkaMeta>,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        if let (Some(cdc), Some(m), true) = (&self.cdc, meta, value.is_empty()) {
+            return self.map_tombstone(cdc, key, m, out);
+        }
         match (&self.input, &self.udf) {
             (Input::Json, None) => self.map_into(value, out)?,
             (Input::Json, Some(udf)) => {
@@ -214,6 +217,29 @@ impl Mapper {
         if let (Some(plan), Some(m)) = (&self.cdc, meta) {
             plan.encode(m, out)?;
         }
+        self.check_size(out)
+    }
+
+    /// A CDC tombstone (a key, no value): a DELETE of the row its JSON key names (the
+    /// key's fields are mapped as the row; the table's other REQUIRED columns cannot be
+    /// filled and send it to the dead letters with the reason).
+    fn map_tombstone(
+        &self,
+        cdc: &super::cdc::CdcPlan,
+        key: Option<&[u8]>,
+        meta: &KafkaMeta,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let key = key.ok_or_else(|| RecordError::Cdc("a record with neither key nor value names no row".into()))?;
+        if !matches!(self.input, Input::Json) {
+            return Err(RecordError::Cdc(
+                "a tombstone is a DELETE by its key, which is read as JSON; this job reads Avro".into(),
+            ));
+        }
+        self.map_into(key, out).map_err(|e| {
+            RecordError::Cdc(format!("a tombstone deletes the row its key names, and its key does not map: {e}"))
+        })?;
+        cdc.encode_as(super::cdc::ChangeType::Delete, meta, out)?;
         self.check_size(out)
     }
 

@@ -753,6 +753,8 @@ fn cdc_parameters_that_cannot_work_exit_2_naming_the_parameter() {
         ("cdcPrimaryKey=id,useStorageWriteApiAtLeastOnce=false", "only on the _default stream"),
         ("cdcPrimaryKey=1id", "invalid value \"1id\" for parameter cdcPrimaryKey"),
         ("cdcPrimaryKey=id,cdcMaxStaleness=15m", "cdcMaxStaleness sets maxStaleness on a CDC table flexrun creates"),
+        ("cdcPrimaryKey=id,cdcChangeTypeField=op,cdcChangeTypeHeader=op", "give one"),
+        ("cdcChangeTypeField=op", "cdcChangeTypeField needs cdcPrimaryKey"),
     ] {
         let o = run_with(&format!("{GOOD},{extra}"));
         assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));

@@ -26,9 +26,18 @@ fn schema() -> Schema {
 
 /// Create `t` with tables.insert, with `id` as its primary key when `pk`.
 async fn create(s: &Stack, t: &TableRef, pk: bool) -> serde_json::Value {
+    create_table(s, t, &schema(), pk).await
+}
+
+/// Create `t` with `schema` and `id` as its primary key.
+async fn create_with(s: &Stack, t: &TableRef, schema: &Schema) -> serde_json::Value {
+    create_table(s, t, schema, true).await
+}
+
+async fn create_table(s: &Stack, t: &TableRef, schema: &Schema, pk: bool) -> serde_json::Value {
     let mut body = json!({
         "tableReference": {"projectId": t.project, "datasetId": t.dataset, "tableId": t.table},
-        "schema": {"fields": schema().to_json()},
+        "schema": {"fields": schema.to_json()},
     });
     if pk {
         body["tableConstraints"] = json!({"primaryKey": {"columns": ["id"]}});
@@ -202,4 +211,61 @@ async fn a_cdc_job_killed_ten_times_ends_in_each_keys_exact_final_state() {
     let stats = fault_stats(&t);
     let applied = stats["cdc_changes"].as_u64().unwrap_or(0);
     assert!(applied > 2_000, "changes received {applied}: the killed batches were not sent again? {stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+    let s = stack();
+    let topic = unique("cdc_field");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let t = TableRef { project: PROJECT.into(), dataset: "cdc".into(), table: topic.clone() };
+    let with_op = Schema::from_json(&json!([
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "version", "type": "INTEGER", "mode": "NULLABLE"},
+        {"name": "op", "type": "STRING", "mode": "NULLABLE"}
+    ]))
+    .unwrap();
+    create_with(&s, &t, &with_op).await;
+    let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    let records: Vec<(&str, Option<String>)> = vec![
+        ("1", Some(json!({"id": 1, "version": 1, "op": "UPSERT"}).to_string())),
+        ("2", Some(json!({"id": 2, "version": 1, "op": "upsert"}).to_string())),
+        ("3", Some(json!({"id": 3, "version": 1}).to_string())),
+        ("4", Some(json!({"id": 4, "version": 1, "op": "UPSERT"}).to_string())),
+        ("2", Some(json!({"id": 2, "version": 2, "op": "DELETE"}).to_string())),
+        // A tombstone: the key names the row, and there is no value.
+        (r#"{"id": 4}"#, None),
+        ("5", Some(json!({"id": 5, "version": 1, "op": "MERGE"}).to_string())),
+    ];
+    for (k, v) in &records {
+        let mut r = FutureRecord::<str, str>::to(&topic).key(k).partition(0);
+        if let Some(v) = v {
+            r = r.payload(v);
+        }
+        p.send(r, CALL_LIMIT).await.map_err(|(e, _)| e).unwrap();
+    }
+    p.flush(CALL_LIMIT).unwrap();
+    let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={t},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,cdcPrimaryKey=id,cdcChangeTypeField=op,useBigQueryDLQ=true,outputDeadletterTable={dlq}",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_job("cdc-field", &dir.path().join("ck"), &params, "20s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    // 1 and 2 upserted (the value's case does not matter), 2 deleted by its column;
+    // 3's null op is refused (the column is where the change type is, and it says
+    // nothing); 4 deleted by its tombstone; 5's MERGE refused.
+    assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 1)]));
+    let dead = s
+        .rows(&format!(
+            "SELECT errorMessage FROM `{}.{}.{}` ORDER BY errorMessage",
+            dlq.project, dlq.dataset, dlq.table
+        ))
+        .await;
+    let msgs: Vec<String> = dead.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is null")), "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is \"MERGE\"")), "{msgs:?}");
 }
