@@ -5,6 +5,7 @@
 //! else takes the full [`serde_json::Value`] path ([`encode_object`]). Used by
 //! [`super::transform::Mapper`]; pure.
 
+use super::json_flat::Field;
 use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::field_path;
 use crate::bigquery::schema::{Column, ColumnType, Mode, Schema};
@@ -39,11 +40,13 @@ pub(super) fn encode_object(
     check_required(schema, &seen, prefix)
 }
 
-/// The fast path's top level: the same order and checks as [`encode_object`], with
-/// plain string values copied from the message and everything else parsed on its own.
-pub(super) fn encode_borrowed(
+/// The fast path's top level: the same order and checks as [`encode_object`], for the
+/// top-level fields of a message sorted by key ([`super::json_flat::scan`], or serde_json's
+/// borrowed map). Plain strings are copied from the message, integers read from their
+/// text, and anything else is parsed on its own and takes [`encode_field`].
+pub(super) fn encode_borrowed<'a>(
     schema: &Schema,
-    obj: &BTreeMap<&str, &RawValue>,
+    fields: impl Iterator<Item = &'a Field<'a>>,
     out: &mut Vec<u8>,
 ) -> Result<(), RecordError> {
     // Which columns were set, on the stack for the usual narrow table.
@@ -55,27 +58,42 @@ pub(super) fn encode_borrowed(
             &mut wide
         }
     };
-    for (key, raw) in obj {
-        let idx = schema.lookup(key).ok_or_else(|| RecordError::UnknownField(field_path("", key)))?;
+    for f in fields {
+        let idx = schema.lookup(f.key).ok_or_else(|| RecordError::UnknownField(field_path("", f.key)))?;
         let col = &schema.columns[idx];
-        let text = raw.get();
-        if col.mode != Mode::Repeated {
-            let done = match col.typ {
-                ColumnType::String | ColumnType::StringLike => {
-                    plain_string(text).map(|s| put_bytes(idx as u32 + 1, s.as_bytes(), out))
-                }
-                ColumnType::Int64 => plain_integer(text).map(|n| put_varint(idx as u32 + 1, n as u64, out)),
-                _ => None,
-            };
-            if done.is_some() {
-                seen[idx] = true;
-                continue;
-            }
+        if col.mode != Mode::Repeated && encode_plain(col, idx, f, out) {
+            seen[idx] = true;
+            continue;
         }
-        let v: Value = serde_json::from_str(text).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
+        let v: Value = serde_json::from_str(f.raw).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
         seen[idx] |= encode_field(col, idx, &v, "", out)?;
     }
     check_required(schema, seen, "")
+}
+
+/// Write a plain string into a STRING column, or an integer (as a literal or a plain
+/// string, as [`encode_scalar`] reads them) into an INT64 column, without serde_json;
+/// false (and nothing written) for everything else, which takes [`encode_field`].
+fn encode_plain(col: &Column, idx: usize, f: &Field<'_>, out: &mut Vec<u8>) -> bool {
+    let tag = idx as u32 + 1;
+    match (col.typ, f.plain) {
+        (ColumnType::String | ColumnType::StringLike, Some(s)) => put_bytes(tag, s.as_bytes(), out),
+        (ColumnType::Int64, Some(s)) => match s.trim().parse::<i64>() {
+            Ok(n) => put_varint(tag, n as u64, out),
+            Err(_) => return false,
+        },
+        (ColumnType::Int64, None) => match plain_integer(f.raw) {
+            Some(n) => put_varint(tag, n as u64, out),
+            None => return false,
+        },
+        _ => return false,
+    }
+    true
+}
+
+/// serde_json's borrowed top level as [`Field`]s (the tier after the lean parser).
+pub(super) fn serde_fields<'a>(obj: &BTreeMap<&'a str, &'a RawValue>) -> Vec<Field<'a>> {
+    obj.iter().map(|(k, raw)| Field { key: k, raw: raw.get(), plain: plain_string(raw.get()) }).collect()
 }
 
 /// A JSON integer literal that fits an i64, straight from the message (what

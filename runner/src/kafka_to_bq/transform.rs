@@ -8,7 +8,7 @@
 //! The mapping is a pure function of the message bytes and the schema. Exactly-once
 //! depends on that: a replayed batch must map to the very same rows.
 
-use super::json_row::{encode_borrowed, encode_object, kind};
+use super::json_row::{encode_borrowed, encode_object, kind, serde_fields};
 use super::metadata::{KafkaMeta, MetaPlan};
 use crate::avro::fast::Plan;
 use crate::avro::table::KAFKA_KEY_FIELD;
@@ -184,7 +184,7 @@ impl Mapper {
         match (&self.input, &self.udf) {
             (Input::Json, None) => self.map_into(value, out)?,
             (Input::Json, Some(udf)) => {
-                let text = std::str::from_utf8(value).map_err(|e| RecordError::NotUtf8(e.valid_up_to()))?;
+                let text = utf8(value)?;
                 match udf.call(text) {
                     UdfOutcome::Output(json) => self.map_into(json.as_bytes(), out)?,
                     UdfOutcome::Dropped => return Err(RecordError::Dropped),
@@ -259,10 +259,14 @@ impl Mapper {
     /// key, the last of duplicate keys winning), and a property test compares the two.
     pub fn map_into(&self, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         out.clear();
-        let text = std::str::from_utf8(value).map_err(|e| RecordError::NotUtf8(e.valid_up_to()))?;
-        match serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
-            Ok(obj) => encode_borrowed(&self.schema, &obj, out)?,
-            Err(_) => return self.map_via_value(text, out),
+        let text = utf8(value)?;
+        if let Some(fields) = super::json_flat::scan(text) {
+            encode_borrowed(&self.schema, fields.iter(), out)?;
+        } else {
+            match serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
+                Ok(obj) => encode_borrowed(&self.schema, serde_fields(&obj).iter(), out)?,
+                Err(_) => return self.map_via_value(text, out),
+            }
         }
         self.check_size(out)
     }
@@ -290,6 +294,14 @@ impl Mapper {
         let mut out = Vec::with_capacity(value.len() + 16);
         self.map_into(value, &mut out)?;
         Ok(out)
+    }
+}
+
+/// Validate a message as UTF-8 with SIMD; std's check only names the error's position.
+fn utf8(value: &[u8]) -> Result<&str, RecordError> {
+    match simdutf8::basic::from_utf8(value) {
+        Ok(text) => Ok(text),
+        Err(_) => Err(RecordError::NotUtf8(std::str::from_utf8(value).err().map_or(0, |e| e.valid_up_to()))),
     }
 }
 
@@ -477,6 +489,49 @@ mod tests {
         #[test]
         fn never_panics_on_arbitrary_json_objects(s in r#"\{("[a-zA-Z]{1,8}": ("[a-z]*"|-?[0-9]{1,20}|true|null|\[\]|\{\}|[0-9]\.[0-9]), ){0,5}"logStreamId": [0-9]{1,5}\}"#) {
             let _ = mapper().map(s.as_bytes());
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// The lean parser ([`super::super::json_flat`]) against serde_json's borrowed
+        /// map and the value path, on the syntax it must accept or leave alone:
+        /// whitespace JSON does and does not allow, control characters in strings,
+        /// leading zeros, `-0`, integers past i64, quoted integers with spaces, floats,
+        /// duplicate keys, trailing commas and trailing text. Same rows, same errors.
+        #[test]
+        fn the_lean_parser_matches_serde_json_byte_for_byte(
+            cols in proptest::collection::vec((0usize..5, 0usize..2), 3),
+            body in proptest::collection::vec(
+                (
+                    "[a-cA-C]|a\\u0062|é",
+                    r#""[a-z ]{0,6}"|"x\\ty"|"x	y"|"x\x01y"|"x\\u0001y"|" -?[0-9]{1,3} "|"1e3"|-?0[0-9]?|-?[1-9][0-9]{0,19}|-|[0-9]\.[0-9]|[0-9]e[0-9]|true|false|null|nul|\[\]|\{\}"#,
+                    proptest::prop_oneof![8 => "[ \t\n\r]{0,2}", 1 => "\x0b|\x0c"],
+                ),
+                0..6,
+            ),
+            tail in proptest::prop_oneof![6 => proptest::strategy::Just(String::new()), 1 => r"[,x}]|[ \n]{1,2}".prop_map(String::from)],
+        ) {
+            let types = ["STRING", "INTEGER", "FLOAT", "BOOLEAN", "JSON"];
+            let modes = ["NULLABLE", "REQUIRED"];
+            let fields: Vec<serde_json::Value> = cols
+                .iter()
+                .zip(["a", "b", "c"])
+                .map(|((t, m), name)| serde_json::json!({"name": name, "type": types[*t], "mode": modes[*m]}))
+                .collect();
+            let schema = Schema::from_json(&serde_json::Value::Array(fields)).expect("three distinct columns");
+            let pairs: Vec<String> = body.iter().map(|(k, v, w)| format!("{w}\"{k}\"{w}:{w}{v}{w}")).collect();
+            let text = format!("{{{}}}{tail}", pairs.join(","));
+            let m = Mapper::new(schema, 10_000);
+            let (mut lean, mut serde_tier, mut slow) = (Vec::new(), Vec::new(), Vec::new());
+            let a = m.map_into(text.as_bytes(), &mut lean).map(|()| lean);
+            let b = match serde_json::from_str::<BTreeMap<&str, &RawValue>>(&text) {
+                Ok(obj) => encode_borrowed(m.schema(), serde_fields(&obj).iter(), &mut serde_tier).map(|()| serde_tier),
+                Err(_) => m.map_via_value(&text, &mut serde_tier).map(|()| serde_tier),
+            };
+            let c = m.map_via_value(&text, &mut slow).map(|()| slow);
+            proptest::prop_assert_eq!(&a, &b, "{}", text);
+            proptest::prop_assert_eq!(&a, &c, "{}", text);
         }
     }
 }
