@@ -6,12 +6,13 @@
 use super::context::{JobCtx, Mapping};
 use super::dlq::{self, Payload, RecordRef, TimestampType};
 use super::metadata::KafkaMeta;
+use super::records::{Record, Records};
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;
 use crate::stats::{BatchCounts, Stage, StageStats};
 use anyhow::{bail, Result};
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -43,7 +44,7 @@ impl Mapped {
 
 /// A batch as it was cut: its messages, ranges and the positions after it.
 pub(super) struct Cut {
-    pub(super) msgs: Vec<OwnedMessage>,
+    pub(super) msgs: Records,
     pub(super) ranges: BTreeMap<i32, (i64, i64)>,
     pub(super) positions: BTreeMap<i32, i64>,
     /// When the batch was first processed (dead-letter rows' `timestamp`); a replay
@@ -107,7 +108,7 @@ pub(super) fn reject_rows(
     *rows = kept;
     *row_src = kept_src;
     for (msg_idx, why) in refused {
-        let m = &cut.msgs[msg_idx];
+        let m = cut.msgs.at(msg_idx);
         entry.rejected.push((m.partition(), m.offset(), why.clone()));
         push_rejected_dlq_row(ctx, cut.processed_ms, m, &why, mapped, counts);
     }
@@ -117,7 +118,7 @@ pub(super) fn reject_rows(
 pub(super) fn push_rejected_dlq_row(
     ctx: &JobCtx,
     processed_ms: Option<i64>,
-    m: &OwnedMessage,
+    m: Record<'_>,
     why: &str,
     mapped: &mut Mapped,
     counts: &mut BatchCounts,
@@ -136,7 +137,7 @@ pub(super) fn apply_rejections(
     counts: &mut BatchCounts,
 ) {
     let at = |src: &[usize], p: i32, o: i64| {
-        src.iter().position(|i| (cut.msgs[*i].partition(), cut.msgs[*i].offset()) == (p, o))
+        src.iter().position(|i| (cut.msgs.at(*i).partition(), cut.msgs.at(*i).offset()) == (p, o))
     };
     for (p, o, why) in rejected {
         let src = if let Some(k) = at(&mapped.row_src, *p, *o) {
@@ -148,7 +149,7 @@ pub(super) fn apply_rejections(
         } else {
             continue;
         };
-        push_rejected_dlq_row(ctx, cut.processed_ms, &cut.msgs[src], why, mapped, counts);
+        push_rejected_dlq_row(ctx, cut.processed_ms, cut.msgs.at(src), why, mapped, counts);
     }
 }
 
@@ -176,28 +177,68 @@ pub fn map_values<'a>(
     mapper: &Mapper,
     messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8], Option<KafkaMeta<'a>>)>,
     stages: &mut StageStats,
+    pool: &mut RowPool,
 ) -> MappedValues {
     let t = Instant::now();
     let mut out = MappedValues::default();
     let mut n = 0u64;
     for (i, (key, value, meta)) in messages.enumerate() {
         n += 1;
-        let mut row = Vec::with_capacity(value.len() + 16);
+        let mut row = pool.take(value.len() + 16);
         let r = mapper.map_message(key, value, meta.as_ref(), &mut row);
         match r {
             Ok(()) => {
                 out.rows.push(row);
                 out.row_src.push(i);
+                continue;
             }
             Err(RecordError::Dropped) => out.dropped += 1,
             Err(e) => out.failed.push((i, e)),
         }
+        pool.give(row);
     }
     if n > 0 {
         let mean_us = (t.elapsed().as_nanos() as u64).div_ceil(1000 * n);
         stages.record_n(Stage::Transform, mean_us, n);
     }
     out
+}
+
+/// Row buffers kept from one batch for the next, so that a row costs no allocation
+/// once the shard has run a batch (issue 29). A buffer larger than
+/// [`RowPool::MAX_ROW_CAPACITY`] is freed rather than kept, and the pool holds at most
+/// [`RowPool::MAX_ROWS`].
+#[derive(Default)]
+pub struct RowPool(Vec<Vec<u8>>);
+
+impl RowPool {
+    /// The largest buffer kept.
+    pub const MAX_ROW_CAPACITY: usize = 64 * 1024;
+    /// The most buffers kept.
+    pub const MAX_ROWS: usize = 16 * 1024;
+
+    /// An empty buffer: a kept one, or a new one of `capacity`.
+    pub fn take(&mut self, capacity: usize) -> Vec<u8> {
+        match self.0.pop() {
+            Some(mut row) => {
+                row.clear();
+                row
+            }
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Keep `row` for a later [`RowPool::take`], unless it is too large or the pool full.
+    pub fn give(&mut self, row: Vec<u8>) {
+        if row.capacity() <= Self::MAX_ROW_CAPACITY && self.0.len() < Self::MAX_ROWS {
+            self.0.push(row);
+        }
+    }
+
+    /// Keep every row of a finished batch.
+    pub fn give_all(&mut self, rows: Vec<Vec<u8>>) {
+        rows.into_iter().for_each(|r| self.give(r));
+    }
 }
 
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
@@ -210,15 +251,16 @@ pub(super) fn map_batch(
     keep_bad: bool,
     stages: &mut StageStats,
     counts: &mut BatchCounts,
+    pool: &mut RowPool,
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
-    let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages);
+    let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages, pool);
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
     for (i, e) in failed {
-        let m = &cut.msgs[i];
+        let m = cut.msgs.at(i);
         let e = match e {
             RecordError::OtherRecord(name) => match route_message(ctx, &name, m, i, &mut side) {
                 Ok(()) => continue,
@@ -236,7 +278,7 @@ pub(super) fn map_batch(
 }
 
 /// A record's topic, partition, offset, timestamp and headers, for metadata columns.
-fn kafka_meta(m: &OwnedMessage) -> KafkaMeta<'_> {
+fn kafka_meta(m: Record<'_>) -> KafkaMeta<'_> {
     KafkaMeta {
         topic: m.topic(),
         partition: m.partition(),
@@ -250,7 +292,7 @@ fn kafka_meta(m: &OwnedMessage) -> KafkaMeta<'_> {
 fn route_message(
     ctx: &JobCtx,
     name: &str,
-    m: &OwnedMessage,
+    m: Record<'_>,
     i: usize,
     side: &mut BTreeMap<String, SideRows>,
 ) -> Result<(), RecordError> {
@@ -297,7 +339,7 @@ pub(super) fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: 
 /// Encode the dead-letter row of message `m` of `cut` failing at `stage` with `error`.
 /// Without a dead-letter table (`badRecordPolicy=LOG_AND_DROP`) the row is only
 /// logged here; the batch's commit counts it as dropped.
-pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: &OwnedMessage, stage: &str, error: &str) -> Vec<u8> {
+pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: Record<'_>, stage: &str, error: &str) -> Vec<u8> {
     if ctx.cfg.dlq.is_none() {
         tracing::error!(topic = %ctx.cfg.source.topic, partition = m.partition(), offset = m.offset(), stage, error,
             "bad record dropped (badRecordPolicy=LOG_AND_DROP, no dead-letter table)");
@@ -386,12 +428,12 @@ mod tests {
         let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
         let mut stages = StageStats::default();
-        let out = map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages);
+        let out = map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default());
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();
         assert_eq!(transform.count, 3, "failed messages are timed too");
         assert!(transform.p50_ms > 0.0, "the mean is rounded up to at least 1 us: {transform:?}");
-        map_values(&mapper, std::iter::empty(), &mut stages);
+        map_values(&mapper, std::iter::empty(), &mut stages, &mut RowPool::default());
         assert_eq!(stages.take().into_iter().find(|s| s.stage == "transform").unwrap().count, 0);
     }
 

@@ -5,12 +5,13 @@
 //! - [`config`]: the job's settings from template parameters and run flags;
 //!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
 //! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
-//!   or the reason it cannot be ([`json_row`]: a JSON object's row; [`metadata`]: the
+//!   or the reason it cannot be ([`json_flat`]: the lean parser of the usual flat object;
+//!   [`json_row`]: a JSON object's row; [`metadata`]: the
 //!   Kafka metadata columns; [`cdc`]: CDC's change type and sequence number); [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
 //!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
-//! - [`shard`]: one shard's loop (recover, collect a batch, process it); [`batch`]:
+//! - [`shard`]: one shard's loop (recover, collect a batch into [`records`], process it); [`batch`]:
 //!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends.
 //! - [`pool`]: the live worker pool (shards on workers, moves on a rescale; each
 //!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
@@ -101,11 +102,13 @@ pub mod context;
 pub mod dlq;
 pub mod format;
 pub mod job;
+pub mod json_flat;
 pub mod json_row;
 pub mod metadata;
 pub mod pool;
 pub mod positions;
 pub mod publish;
+pub mod records;
 pub mod replay;
 pub mod sent;
 pub mod shard;

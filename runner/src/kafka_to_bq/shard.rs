@@ -6,7 +6,8 @@
 //! protocol (log → append → commit, described in the module above) on the shard's
 //! [`super::writer`].
 
-use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped};
+use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped, RowPool};
+use super::records::Records;
 use super::writer::{
     append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets, Plans,
     SideOffsets, Step, Targets, Which, Writer,
@@ -23,7 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Message};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,7 +39,7 @@ const BURST: usize = 256;
 
 /// The batch [`Shard::collect`] is filling, and when it must be cut.
 struct OpenBatch {
-    msgs: Vec<OwnedMessage>,
+    msgs: Records,
     bytes: usize,
     deadline: Option<tokio::time::Instant>,
     max_rows: usize,
@@ -47,10 +48,11 @@ struct OpenBatch {
 }
 
 impl OpenBatch {
-    fn new(ctx: &JobCtx) -> OpenBatch {
+    /// An empty batch that fills `msgs` (emptied, its capacity kept from the last batch).
+    fn new(ctx: &JobCtx, msgs: Records) -> OpenBatch {
         let run = &ctx.cfg.run;
         OpenBatch {
-            msgs: Vec::with_capacity(run.batch_rows.min(4096)),
+            msgs,
             bytes: 0,
             deadline: None,
             max_rows: run.batch_rows,
@@ -65,7 +67,7 @@ impl OpenBatch {
             stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
         }
         self.bytes += m.payload_len();
-        self.msgs.push(m.detach());
+        self.msgs.push(&m);
         if self.deadline.is_none() {
             ctx.stats.mark_read();
             self.deadline = Some(tokio::time::Instant::now() + self.frequency);
@@ -89,7 +91,7 @@ impl OpenBatch {
     /// The next offset of every partition: `positions` after the messages held.
     fn next_positions(&self, positions: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
         let mut at = positions.clone();
-        for m in &self.msgs {
+        for m in self.msgs.iter() {
             let pos = at.entry(m.partition()).or_insert(0);
             *pos = (*pos).max(m.offset() + 1);
         }
@@ -100,7 +102,7 @@ impl OpenBatch {
     fn cut(self, positions: &BTreeMap<i32, i64>) -> Cut {
         let mut ranges = BTreeMap::new();
         let positions = self.next_positions(positions);
-        for m in &self.msgs {
+        for m in self.msgs.iter() {
             let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
             r.0 = r.0.min(m.offset());
             r.1 = r.1.max(m.offset() + 1);
@@ -128,6 +130,10 @@ pub struct Shard {
     stages: StageStats,
     slot: Arc<WorkerSlot>,
     retry: RetryCtl,
+    /// The last batch's record buffer, emptied, for the next batch.
+    spare: Records,
+    /// The last batch's row buffers, for the next batch's rows.
+    spare_rows: RowPool,
 }
 
 impl Shard {
@@ -192,6 +198,8 @@ impl Shard {
             stages: StageStats::default(),
             slot,
             retry,
+            spare: Records::default(),
+            spare_rows: RowPool::default(),
         };
         if let Some(e) = replay {
             shard.replay(e).await?;
@@ -220,7 +228,7 @@ impl Shard {
         kafka::assign(&self.consumer, &topic, &from)?;
         let mut pending: BTreeMap<i32, i64> =
             e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
-        let mut msgs = Vec::new();
+        let mut msgs = std::mem::take(&mut self.spare);
         let mut errors_in_a_row = 0;
         while !pending.is_empty() {
             let m = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
@@ -246,7 +254,7 @@ impl Shard {
             let (p, o) = (m.partition(), m.offset());
             if let Some(end) = pending.get(&p).copied() {
                 if o < end {
-                    msgs.push(m.detach());
+                    msgs.push(&m);
                 }
                 if o + 1 >= end {
                     pending.remove(&p);
@@ -313,7 +321,7 @@ impl Shard {
     /// timeout, for the next one.
     async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
         let ctx = self.ctx.clone();
-        let mut open = OpenBatch::new(&ctx);
+        let mut open = OpenBatch::new(&ctx, std::mem::take(&mut self.spare));
         let mut stream = self.consumer.stream();
         loop {
             if *cancel.borrow() {
@@ -408,7 +416,7 @@ impl Shard {
     async fn process_inner(&mut self, batch: u64, mut cut: Cut, replay: Option<&OffsetEntry>) -> Result<()> {
         let ctx = self.ctx.clone();
         // Replays must map to the same rows in the same order.
-        cut.msgs.sort_by_key(|m| (m.partition(), m.offset()));
+        cut.msgs.sort_by_position();
         let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
         counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
         let mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
@@ -421,7 +429,9 @@ impl Shard {
         ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
         let (slot, stages) = (self.slot.clone(), &mut self.stages);
         let mut mapped = slot
-            .work(counts.read, counts.bytes, || map_batch(&ctx, &mapping, &cut, keep_bad, stages, &mut counts))
+            .work(counts.read, counts.bytes, || {
+                map_batch(&ctx, &mapping, &cut, keep_bad, stages, &mut counts, &mut self.spare_rows)
+            })
             .await?;
         let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
         apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
@@ -604,7 +614,7 @@ impl Shard {
         }
         let acked = now_ms();
         self.stages.record(Stage::Write, t_write.elapsed().as_micros() as u64);
-        for m in &cut.msgs {
+        for m in cut.msgs.iter() {
             if let Some(ts) = m.timestamp().to_millis() {
                 self.stages.record(Stage::EndToEnd, ((acked - ts).max(0) as u64) * 1000);
             }
@@ -625,7 +635,7 @@ impl Shard {
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
         let mut times = ctx.event_times.lock().expect("event times lock");
-        for m in &cut.msgs {
+        for m in cut.msgs.iter() {
             if let Some(ts) = m.timestamp().to_millis() {
                 let t = times.entry(m.partition()).or_insert(ts);
                 *t = (*t).max(ts);
@@ -633,6 +643,9 @@ impl Shard {
         }
         drop(times);
         self.positions = cut.positions;
+        self.spare = cut.msgs;
+        self.spare.clear();
+        self.spare_rows.give_all(mapped.rows);
         self.next_batch = batch + 1;
         Ok(())
     }

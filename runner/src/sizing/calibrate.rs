@@ -19,7 +19,7 @@
 
 use crate::bigquery::schema::Schema;
 use crate::bigquery::write::{append_request, request_row_budget, split_requests, MAX_REQUEST_BYTES};
-use crate::kafka_to_bq::batch::{map_values, rows_digest};
+use crate::kafka_to_bq::batch::{map_values, rows_digest, RowPool};
 use crate::kafka_to_bq::transform::Mapper;
 use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
 use crate::stats::StageStats;
@@ -122,6 +122,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
     let mut offset = 0i64;
     let budget = request_row_budget(MAX_REQUEST_BYTES);
     let mut stages = StageStats::default();
+    let mut pool = RowPool::default();
     while thread_cpu_s() - cpu0 < seconds {
         // Cut a batch as a shard does: until it has BATCH_ROWS messages or BATCH_BYTES.
         let first = messages;
@@ -135,7 +136,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         messages += batch.len() as u64;
         bytes += batch_bytes as u64;
         // The shard's own transform, digest, log entries, request splitting and requests.
-        let mapped = map_values(&mapper, batch.into_iter().map(|v| (None, v, None)), &mut stages);
+        let mapped = map_values(&mapper, batch.into_iter().map(|v| (None, v, None)), &mut stages, &mut pool);
         rejected += mapped.failed.len() as u64;
         let rows = mapped.rows;
         let n = rows.len() as i64;
@@ -167,6 +168,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         if let Some(log) = log.as_mut() {
             log.log_commit(&CommitEntry { batch: batch_id, positions: BTreeMap::from([(0, messages as i64)]) })?;
         }
+        pool.give_all(rows);
         offset += n;
         batch_id += 1;
         progress(((thread_cpu_s() - cpu0) / seconds).min(1.0));
