@@ -58,6 +58,38 @@ pub fn seed_shape_message(id: u64, seed: u64, message_chars: usize) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
+/// The benchmark's shape as Google's generator writes it from its template
+/// `{"logStreamId": "{{integer(1000001,2000000)}}", ...}`: the number in quotes.
+pub fn seed_quoted_message(id: u64, seed: u64, message_chars: usize) -> Vec<u8> {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&seed_shape_message(id, seed, message_chars)).expect("own JSON");
+    let n = v["logStreamId"].to_string();
+    v["logStreamId"] = serde_json::Value::String(n);
+    v.to_string().into_bytes()
+}
+
+/// The messages [`produce_shaped`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageShape {
+    /// [`seed_message`]: the benchmark's shape plus an `id`.
+    Demo,
+    /// [`seed_shape_message`]: exactly the benchmark's shape.
+    Seed,
+    /// [`seed_quoted_message`]: the benchmark's shape with the number quoted.
+    SeedQuoted,
+}
+
+impl MessageShape {
+    /// Message `id` of this shape.
+    pub fn message(self, id: u64, seed: u64, chars: usize) -> Vec<u8> {
+        match self {
+            MessageShape::Demo => seed_message(id, seed, chars),
+            MessageShape::Seed => seed_shape_message(id, seed, chars),
+            MessageShape::SeedQuoted => seed_quoted_message(id, seed, chars),
+        }
+    }
+}
+
 /// Produce `count` messages with ids from `start_id`, spread round-robin over
 /// `partitions`; with `bad_every = Some(k)` every k-th message is a bad one instead.
 pub async fn produce(
@@ -69,7 +101,7 @@ pub async fn produce(
     bad_every: Option<u64>,
     message_chars: usize,
 ) -> Result<Produced> {
-    produce_shaped(bootstrap, topic, partitions, start_id, count, bad_every, message_chars, false).await
+    produce_shaped(bootstrap, topic, partitions, start_id, count, bad_every, message_chars, MessageShape::Demo).await
 }
 
 /// One good message with id `id` whose `message` field has `chars` characters, to
@@ -85,7 +117,7 @@ pub async fn produce_large(bootstrap: &str, topic: &str, id: u64, chars: usize) 
     Ok(())
 }
 
-/// [`produce`], optionally in the benchmark's exact shape (no `id`).
+/// [`produce`], in a chosen [`MessageShape`].
 #[allow(clippy::too_many_arguments)]
 pub async fn produce_shaped(
     bootstrap: &str,
@@ -95,7 +127,7 @@ pub async fn produce_shaped(
     count: u64,
     bad_every: Option<u64>,
     message_chars: usize,
-    seed_shape: bool,
+    shape: MessageShape,
 ) -> Result<Produced> {
     let producer: FutureProducer = Connection::plaintext(bootstrap).client(
         "a producer",
@@ -120,11 +152,7 @@ pub async fn produce_shaped(
             }
             _ => {
                 out.good += 1;
-                if seed_shape {
-                    seed_shape_message(id, 42, message_chars)
-                } else {
-                    seed_message(id, 42, message_chars)
-                }
+                shape.message(id, 42, message_chars)
             }
         };
         let part = (i % partitions.max(1) as u64) as i32;

@@ -4,6 +4,7 @@
 //!   creation, and the helpers the local stack and tests use).
 //! - [`write`]: the crate's generated `BigQueryWriteClient` on a channel built here:
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
+//! - [`framed`]: an AppendRows request framed straight from a batch's rows.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
 //! - [`schema`]: a table's schema (columns, modes, fingerprint).
 //! - [`layout`]: partitioning and clustering of a table flexrun creates, checked by
@@ -15,6 +16,7 @@
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
 //! matching flags; with neither, Google's endpoints.
 
+pub mod framed;
 pub mod layout;
 pub mod proto;
 pub mod rest;

@@ -278,7 +278,7 @@ impl Target {
                 }
             }
             let conn = self.conn.as_mut().expect("connection opened above");
-            match conn.append(rows.to_vec(), offset).await {
+            match conn.append(rows, offset).await {
                 Ok(o) => return Ok(o),
                 Err(e) if e.is_retryable() => {
                     self.conn = None;

@@ -7,6 +7,8 @@
 //! `AppendRowsResponse.error` (the stream stays usable) become [`AppendOutcome`]s or
 //! [`WriteError`]s that say what they mean for the caller.
 
+pub use super::framed::framed_len;
+use super::framed::{frame, FramedAppend};
 use super::{Endpoints, TableRef};
 use futures::future::BoxFuture;
 use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
@@ -55,18 +57,6 @@ pub const MAX_REQUEST_ROW_BYTES: usize = MAX_REQUEST_BYTES - REQUEST_OVERHEAD_BY
 /// The row budget of a request of at most `request_bytes` bytes.
 pub fn request_row_budget(request_bytes: usize) -> usize {
     request_bytes.saturating_sub(REQUEST_OVERHEAD_BYTES.min(request_bytes / 2))
-}
-
-/// What one serialized row costs inside `ProtoRows.serialized_rows`: the field tag,
-/// the length varint and the bytes.
-pub fn framed_len(row: &[u8]) -> usize {
-    let mut n = row.len() as u64;
-    let mut varint = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        varint += 1;
-    }
-    1 + varint + row.len()
 }
 
 /// Split rows into consecutive requests of at most `budget` framed bytes each. The
@@ -289,6 +279,8 @@ type TokenFn = Arc<dyn Fn() -> BoxFuture<'static, Result<String, WriteError>> + 
 #[derive(Clone)]
 pub struct WriteClient {
     client: BigQueryWriteClient<Channel>,
+    /// The same channel for AppendRows, whose requests flexrun frames itself.
+    grpc: tonic::client::Grpc<Channel>,
     endpoint: String,
     token: Option<TokenFn>,
 }
@@ -346,10 +338,13 @@ impl WriteClient {
             .connect()
             .await
             .map_err(|e| connect_err(&e))?;
+        let grpc = tonic::client::Grpc::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let client = BigQueryWriteClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(WriteClient { client, endpoint: endpoints.grpc.clone(), token })
+        Ok(WriteClient { client, grpc, endpoint: endpoints.grpc.clone(), token })
     }
 
     async fn request<T>(&self, msg: T, routing: &str) -> Result<Request<T>, WriteError> {
@@ -404,11 +399,19 @@ impl WriteClient {
 
     /// Open an AppendRows connection to `stream` for rows described by `descriptor`.
     pub async fn open(&self, stream: &str, descriptor: DescriptorProto) -> Result<AppendConnection, WriteError> {
-        let (tx, rx) = mpsc::channel::<AppendRowsRequest>(4);
+        let (tx, rx) = mpsc::channel::<FramedAppend>(4);
         let req = self.request(ReceiverStream::new(rx), &format!("write_stream={stream}")).await?;
-        let mut client = self.client.clone();
+        let mut grpc = self.grpc.clone();
         // The call only completes once the first request is sent, so send it concurrently.
-        let responses = tokio::spawn(async move { client.append_rows(req).await });
+        // It is the generated client's `append_rows` with [`FramedAppend`] as the request.
+        let responses = tokio::spawn(async move {
+            grpc.ready().await.map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows",
+            );
+            let codec = tonic_prost::ProstCodec::<FramedAppend, AppendRowsResponse>::default();
+            grpc.streaming(req, path, codec).await
+        });
         Ok(AppendConnection {
             tx,
             pending: Some(responses),
@@ -423,7 +426,8 @@ impl WriteClient {
 
 /// The AppendRows request for `rows` on `stream`, at `offset` when given, carrying
 /// the writer schema when `schema` is given (the first request of a connection). The
-/// live writer and `flexrun calibrate` both build their requests here.
+/// writer sends [`super::framed::frame`]'s bytes instead, which a test checks against
+/// prost's encoding of this.
 pub fn append_request(
     stream: &str,
     offset: Option<i64>,
@@ -442,7 +446,7 @@ pub fn append_request(
 
 /// One open AppendRows call: requests go in, responses come back in order.
 pub struct AppendConnection {
-    tx: mpsc::Sender<AppendRowsRequest>,
+    tx: mpsc::Sender<FramedAppend>,
     pending: Option<tokio::task::JoinHandle<Result<tonic::Response<Streaming<AppendRowsResponse>>, tonic::Status>>>,
     responses: Option<Streaming<AppendRowsResponse>>,
     stream: String,
@@ -457,10 +461,11 @@ impl AppendConnection {
         &self.stream
     }
 
-    /// Append `rows` (encoded per the descriptor), at `offset` when given.
-    pub async fn append(&mut self, rows: Vec<Vec<u8>>, offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
+    /// Append `rows` (encoded per the descriptor), at `offset` when given. The request
+    /// is framed from the borrowed rows ([`super::framed`]), so no row is copied but into it.
+    pub async fn append(&mut self, rows: &[Vec<u8>], offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
         let schema = (!self.sent_schema).then_some(&self.descriptor);
-        let req = append_request(&self.stream, offset, schema, rows);
+        let req = frame(&self.stream, offset, schema, rows);
         let closed = || WriteError::Status {
             what: "AppendRows",
             code: "Unavailable".into(),
@@ -539,6 +544,7 @@ impl AppendConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     fn any(e: StorageError) -> prost_types::Any {
         use prost::Message;
@@ -592,5 +598,27 @@ mod tests {
         assert!(split_requests(&[], 400).is_empty());
         assert_eq!(framed_len(&[0u8; 127]), 129);
         assert_eq!(framed_len(&[0u8; 128]), 131);
+    }
+
+    proptest::proptest! {
+        /// Byte for byte what prost encodes, for any rows (including empty ones and
+        /// none), offsets (none, zero, negative, large), streams and schemas.
+        #[test]
+        fn the_framed_request_is_what_prost_encodes(
+            rows in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..300), 0..12),
+            offset in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just(0i64), proptest::num::i64::ANY]),
+            stream in "|projects/p/datasets/d/tables/t/streams/[a-z_]{1,20}",
+            with_schema in proptest::bool::ANY,
+        ) {
+            let d = crate::bigquery::proto::descriptor(
+                &crate::bigquery::schema::Schema::from_json(&serde_json::json!([{"name": "a", "type": "STRING"}])).unwrap(),
+                "Row",
+            );
+            let schema = with_schema.then_some(&d);
+            let ours = frame(&stream, offset, schema, &rows);
+            let theirs = append_request(&stream, offset, schema, rows.clone()).encode_to_vec();
+            proptest::prop_assert_eq!(ours.bytes(), &theirs[..]);
+            proptest::prop_assert_eq!(ours.encoded_len(), theirs.len());
+        }
     }
 }

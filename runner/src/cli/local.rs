@@ -64,6 +64,10 @@ pub enum LocalAction {
         /// Exactly the benchmark's shape: no `id` field.
         #[arg(long)]
         seed_shape: bool,
+        /// With --seed-shape: `logStreamId` as a quoted string, as Google's generator
+        /// writes it from its template.
+        #[arg(long, requires = "seed_shape")]
+        quoted_id: bool,
     },
     /// A topic's traffic over time from its messages' own timestamps, as a CSV of
     /// timestamp,records_per_s,bytes_per_s that `flexrun simulate --profile-file` replays.
@@ -128,7 +132,7 @@ pub async fn run(action: LocalAction) -> Result<()> {
             let s = rest::ensure_table(&c, &ep, &t, &schema).await?;
             println!("table {t} ready ({} columns)", s.columns.len());
         }
-        LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars, seed_shape } => {
+        LocalAction::Produce { bootstrap, topic, count, start_id, bad_every, message_chars, seed_shape, quoted_id } => {
             let parts = kafka::Metadata::new(&kafka::Connection::plaintext(&bootstrap), &topic)?.partitions().await?;
             let t = std::time::Instant::now();
             let p = local::produce_shaped(
@@ -139,7 +143,11 @@ pub async fn run(action: LocalAction) -> Result<()> {
                 count,
                 bad_every,
                 message_chars,
-                seed_shape,
+                match (seed_shape, quoted_id) {
+                    (false, _) => local::MessageShape::Demo,
+                    (true, false) => local::MessageShape::Seed,
+                    (true, true) => local::MessageShape::SeedQuoted,
+                },
             )
             .await?;
             println!(

@@ -410,6 +410,20 @@ mod tests {
         assert_eq!(&row[2..], b"x\"y", "the escape is decoded");
     }
 
+    #[test]
+    fn the_seed_with_its_number_quoted_as_googles_generator_writes_it_maps_to_the_same_row() {
+        let schema = Schema::from_json(&json!([
+            {"name": "logStreamId", "type": "INTEGER"}, {"name": "message", "type": "STRING"}
+        ]))
+        .unwrap();
+        let m = Mapper::new(schema, 10_000);
+        for id in 0..50 {
+            let quoted = crate::local::seed_quoted_message(id, 7, 40);
+            assert!(quoted.starts_with(br#"{"logStreamId":""#), "{}", String::from_utf8_lossy(&quoted));
+            assert_eq!(m.map(&quoted).unwrap(), m.map(&crate::local::seed_shape_message(id, 7, 40)).unwrap());
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {

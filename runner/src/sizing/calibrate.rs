@@ -7,7 +7,7 @@
 //! per batch ([`crate::kafka_to_bq::batch::map_values`]), digest the rows
 //! ([`crate::kafka_to_bq::batch::rows_digest`]), split them into requests under the
 //! 10 MB limit and build each `AppendRowsRequest`
-//! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::write::append_request`])
+//! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::framed::frame`])
 //! and serialize it, and, for exactly-once, write the batch's offset-log and commit-log
 //! entries ([`crate::progress::ShardLog`], purged inline so their CPU counts). Only the
 //! Kafka read and the network send are left out.
@@ -17,8 +17,9 @@
 //! With the seed's shape it measures two message sizes and splits the cost into a part
 //! per message and a part per byte, which lets `simulate` price other sizes.
 
+use crate::bigquery::framed::frame;
 use crate::bigquery::schema::Schema;
-use crate::bigquery::write::{append_request, request_row_budget, split_requests, MAX_REQUEST_BYTES};
+use crate::bigquery::write::{request_row_budget, split_requests, MAX_REQUEST_BYTES};
 use crate::kafka_to_bq::batch::{map_values, rows_digest, RowPool};
 use crate::kafka_to_bq::transform::Mapper;
 use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
@@ -162,7 +163,8 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         for (k, range) in split_requests(&rows, budget).into_iter().enumerate() {
             let at = exactly.then_some(offset + range.start as i64);
             let schema = (batch_id == 0 && k == 0).then_some(&descriptor);
-            let req = append_request(&slot.stream, at, schema, rows[range].to_vec());
+            // Framed as the writer frames it, then copied as tonic copies it into its buffer.
+            let req = frame(&slot.stream, at, schema, &rows[range]);
             std::hint::black_box(req.encode_to_vec());
         }
         if let Some(log) = log.as_mut() {

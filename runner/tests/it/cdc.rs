@@ -100,24 +100,24 @@ async fn the_emulator_applies_changes_by_key_and_refuses_what_bigquery_refuses()
         // A change sent again (same number) is the same change.
         send(vec![row(tags, 1, 10, "UPSERT", "5")]),
     ] {
-        assert_eq!(answer("append", c.append(batch, None)).await.unwrap(), AppendOutcome::Appended);
+        assert_eq!(answer("append", c.append(&batch, None)).await.unwrap(), AppendOutcome::Appended);
     }
     assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 10), (3, 33)]));
 
     // "_CHANGE_TYPE only accepts the values UPSERT and DELETE".
     let mut c = w.open(&default, d.clone()).await.unwrap();
-    let e = answer("append", c.append(vec![row(tags, 4, 1, "MERGE", "9")], None)).await.unwrap_err().to_string();
+    let e = answer("append", c.append(&[row(tags, 4, 1, "MERGE", "9")], None)).await.unwrap_err().to_string();
     assert!(e.contains("only UPSERT and DELETE"), "{e}");
     // "You must use the Storage Write API in the default stream".
     let committed = w.create_committed_stream(&t).await.unwrap();
     let mut c = w.open(&committed, d.clone()).await.unwrap();
-    let e = answer("append", c.append(vec![row(tags, 4, 1, "UPSERT", "9")], Some(0))).await.unwrap_err().to_string();
+    let e = answer("append", c.append(&[row(tags, 4, 1, "UPSERT", "9")], Some(0))).await.unwrap_err().to_string();
     assert!(e.contains("default stream"), "{e}");
     // "You must declare primary keys for the destination table".
     let bare = TableRef { table: format!("{name}_nopk"), ..t.clone() };
     create(&s, &bare, false).await;
     let mut c = w.open(&format!("{}/streams/_default", bare.path()), d).await.unwrap();
-    let e = answer("append", c.append(vec![row(tags, 4, 1, "UPSERT", "9")], None)).await.unwrap_err().to_string();
+    let e = answer("append", c.append(&[row(tags, 4, 1, "UPSERT", "9")], None)).await.unwrap_err().to_string();
     assert!(e.contains("primary key"), "{e}");
     assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 10), (3, 33)]), "refused requests wrote nothing");
     assert!(state(&s, &bare).await.is_empty());

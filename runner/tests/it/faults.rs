@@ -360,7 +360,7 @@ async fn a_request_over_10_mb_is_refused_with_invalid_argument_as_documented() {
         .map(&flexrun::local::seed_message(1, 42, 10_600_000))
         .unwrap();
     let mut conn = c.open(&stream, flexrun::bigquery::proto::descriptor(&schema, "Row")).await.unwrap();
-    let e = conn.append(vec![row], Some(0)).await.unwrap_err();
+    let e = conn.append(&[row], Some(0)).await.unwrap_err();
     assert!(!e.is_retryable(), "{e}");
     let msg = e.to_string();
     assert!(msg.contains("invalid argument") && msg.contains("AppendRows request too large"), "{msg}");
