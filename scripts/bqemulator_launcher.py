@@ -102,6 +102,16 @@ stock emulator is lenient, the launcher makes it behave as documented:
    background (max_staleness); here they apply at append, which is the state a query
    sees once BigQuery has caught up.
 
+12. A query that fails is a failed request, as BigQuery's API documents it (stock: jobs.query
+   answers HTTP 200 with the error in the body's `errors` and no rows, so a client reads an
+   invalid query as an empty result). https://cloud.google.com/bigquery/docs/errors:
+   "Successful requests return HTTP status codes in the 2xx range. Failed requests return
+   status codes in the 4xx and 5xx ranges", and its table gives `invalidQuery` 400 ("This
+   error occurs when you attempt to run an invalid query"), `notFound` 404, `accessDenied`
+   403 and `duplicate` 409. jobs.query now answers such a query with that status and
+   Google's error envelope `{"error": {"code", "message", "errors": [{reason, message,
+   domain}], "status"}}`; the failed job stays recorded as before.
+
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
 """
@@ -714,6 +724,7 @@ from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository  # noqa
 from bqemulator.catalog.memory_repository import MemoryCatalogRepository  # noqa: E402
 
 from bqemulator.api.routes import tables as tables_routes  # noqa: E402
+from bqemulator.api.routes import jobs as jobs_routes  # noqa: E402
 
 for owner, name in [
     (tables_routes, "_rest_to_table_meta"),
@@ -737,6 +748,7 @@ for owner, name in [
     (write_servicer.BigQueryWriteHandler, "_handle_get_write_stream"),
     (write_servicer.BigQueryWriteHandler, "_handle_append_rows"),
     (write_servicer.BigQueryWriteHandler, "manager"),
+    (jobs_routes, "query"),
 ]:
     if not hasattr(owner, name):
         sys.exit(f"bqemulator_launcher: {owner.__name__}.{name} not found; this launcher is written for bqemulator 1.4.0")
@@ -750,7 +762,44 @@ def _aio_server_with_threads(*args, **kwargs):
     return _original_aio_server(*args, **kwargs)
 
 
+_QUERY_ERROR_STATUS = {"notFound": (404, "NOT_FOUND"), "accessDenied": (403, "PERMISSION_DENIED"), "duplicate": (409, "ALREADY_EXISTS")}
+
+
+def _failing_queries_with_status(orig):
+    """Patch 12: a failed jobs.query answers with its HTTP status and Google's envelope."""
+    import functools
+
+    from fastapi.responses import JSONResponse
+
+    @functools.wraps(orig)
+    async def query(*args, **kwargs):
+        body = await orig(*args, **kwargs)
+        errors = body.get("errors") if isinstance(body, dict) else None
+        if not (errors and body.get("jobComplete") and not body.get("rows")):
+            return body
+        first = errors[0]
+        reason = first.get("reason", "invalidQuery")
+        code, status = _QUERY_ERROR_STATUS.get(reason, (400, "INVALID_ARGUMENT"))
+        message = first.get("message", "")
+        detail = {"message": message, "domain": "global", "reason": reason}
+        return JSONResponse(
+            status_code=code,
+            content={"error": {"code": code, "message": message, "errors": [detail], "status": status}},
+        )
+
+    return query
+
+
+def _patch_query_route():
+    for route in jobs_routes.router.routes:
+        if route.path.endswith("/projects/{project_id}/queries") and "POST" in route.methods:
+            route.endpoint = _failing_queries_with_status(route.endpoint)
+            return
+    sys.exit("bqemulator_launcher: the jobs.query route was not found; this launcher is written for bqemulator 1.4.0")
+
+
 grpc.aio.server = _aio_server_with_threads
+_patch_query_route()
 snapshots.SnapshotManager.record_change = _record_change_without_snapshot
 write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
 write_servicer.BigQueryWriteHandler._perform_append = _atomic_perform_append

@@ -62,6 +62,20 @@ pub enum RestError {
     },
 }
 
+impl RestError {
+    /// Whether BigQuery answered HTTP 400 (for a query: its text is invalid, as
+    /// `invalidQuery` in BigQuery's error table).
+    pub fn is_bad_request(&self) -> bool {
+        let source = match self {
+            RestError::Call { source, .. } | RestError::Client { source, .. } | RestError::GetTable { source, .. } => {
+                source
+            }
+            _ => return false,
+        };
+        matches!(source.as_ref(), BQError::ResponseError { error } if error.error.code == 400)
+    }
+}
+
 /// The emulator checks no credentials; this hands the client a fixed token.
 #[derive(Clone)]
 struct NoAuth;

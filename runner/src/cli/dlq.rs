@@ -83,7 +83,10 @@ async fn replay_cmd(a: &ReplayArgs) -> Result<()> {
     let (cfg, endpoints) = kafka_to_bq_config(&resolved, &job, &a.flags)?;
     let ep = endpoints.ok_or_else(|| usage("dlq replay writes to BigQuery: drop --sink stats"))?;
     let opts = ReplayOptions { where_sql: a.where_sql.clone(), dry_run: a.dry_run };
-    let r = replay::run(cfg, &root, ep, opts).await?;
+    let r = match replay::run(cfg, &root, ep, opts).await {
+        Err(e) if e.downcast_ref::<replay::BadWhere>().is_some() => return Err(usage(e.to_string())),
+        r => r?,
+    };
     print!("{}", render(&job, a.dry_run, &r));
     Ok(())
 }

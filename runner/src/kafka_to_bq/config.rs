@@ -247,7 +247,7 @@ fn cdc_staleness(p: &ResolvedParams, errs: &mut Problems) -> Option<String> {
             None
         }
         Err(e) => {
-            errs.push(format!("cdcMaxStaleness={v}: {e}; expected a duration such as 15m or 1h"));
+            errs.push(format!("cdcMaxStaleness={v}: {e}"));
             None
         }
     }

@@ -760,6 +760,19 @@ fn cdc_parameters_that_cannot_work_exit_2_naming_the_parameter() {
         assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "{extra}: want {want:?} in {}", stderr(&o));
     }
+    // cdcMaxStaleness's value itself, where it applies (an Avro table flexrun creates).
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("k.avsc");
+    std::fs::write(&avsc, r#"{"type":"record","name":"K","fields":[{"name":"id","type":"long"}]}"#).unwrap();
+    for (v, want) in [
+        ("soon", "cdcMaxStaleness=soon: invalid duration"),
+        ("0s", "cdcMaxStaleness=0s: invalid duration \"0s\": expected a positive number"),
+        ("500ms", "cdcMaxStaleness=500ms: expected a duration of a second or more"),
+    ] {
+        let o = run_with(&format!("readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=AVRO_BINARY_ENCODING,binaryAvroSchemaPath={},outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE,cdcPrimaryKey=id,cdcMaxStaleness={v}", avsc.display()));
+        assert_eq!(o.status.code(), Some(2), "{v}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{v}: want {want:?} in {}", stderr(&o));
+    }
     // Flexrun's own parameters: describe marks them, export leaves them out and says so.
     let d = flexrun(&["templates", "describe", "kafka-to-bq"]);
     let text = String::from_utf8_lossy(&d.stdout);

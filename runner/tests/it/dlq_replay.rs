@@ -78,6 +78,13 @@ async fn a_replay_killed_between_table_and_ledger_lands_each_row_once_and_a_seco
     );
     assert_eq!(s.count(&f.table).await, (30, 30));
 
+    // A condition BigQuery refuses is a bad flag: exit 2, naming it; nothing is written
+    // and no plan is left for the next run to finish.
+    let o = replay(&job, &ck, &js, &["--where", "errorMessage LIKE AND"]).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--where \"errorMessage LIKE AND\": BigQuery refused the condition"), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (30, 30));
+
     // Killed in batch 2 after its rows landed in the table, before the ledger append.
     let o = replay(&job, &ck, &js, &["--batch-rows", "4"])
         .env("FAILPOINTS", "replay::between_tables=1*off->return")

@@ -244,6 +244,17 @@ fn fate(mapper: &Mapper, rec: &Recovered, out: &mut Vec<u8>) -> Fate {
     }
 }
 
+/// BigQuery refused the `--where` condition (HTTP 400): a bad flag, which the CLI
+/// reports with exit status 2. Nothing was read or written.
+#[derive(Debug, thiserror::Error)]
+#[error("--where {condition:?}: BigQuery refused the condition ({reason}); expected a SQL boolean expression over the dead-letter table's columns (timestamp, payloadString, payloadBytes, errorMessage, stacktrace). Nothing was replayed")]
+pub struct BadWhere {
+    /// The condition as given.
+    pub condition: String,
+    /// BigQuery's answer.
+    pub reason: String,
+}
+
 /// Every selected dead-letter row.
 async fn read_dead_letters(
     c: &gcp_bigquery_client::Client,
@@ -257,9 +268,16 @@ async fn read_dead_letters(
     if let Some(w) = where_sql {
         sql.push_str(&format!(" WHERE {w}"));
     }
-    let rows = rest::query_rows(c, &dlq.project, &sql).await.with_context(|| {
-        format!("reading the dead-letter table {dlq}{}", where_sql.map(|w| format!(" WHERE {w}")).unwrap_or_default())
-    })?;
+    let rows = match (rest::query_rows(c, &dlq.project, &sql).await, where_sql) {
+        (Ok(rows), _) => rows,
+        (Err(e), Some(w)) if e.is_bad_request() => {
+            return Err(BadWhere { condition: w.to_string(), reason: e.to_string() }.into())
+        }
+        (Err(e), w) => {
+            let w = w.map(|w| format!(" WHERE {w}")).unwrap_or_default();
+            return Err(anyhow::Error::new(e).context(format!("reading the dead-letter table {dlq}{w}")));
+        }
+    };
     if rows.len() >= MAX_ROWS {
         bail!("the query selects {MAX_ROWS} or more dead-letter rows, more than one replay reads: narrow it with --where (for example on timestamp), and replay in parts");
     }
