@@ -48,8 +48,12 @@
 //!    rejects rows (row errors: nothing was written), they move to the dead-letter
 //!    rows, the batch is logged again with the new split (same id, same `X`/`Y`) and
 //!    appended again.
-//! 4. **Commit log** (fsync): batch id and positions. With `enableCommitOffsets`, the
-//!    positions are also committed to the consumer group (informational).
+//! 4. **Commit log**: batch id and positions. Exactly-once does not fsync it (only a new
+//!    segment's first entry): an entry lost with the page cache leaves its batch, or a
+//!    later logged one, to be replayed, which BigQuery answers ALREADY_EXISTS
+//!    ([`crate::progress::ShardLog::with_commits_synced_on_rotation`]; tested in
+//!    `crash_points.rs`). With `enableCommitOffsets`, the positions are also committed to
+//!    the consumer group (informational).
 //!
 //! | crash point | state after restart | recovery |
 //! |---|---|---|

@@ -147,7 +147,11 @@ impl Shard {
         stop: watch::Receiver<bool>,
     ) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
-        let log = ShardLog::open_with(&dir, ctx.cfg.run.progress.purge)?;
+        let mut log = ShardLog::open_with(&dir, ctx.cfg.run.progress.purge)?;
+        if ctx.cfg.delivery == Delivery::ExactlyOnce {
+            // A lost commit entry costs a replay that BigQuery answers ALREADY_EXISTS.
+            log = log.with_commits_synced_on_rotation();
+        }
         let recovery = log.recover()?;
         let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, ctx.start_position(*p))).collect();
         let (last, replay, next_batch) = match &recovery {

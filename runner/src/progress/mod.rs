@@ -171,11 +171,23 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProgressError + 
     move |source| ProgressError::Io { path: path.to_path_buf(), source }
 }
 
+/// When a log's appends are fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every entry, before the append returns.
+    EveryEntry,
+    /// Only a new segment's first entry (so a purge never empties the log); the other
+    /// entries reach the disk when the OS writes them back. For a commit log whose lost
+    /// entries cost only a replay that the sink answers as already done (issue 29, step 7).
+    Rotation,
+}
+
 /// One log (offsets or commits) as a sequence of segment files.
 #[derive(Debug)]
 struct SegmentedLog {
     dir: PathBuf,
     name: &'static str,
+    durability: Durability,
     /// Current segment: its path, file and entry count.
     current: Option<(PathBuf, File, u64)>,
     /// Segments older than the current one, still on disk.
@@ -214,7 +226,7 @@ impl SegmentedLog {
             }
             None => None,
         };
-        Ok(SegmentedLog { dir: dir.to_path_buf(), name, current, old: segs })
+        Ok(SegmentedLog { dir: dir.to_path_buf(), name, durability: Durability::EveryEntry, current, old: segs })
     }
 
     fn read_all<T: for<'de> Deserialize<'de>>(&self) -> Result<Vec<T>, ProgressError> {
@@ -232,7 +244,8 @@ impl SegmentedLog {
         Ok(out)
     }
 
-    /// Append one entry (fsync). Returns the segments that became purgeable.
+    /// Append one entry (fsynced as [`Durability`] says). Returns the segments that
+    /// became purgeable.
     fn append<T: Serialize>(&mut self, batch: u64, e: &T) -> Result<Vec<PathBuf>, ProgressError> {
         let rotate = self.current.as_ref().is_none_or(|(_, _, n)| *n >= PURGE_AFTER_ENTRIES);
         if rotate {
@@ -246,7 +259,9 @@ impl SegmentedLog {
         let (path, f, n) = self.current.as_mut().expect("a segment is open");
         let line = encode_line(e);
         f.write_all(&line).map_err(io(path))?;
-        f.sync_data().map_err(io(path))?;
+        if rotate || self.durability == Durability::EveryEntry {
+            f.sync_data().map_err(io(path))?;
+        }
         *n += 1;
         if rotate {
             // The new segment is durable (and named in the directory) before old ones go.
@@ -306,6 +321,19 @@ impl ShardLog {
             purge,
             purger,
         })
+    }
+
+    /// Fsync the commit log only when it starts a segment ([`Durability::Rotation`]).
+    ///
+    /// For a sink that answers a replayed batch as already written (kafka-to-bq's
+    /// COMMITTED streams with offsets, ALREADY_EXISTS): a commit entry lost with the page
+    /// cache leaves its batch the last logged and uncommitted, so the next start replays
+    /// it; and when a later batch's offset entry was fsynced after it, that later batch is
+    /// the one replayed, from its own logged positions and stream offsets (see
+    /// [`Recovery`]). `runner/tests/it/crash_points.rs` tests both.
+    pub fn with_commits_synced_on_rotation(mut self) -> ShardLog {
+        self.commits.durability = Durability::Rotation;
+        self
     }
 
     /// Where the shard stands, from both logs.
@@ -423,6 +451,20 @@ mod tests {
         // A restart sees the same thing.
         let log = ShardLog::open(d.path()).unwrap();
         assert_eq!(log.recover().unwrap(), Recovery::Replay(entry(2)));
+    }
+
+    #[test]
+    fn commits_synced_on_rotation_read_back_as_every_entry_does_across_segments() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = ShardLog::open(d.path()).unwrap().with_commits_synced_on_rotation();
+        let n = PURGE_AFTER_ENTRIES + 3;
+        for b in 1..=n {
+            log.log_offsets(&entry(b)).unwrap();
+            log.log_commit(&commit(b)).unwrap();
+        }
+        drop(log);
+        let log = ShardLog::open(d.path()).unwrap();
+        assert!(matches!(log.recover().unwrap(), Recovery::Clean { commit, .. } if commit.batch == n));
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
     let descriptor = crate::bigquery::proto::descriptor(&shape.schema, "Row");
     let dir = tempfile::tempdir().context("creating a scratch directory for the progress logs")?;
     let mut log = match mode {
-        Mode::ExactlyOnce => Some(ShardLog::open_with(dir.path(), Purge::Sync)?),
+        Mode::ExactlyOnce => Some(ShardLog::open_with(dir.path(), Purge::Sync)?.with_commits_synced_on_rotation()),
         Mode::AtLeastOnce => None,
     };
     let (cpu0, wall0) = (thread_cpu_s(), Instant::now());

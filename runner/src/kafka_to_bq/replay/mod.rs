@@ -364,7 +364,8 @@ impl Batch {
 
 impl Batches<'_> {
     async fn run(&mut self, dir: &Path) -> Result<()> {
-        let mut log = ShardLog::open_with(&log_dir(dir), Purge::Sync)?;
+        // A lost commit entry costs a replay that BigQuery answers ALREADY_EXISTS.
+        let mut log = ShardLog::open_with(&log_dir(dir), Purge::Sync)?.with_commits_synced_on_rotation();
         let (mut next, mut id, mut logged) = match log.recover()? {
             Recovery::Fresh => (0, 1, None),
             Recovery::Clean { commit, last } => {
