@@ -264,8 +264,12 @@ pub async fn run(
         w.set_status(&ctx.cfg.job_name, if r.is_ok() { "drained" } else { "failed" });
     }
     let (decisions, workers) = r?;
-    if ctx.cfg.delivery == Delivery::AtLeastOnce {
-        tracing::info!("at-least-once: rows replayed after a crash can appear twice");
+    match (ctx.cfg.delivery, &ctx.cfg.cdc) {
+        (Delivery::AtLeastOnce, Some(_)) => tracing::info!(
+            "CDC: changes re-sent after a crash are applied again by key with the same sequence number, so each key's final state is exact"
+        ),
+        (Delivery::AtLeastOnce, None) => tracing::info!("at-least-once: rows replayed after a crash can appear twice"),
+        (Delivery::ExactlyOnce, _) => {}
     }
     Ok(RunReport { summary: stats.summary(), elapsed: started.elapsed(), shards, decisions, workers })
 }

@@ -173,13 +173,22 @@ impl Shard {
         crate::kafka::gaps::simulate_cut_log(&mut positions);
         if ctx.cfg.delivery == Delivery::AtLeastOnce && ctx.write_client.is_some() {
             let n = super::sent::possibly_resent(&dir, &positions);
-            if n > 0 {
-                tracing::warn!(
+            match (n, &ctx.cfg.cdc) {
+                (0, _) => {}
+                // A change applied twice by key, with its sequence number, leaves the same row.
+                (n, Some(_)) => tracing::warn!(
                     shard = id,
-                    messages = n,
-                    "at-least-once: messages sent after the last commit are read again and may be written twice"
-                );
-                ctx.stats.note(|r| r.messages_possibly_duplicated += n);
+                    changes = n,
+                    "CDC: changes sent after the last commit are read again and applied again by key; each key's final state is unchanged"
+                ),
+                (n, None) => {
+                    tracing::warn!(
+                        shard = id,
+                        messages = n,
+                        "at-least-once: messages sent after the last commit are read again and may be written twice"
+                    );
+                    ctx.stats.note(|r| r.messages_possibly_duplicated += n);
+                }
             }
         }
         let retry = RetryCtl { stop, stats: ctx.stats.clone() };

@@ -206,6 +206,13 @@ async fn a_cdc_job_killed_ten_times_ends_in_each_keys_exact_final_state() {
     let o = run_job("cdc-kill", &ck, &params, "20s", &["--batch-rows", "40"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(state(&s, &t).await, want, "each key's final state, after 10 SIGKILLs");
+    // The restart says what a re-sent change means under CDC, not the generic line.
+    assert!(
+        text(&o).contains("CDC: changes sent after the last commit are read again")
+            && !text(&o).contains("may be written twice"),
+        "{}",
+        text(&o)
+    );
     // The recovery path ran: batches appended before a kill were sent again, so the
     // emulator received more changes than were produced, and the stale ones lost.
     let stats = fault_stats(&t);
