@@ -63,6 +63,10 @@ S1=$(date +%s)
 # debug build's message generation alone is ten times slower. cargo-nextest runs every
 # test in its own process, several at once (.config/nextest.toml says how many, and
 # which few run alone and why); doc tests, which nextest does not run, follow.
+# Property tests draw their cases from one seed as well (proptest's own variable), so a
+# run repeats exactly; FLEXRUN_TEST_SEED varies it together with the kill schedules.
+export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-${FLEXRUN_TEST_SEED:-20261203}}"
+echo "[test] property tests seeded with PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED"
 step "tests (cargo nextest, in parallel)"
 cargo nextest run --release --workspace --no-fail-fast --features "$FEATURES" "$@"
 step "doc tests"

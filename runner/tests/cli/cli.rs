@@ -778,3 +778,10 @@ fn cdc_parameters_that_cannot_work_exit_2_naming_the_parameter() {
     let text = String::from_utf8_lossy(&d.stdout);
     assert!(text.contains("cdcPrimaryKey") && text.contains("cdcSequenceField"), "{text}");
 }
+
+#[test]
+fn quoted_ids_without_the_seed_shape_exit_2_naming_both_flags() {
+    let o = flexrun(&["local", "produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--count", "1", "--quoted-id"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--quoted-id") && stderr(&o).contains("--seed-shape"), "{}", stderr(&o));
+}
