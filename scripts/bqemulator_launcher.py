@@ -63,6 +63,8 @@ stock emulator is lenient, the launcher makes it behave as documented:
                                           get row_errors (nothing written)
      {"finalize_table": "dataset.table"}  finalize every COMMITTED stream of it
      {"drop_table_streams": "dataset.table"}  forget them (an expired stream)
+     {"table": "dataset.table", "schema_lag_s": S}
+                                          a schema change reaches its writers S s late (13)
    Without "table" a fault applies to every table (no test does that any more).
    POST /reset {"table": "dataset.table"} clears that table's faults ({} clears all);
    GET /stats?table=dataset.table returns its call counters (no table: all calls):
@@ -111,6 +113,31 @@ stock emulator is lenient, the launcher makes it behave as documented:
    403 and `duplicate` 409. jobs.query now answers such a query with that status and
    Google's error envelope `{"error": {"code", "message", "errors": [{reason, message,
    domain}], "status"}}`; the failed job stays recorded as before.
+
+13. Schema updates, as BigQuery documents them (stock: tables.patch/update replaces the
+   schema without checks, appends insert by position, and a connection keeps the schema it
+   was opened with, so an append after a column was added fails with "table has N columns
+   but N-1 values were supplied", and a writer field the table lacks is silently dropped).
+   - tables.patch/update refuse what BigQuery refuses, with 400 "invalid"
+     (https://cloud.google.com/bigquery/docs/managing-table-schemas): "If you add new columns
+     to an existing table schema, the columns must be NULLABLE or REPEATED. You cannot add a
+     REQUIRED column to an existing table schema"; a column may be relaxed from REQUIRED to
+     NULLABLE ("Change a column's mode from REQUIRED to NULLABLE"); dropping a column, changing
+     its type or tightening its mode are refused (messages as BigQuery words them: "Provided
+     Schema does not match Table ...").
+   - A writer schema with a field the table (as this connection sees it) lacks is refused
+     with INVALID_ARGUMENT and a StorageError SCHEMA_MISMATCH_EXTRA_FIELDS (storage.proto:
+     "There is a schema mismatch and it is caused by user schema has extra field than
+     bigquery schema"), worded as the real service does ("Input schema has more fields than
+     BigQuery schema, extra fields: 'f' Entity: <stream>", apache/beam#27892). Nothing of
+     the request is written.
+   - A widened table reaches its write connections: each append checks whether the table's
+     schema changed and rebinds. Google says new columns reach writers "after some time (in
+     order of minutes)" (JsonStreamWriter); a test can make a table lag like that with
+     POST /faults {"table": "dataset.table", "schema_lag_s": S}: for S seconds after a change
+     every connection, old or new, keeps the schema from before it.
+   - Rows are inserted by column name, so an append from a connection bound before the
+     change lands with the new column NULL, and REPEATED scalars are added as lists.
 
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
@@ -171,6 +198,7 @@ class _TableFaults:
         self.code = "UNAVAILABLE"
         self.reject = None
         self.on = None  # None: every call; else only "create", "get" or "append"
+        self.schema_lag_s = 0.0  # patch 13: how long a schema change takes to reach writers
 
     def take(self, method):
         """Consume one injected failure for a `method` call: its status code name, or None."""
@@ -341,7 +369,7 @@ def _flush_to_target(self, stream, rows):
         else:
             cursor.register(reg_name, rows)
             try:
-                cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_name}")
+                cursor.execute(f"INSERT INTO {target_ref} BY NAME SELECT * FROM {reg_name}")
             finally:
                 cursor.unregister(reg_name)
             added = rows.num_rows
@@ -472,6 +500,8 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
                 f.fail_until = time.monotonic() + float(body["fail_for_s"])
             if "reject_rows_containing" in body:
                 f.reject = body["reject_rows_containing"] or None
+            if "schema_lag_s" in body:
+                f.schema_lag_s = float(body["schema_lag_s"])
             if "on" in body:
                 if body["on"] not in (None, "create", "get", "append"):
                     return self._reply(400, {"error": f"unknown call {body['on']}: create, get or append"})
@@ -508,7 +538,10 @@ def _adding_columns(orig):
         for f in updated.schema_.fields if updated.schema_ and engine is not None else []:
             if f.name not in before and not f.fields:
                 ref = quoted_table_ref(table.project_id, table.dataset_id, table.table_id)
-                engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{f.name}" {bq_to_duckdb(f.type)}')
+                typ = bq_to_duckdb(f.type) + ("[]" if (f.mode or "").upper() == "REPEATED" else "")
+                engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{f.name}" {typ}')
+        if old is not None and old.schema_ and updated.schema_ and _field_shape(old) != _field_shape(updated):
+            _schema_changed(f"{table.dataset_id}.{table.table_id}", _table_arrow_schema_with_nested_fields(old))
         return updated
 
     return update_table
@@ -708,9 +741,134 @@ def _apply_changes(self, stream, rows, cursor, target_ref):
     if upserts.num_rows:
         cursor.register(reg_rows, upserts)
         try:
-            cursor.execute(f"INSERT INTO {target_ref} SELECT * FROM {reg_rows}")
+            cursor.execute(f"INSERT INTO {target_ref} BY NAME SELECT * FROM {reg_rows}")
         finally:
             cursor.unregister(reg_rows)
+
+
+# Patch 13: schema updates.
+_SCHEMA_CHANGES = {}  # "dataset.table" -> (monotonic time of the last change, Arrow schema before it)
+EXTRA_FIELDS = "Input schema has more fields than BigQuery schema, extra fields: "
+
+
+def _field_shape(meta):
+    return [(f.name, f.type, f.mode) for f in meta.schema_.fields]
+
+
+def _schema_changed(table, before):
+    with FAULTS.lock:
+        _SCHEMA_CHANGES[table] = (time.monotonic(), before)
+
+
+def _schema_lag(table):
+    """The Arrow schema writers of `table` still see (within its schema_lag_s), or None."""
+    with FAULTS.lock:
+        change = _SCHEMA_CHANGES.get(table)
+        f = FAULTS.tables.get(table)
+        lag = f.schema_lag_s if f is not None else 0.0
+    if change is None or time.monotonic() >= change[0] + lag:
+        return None
+    return change[1]
+
+
+def _norm_type(t):
+    t = (t or "STRING").upper()
+    return {"INT64": "INTEGER", "FLOAT64": "FLOAT", "BOOL": "BOOLEAN", "STRUCT": "RECORD"}.get(t, t)
+
+
+def _schema_update_problem(ref, old_fields, new_fields, prefix=""):
+    """Why BigQuery would refuse replacing `old_fields` (catalog objects) with `new_fields`
+    (REST dicts), or None."""
+    new = {(f.get("name") or "").lower(): f for f in new_fields}
+    old_names = set()
+    for o in old_fields:
+        name = prefix + o.name
+        old_names.add(o.name.lower())
+        n = new.get(o.name.lower())
+        if n is None:
+            return f"Provided Schema does not match Table {ref}. Field {name} is missing in new schema"
+        ot, nt = _norm_type(o.type), _norm_type(n.get("type"))
+        if ot != nt:
+            return f"Provided Schema does not match Table {ref}. Field {name} has changed type from {ot} to {nt}"
+        om, nm = (o.mode or "NULLABLE").upper(), (n.get("mode") or "NULLABLE").upper()
+        if om != nm and not (om == "REQUIRED" and nm == "NULLABLE"):
+            return f"Provided Schema does not match Table {ref}. Field {name} has changed mode from {om} to {nm}"
+        if o.fields:
+            if why := _schema_update_problem(ref, o.fields, n.get("fields") or [], name + "."):
+                return why
+    for key, n in new.items():
+        if key not in old_names and (n.get("mode") or "NULLABLE").upper() == "REQUIRED":
+            return f"Provided Schema does not match Table {ref}. Cannot add required fields to an existing schema. (field: {prefix}{n.get('name')})"
+    return None
+
+
+def _checking_schema_updates(orig):
+    def rest_to_table_meta(project_id, dataset_id, body, clock, existing=None):
+        from bqemulator.domain.errors import ValidationError
+
+        fields = (body.get("schema") or {}).get("fields")
+        if existing is not None and fields is not None and existing.schema_ is not None:
+            ref = f"{project_id}:{dataset_id}.{existing.table_id}"
+            if why := _schema_update_problem(ref, existing.schema_.fields, fields):
+                raise ValidationError(why)
+        return orig(project_id, dataset_id, body, clock, existing)
+
+    return rest_to_table_meta
+
+
+_orig_bind = write_servicer.BigQueryWriteHandler._bind_stream_to_target
+_orig_ensure_bound = write_servicer.BigQueryWriteHandler._ensure_stream_bound
+
+
+def _bind_stream_to_target(self, stream_name, context):
+    """Bind as stock does, but to the schema from before a change still within its lag."""
+    bound = _orig_bind(self, stream_name, context)
+    if bound is not None and (before := _schema_lag(_table_of(stream_name))) is not None:
+        return bound[0], before
+    return bound
+
+
+def _ensure_stream_bound(self, stream_name, bound_ctx, context):
+    """Stock keeps a connection's first binding for its life; here a connection to a table
+    whose schema changed since is bound again (once the change has reached writers)."""
+    if bound_ctx is not None and bound_ctx[0].name == stream_name:
+        table = _table_of(stream_name)
+        if table not in _SCHEMA_CHANGES or _schema_lag(table) is not None:
+            return bound_ctx
+        meta = self._ctx.catalog.get_table(bound_ctx[0].project_id, bound_ctx[0].dataset_id, bound_ctx[0].table_id)
+        if meta is None or _table_arrow_schema_with_nested_fields(meta).names == bound_ctx[1].names:
+            return bound_ctx
+        return self._bind_stream_to_target(stream_name, context)
+    return _orig_ensure_bound(self, stream_name, bound_ctx, context)
+
+
+def _refusing_extra_fields(orig):
+    """proto_rows_to_arrow_table, refusing a writer schema with fields the target lacks."""
+
+    def proto_rows_to_arrow_table(decoder, serialized_rows, target_schema):
+        names = [f.name for f in decoder._descriptor.fields] if hasattr(decoder, "_descriptor") else []
+        have = {n.lower() for n in target_schema.names} | {CHANGE_TYPE.lower(), CHANGE_SEQ.lower()}
+        extra = [n for n in names if n.lower() not in have]
+        if extra:
+            raise ValueError(EXTRA_FIELDS + ", ".join(f"'{n}'" for n in extra))
+        return orig(decoder, serialized_rows, target_schema)
+
+    return proto_rows_to_arrow_table
+
+
+def _with_storage_error_codes(orig):
+    """_error_response, with the StorageError BigQuery attaches to a schema mismatch."""
+
+    def error_response(stream_name, detail, status_code=grpc.StatusCode.INVALID_ARGUMENT):
+        from google.cloud.bigquery_storage_v1 import types
+
+        if detail.startswith(EXTRA_FIELDS):
+            code = types.StorageError.StorageErrorCode.SCHEMA_MISMATCH_EXTRA_FIELDS
+            st = _storage_error_status(grpc.StatusCode.INVALID_ARGUMENT, f"{detail} Entity: {stream_name}", code, stream_name)
+            return _response_with_status(stream_name, st)
+        return orig(stream_name, detail, status_code)
+
+    return error_response
 
 
 def _start_fault_server():
@@ -748,6 +906,8 @@ for owner, name in [
     (write_servicer.BigQueryWriteHandler, "_handle_get_write_stream"),
     (write_servicer.BigQueryWriteHandler, "_handle_append_rows"),
     (write_servicer.BigQueryWriteHandler, "manager"),
+    (write_servicer.BigQueryWriteHandler, "_bind_stream_to_target"),
+    (write_servicer.BigQueryWriteHandler, "_ensure_stream_bound"),
     (jobs_routes, "query"),
 ]:
     if not hasattr(owner, name):
@@ -809,9 +969,16 @@ write_servicer.BigQueryWriteHandler.__init__ = _init
 write_servicer.BigQueryWriteHandler._handle_create_write_stream = _create
 write_servicer.BigQueryWriteHandler._handle_get_write_stream = _get
 write_servicer.BigQueryWriteHandler._handle_append_rows = _append
-tables_routes._rest_to_table_meta = _keeping_constraints(_checking_layout(tables_routes._rest_to_table_meta))
+tables_routes._rest_to_table_meta = _checking_schema_updates(
+    _keeping_constraints(_checking_layout(tables_routes._rest_to_table_meta))
+)
 tables_routes._table_to_rest = _showing_constraints(tables_routes._table_to_rest)
-write_servicer.proto_rows_to_arrow_table = _with_change_columns(write_servicer.proto_rows_to_arrow_table)
+write_servicer.proto_rows_to_arrow_table = _refusing_extra_fields(
+    _with_change_columns(write_servicer.proto_rows_to_arrow_table)
+)
+write_servicer._error_response = _with_storage_error_codes(write_servicer._error_response)
+write_servicer.BigQueryWriteHandler._bind_stream_to_target = _bind_stream_to_target
+write_servicer.BigQueryWriteHandler._ensure_stream_bound = _ensure_stream_bound
 for _repo in (DuckDBCatalogRepository, MemoryCatalogRepository):
     _repo.update_table = _adding_columns(_repo.update_table)
 _start_fault_server()

@@ -167,6 +167,9 @@ pub struct Reliability {
     /// At-least-once: messages a restart re-reads that had been sent after the last
     /// commit, so may be written twice (an upper bound; see `kafka_to_bq::sent`).
     pub messages_possibly_duplicated: u64,
+    /// Changes the job made to its table's schema (`schemaUpdateOptions`): columns
+    /// added and columns relaxed to NULLABLE.
+    pub schema_changes: u64,
 }
 
 impl Reliability {
@@ -179,6 +182,7 @@ impl Reliability {
         m.insert("partitions_discovered".into(), self.partitions_discovered);
         m.insert("partitions_past_end".into(), self.partitions_past_end);
         m.insert("messages_possibly_duplicated".into(), self.messages_possibly_duplicated);
+        m.insert("schema_changes".into(), self.schema_changes);
         m
     }
 }

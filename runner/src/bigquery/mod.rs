@@ -7,6 +7,8 @@
 //! - [`framed`]: an AppendRows request framed straight from a batch's rows.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
 //! - [`schema`]: a table's schema (columns, modes, fingerprint).
+//! - [`evolution`]: the schema changes BigQuery allows (a NULLABLE column added, a
+//!   REQUIRED one relaxed) and which a message asks for.
 //! - [`layout`]: partitioning and clustering of a table flexrun creates, checked by
 //!   BigQuery's documented rules.
 //! - [`target`]: a retrying append target (reconnect, stream replacement, unbounded
@@ -16,6 +18,7 @@
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
 //! matching flags; with neither, Google's endpoints.
 
+pub mod evolution;
 pub mod framed;
 pub mod layout;
 pub mod proto;

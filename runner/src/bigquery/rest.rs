@@ -52,6 +52,14 @@ pub enum RestError {
         /// BigQuery's answer.
         why: String,
     },
+    /// A table's schema could not be changed (BigQuery's answer says why).
+    #[error("BigQuery refused {what}: {why}")]
+    Patch {
+        /// The call and the changes.
+        what: String,
+        /// BigQuery's answer.
+        why: String,
+    },
     /// Any other call.
     #[error("BigQuery {what}: {source}")]
     Call {
@@ -200,17 +208,88 @@ async fn insert_with_constraints(
         body["maxStaleness"] = serde_json::json!(s);
     }
     let url = format!("{}/projects/{}/datasets/{}/tables", endpoints.rest, t.project, t.dataset);
-    let mut req = reqwest::Client::new().post(&url).header("content-type", "application/json").body(body.to_string());
+    send_json(endpoints, reqwest::Method::POST, &url, &body, None).await.map(|_| ())
+}
+
+/// Send a JSON body to BigQuery's REST API (with credentials when talking to Google,
+/// and `If-Match` when an etag is given); the reply's JSON, or the status and text.
+async fn send_json(
+    endpoints: &Endpoints,
+    method: reqwest::Method,
+    url: &str,
+    body: &serde_json::Value,
+    if_match: Option<&str>,
+) -> Result<serde_json::Value, String> {
+    let mut req =
+        reqwest::Client::new().request(method, url).header("content-type", "application/json").body(body.to_string());
     if !endpoints.emulator {
         let auth =
             crate::gcp_auth::Adc::default().bearer(crate::gcp_auth::BIGQUERY_SCOPE).await.map_err(|e| e.to_string())?;
         req = req.header("authorization", auth);
     }
+    if let Some(etag) = if_match {
+        req = req.header("if-match", etag);
+    }
     let r = req.send().await.map_err(|e| e.to_string())?;
     match r.status().is_success() {
-        true => Ok(()),
+        true => Ok(r.json().await.unwrap_or_default()),
         false => Err(format!("{}: {}", r.status(), r.text().await.unwrap_or_default())),
     }
+}
+
+/// Make `changes` to the table's schema (schema evolution) and return the schema it
+/// then has. Only what the table lacks is changed (another writer may have made the
+/// same change); the table's other fields and its columns' other attributes are kept.
+/// The patch carries the table's etag as `If-Match`, so a change made meanwhile by
+/// someone else fails it instead of being overwritten; it is then read and tried again.
+pub async fn evolve_table(
+    c: &Client,
+    endpoints: &Endpoints,
+    t: &TableRef,
+    changes: &[crate::bigquery::evolution::Change],
+) -> Result<Schema, RestError> {
+    use crate::bigquery::evolution::{pending, Change};
+    for attempt in 0.. {
+        let table = c.table().get(&t.project, &t.dataset, &t.table, None).await.map_err(|source| {
+            RestError::GetTable { table: t.clone(), endpoint: endpoints.rest.clone(), source: Box::new(source) }
+        })?;
+        let current = to_schema(t, &table.schema)?;
+        let todo = pending(&current, changes.to_vec());
+        if todo.is_empty() {
+            return Ok(current);
+        }
+        let mut fields = serde_json::to_value(&table.schema).expect("TableSchema serializes")["fields"].clone();
+        let list = fields.as_array_mut().expect("a table's fields are a list");
+        for ch in &todo {
+            match ch {
+                Change::Add(col) => list.extend(
+                    from_schema(&Schema::new(vec![col.clone()]))
+                        .fields
+                        .iter()
+                        .flatten()
+                        .map(|f| serde_json::to_value(f).expect("a field serializes")),
+                ),
+                Change::Relax(name) => list
+                    .iter_mut()
+                    .filter(|f| f["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)))
+                    .for_each(|f| f["mode"] = "NULLABLE".into()),
+            }
+        }
+        let url = format!("{}/projects/{}/datasets/{}/tables/{}", endpoints.rest, t.project, t.dataset, t.table);
+        let body = serde_json::json!({"schema": {"fields": fields}});
+        match send_json(endpoints, reqwest::Method::PATCH, &url, &body, table.etag.as_deref()).await {
+            Ok(_) => return table_schema(c, endpoints, t).await,
+            Err(why) if why.starts_with("412") && attempt < 5 => continue,
+            Err(why) => {
+                let what = format!(
+                    "tables.patch {t} ({})",
+                    todo.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                );
+                return Err(RestError::Patch { what, why });
+            }
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 /// Delete a table if it exists.

@@ -195,7 +195,8 @@ impl WriteError {
                 | Code::DeadlineExceeded
                 | Code::Cancelled
                 | Code::ResourceExhausted
-        ) || transport_reset(&s);
+        ) || transport_reset(&s)
+            || schema_lagging(&status_details(s.details()));
         WriteError::Status { what, code: format!("{:?}", s.code()), message: s.message().to_string(), retryable }
     }
 
@@ -240,6 +241,16 @@ fn transport_reset(s: &tonic::Status) -> bool {
         cause = c.source();
     }
     SIGNS.iter().any(|sign| text.contains(sign))
+}
+
+/// Whether BigQuery refused the writer's schema for a field the table lacks
+/// (SCHEMA_MISMATCH_EXTRA_FIELDS). flexrun writes only the columns it read from the table,
+/// so this means a column it added (schema evolution) has not reached the stream yet:
+/// "if the BigQuery table schema is updated, users will be able to ingest data on the new
+/// schema after some time (in order of minutes)" (Google's JsonStreamWriter). The append
+/// is retried on a new connection with backoff until it has.
+fn schema_lagging(errors: &[StorageError]) -> bool {
+    errors.iter().any(|e| e.code == StorageErrorCode::SchemaMismatchExtraFields as i32)
 }
 
 /// The `StorageError`s in a status's details (a serialized `google.rpc.Status`).
@@ -533,7 +544,7 @@ impl AppendConnection {
                                 | rpc_code::INTERNAL
                                 | rpc_code::UNAVAILABLE
                                 | rpc_code::RESOURCE_EXHAUSTED
-                        ),
+                        ) || schema_lagging(&errors),
                     }),
                 }
             }

@@ -8,6 +8,7 @@ use super::dlq::{self, Payload, RecordRef, TimestampType};
 use super::metadata::KafkaMeta;
 use super::records::{Record, Records};
 use super::transform::{Mapper, RecordError};
+use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;
 use crate::stats::{BatchCounts, Stage, StageStats};
@@ -25,6 +26,10 @@ pub(super) struct Mapped {
     pub(super) dropped: u64,
     /// Rows of other per-record tables, by table (in table order).
     pub(super) side: BTreeMap<String, SideRows>,
+    /// Messages that ask for a schema change `schemaUpdateOptions` allows, with their
+    /// error. When there are any, nothing else was kept: the job changes the table's
+    /// schema ([`super::evolve`]) and maps the batch again.
+    pub(super) evolve: Vec<(usize, RecordError)>,
 }
 
 /// Rows for another per-record table.
@@ -241,22 +246,51 @@ impl RowPool {
     }
 }
 
+/// What map_batch does with a record that cannot be written.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct BadRecords {
+    /// Keep it as a dead-letter row (a dead-letter table, or `badRecordPolicy=LOG_AND_DROP`:
+    /// its row is built, logged and never sent); else stop the job.
+    pub(super) keep: bool,
+    /// The schema changes a record may ask for first (none in a replay, which must map
+    /// as it was logged).
+    pub(super) evolve: SchemaUpdates,
+}
+
+/// Whether `e` asks for a schema change `u` allows: a top-level field the table lacks, or
+/// a REQUIRED top-level column the record leaves empty.
+pub(super) fn asks_for_change(e: &RecordError, u: SchemaUpdates) -> bool {
+    match e {
+        RecordError::UnknownField(f) => u.add && !f.contains('.'),
+        RecordError::MissingRequired(f) => u.relax && !f.contains('.'),
+        _ => false,
+    }
+}
+
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
 /// dead-letter row. Without a dead-letter table, a bad record stops the job unless
-/// `keep_bad` (`badRecordPolicy=LOG_AND_DROP`: its row is built, logged and never sent).
+/// `bad.keep`. A record that asks for a schema change `bad.evolve` allows stops the
+/// mapping instead ([`Mapped::evolve`]).
 pub(super) fn map_batch(
     ctx: &JobCtx,
     mapping: &Mapping,
     cut: &Cut,
-    keep_bad: bool,
+    bad: BadRecords,
     stages: &mut StageStats,
     counts: &mut BatchCounts,
     pool: &mut RowPool,
 ) -> Result<Mapped> {
     let topic = ctx.cfg.source.topic.as_str();
+    let keep_bad = bad.keep;
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
-    let MappedValues { rows, row_src, failed, dropped } = map_values(&mapping.mapper, values, stages, pool);
+    let MappedValues { rows, row_src, mut failed, dropped } = map_values(&mapping.mapper, values, stages, pool);
+    if bad.evolve.any() && failed.iter().any(|(_, e)| asks_for_change(e, bad.evolve)) {
+        pool.give_all(rows);
+        failed.retain(|(_, e)| asks_for_change(e, bad.evolve));
+        let (rows, row_src, dlq_rows, side) = Default::default();
+        return Ok(Mapped { rows, row_src, dlq_rows, dropped: 0, side, evolve: failed });
+    }
     let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
     for (i, e) in failed {
@@ -274,7 +308,7 @@ pub(super) fn map_batch(
         dlq_rows.push(dead_letter(ctx, cut.processed_ms, m, "transform", &e.to_string()));
         *counts.by_class.entry(e.class()).or_default() += 1;
     }
-    Ok(Mapped { rows, row_src, dlq_rows, dropped, side })
+    Ok(Mapped { rows, row_src, dlq_rows, dropped, side, evolve: Vec::new() })
 }
 
 /// A record's topic, partition, offset, timestamp and headers, for metadata columns.

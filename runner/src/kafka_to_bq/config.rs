@@ -6,6 +6,7 @@
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
 use super::metadata::{parse_columns, MetaColumn};
+use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
 use crate::kafka::SourceSettings;
 use crate::progress::ProgressConfig;
@@ -67,6 +68,8 @@ pub struct KafkaToBqConfig {
     pub persist_key: bool,
     /// `kafkaMetadataColumns`: the record's metadata written to columns.
     pub metadata: Vec<MetaColumn>,
+    /// `schemaUpdateOptions`: the changes the job may make to its table's schema.
+    pub schema_updates: SchemaUpdates,
     /// `cdcPrimaryKey` and `cdcChangeTypeHeader`: records are changes by key (CDC).
     pub cdc: Option<super::cdc::CdcConfig>,
     /// The JavaScript UDF (JSON path), loaded and checked at launch.
@@ -327,6 +330,9 @@ impl KafkaToBqConfig {
         });
         check_layout(&fp, p.flag("persistKafkaKey"), &metadata, &mut errs);
         let cdc = cdc_params(p, &fp, &mut errs);
+        let schema_updates = SchemaUpdates::parse(p.get("schemaUpdateOptions").unwrap_or_default())
+            .map_err(|e| errs.push(e))
+            .unwrap_or_default();
         let mut fp = fp;
         if let (Some(c), true) = (&cdc, fp.dispositions.create_if_needed) {
             fp.dispositions.layout.primary_key = c.primary_key.clone();
@@ -344,6 +350,7 @@ impl KafkaToBqConfig {
             dispositions: fp.dispositions,
             persist_key: p.flag("persistKafkaKey"),
             metadata,
+            schema_updates,
             udf,
             dlq,
             bad_records,

@@ -88,10 +88,10 @@ pub struct JobCtx {
     pub cfg: KafkaToBqConfig,
     /// `<checkpoint-dir>/<job-name>`.
     pub job_dir: PathBuf,
-    /// The table's current schema.
-    pub mapping: Arc<Mapping>,
-    /// Row descriptor of the table (the current schema).
-    pub descriptor: DescriptorProto,
+    /// The table's current schema ([`JobCtx::current`]); schema evolution replaces it.
+    pub(super) mapping: std::sync::RwLock<Arc<Mapping>>,
+    /// Held while the table's schema is being changed ([`super::evolve`]).
+    pub(super) evolving: tokio::sync::Mutex<()>,
     /// Row descriptor of the dead-letter table.
     pub dlq_descriptor: DescriptorProto,
     /// BigQuery REST endpoints (None for the stats sink).
@@ -173,11 +173,23 @@ impl JobCtx {
         self.retention_floors.lock().expect("floors lock").get(&p).copied().unwrap_or(0)
     }
 
+    /// The mapping of the table's current schema.
+    pub fn current(&self) -> Arc<Mapping> {
+        self.mapping.read().expect("mapping lock").clone()
+    }
+
+    /// Map with `m` from now on (the table's schema changed).
+    pub(super) fn adopt(&self, m: Arc<Mapping>) {
+        self.mappings.lock().expect("mappings lock").insert(m.fingerprint.clone(), m.clone());
+        *self.mapping.write().expect("mapping lock") = m;
+    }
+
     /// The mapping for a logged schema fingerprint (None: the current schema).
     pub fn mapping(&self, fingerprint: Option<&str>) -> Result<Arc<Mapping>> {
+        let current = self.current();
         let fp = match fingerprint {
-            None => return Ok(self.mapping.clone()),
-            Some(fp) if fp == self.mapping.fingerprint => return Ok(self.mapping.clone()),
+            None => return Ok(current),
+            Some(fp) if fp == current.fingerprint => return Ok(current),
             Some(fp) => fp,
         };
         if let Some(m) = self.mappings.lock().expect("mappings lock").get(fp) {
@@ -194,8 +206,16 @@ impl JobCtx {
         let json: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
         let schema = Schema::from_json(&json).with_context(|| format!("schema copy {}", path.display()))?;
-        tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %self.mapping.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
-        let cur = &self.mapping.mapper;
+        tracing::warn!(job = %self.cfg.job_name, logged = fp, current = %current.fingerprint, "the table's schema changed since this batch was logged: replaying it with the logged schema");
+        let m = Arc::new(self.mapping_like(&current, schema)?);
+        self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
+        Ok(m)
+    }
+
+    /// A mapping onto `schema` with everything else as `like` maps (input, key,
+    /// metadata, UDF, record type, CDC).
+    pub(super) fn mapping_like(&self, like: &Mapping, schema: Schema) -> Result<Mapping> {
+        let cur = &like.mapper;
         let mut m = Mapping::with_input(
             schema,
             cur.max_row_bytes(),
@@ -204,9 +224,7 @@ impl JobCtx {
             &self.cfg.metadata,
         )?;
         m.mapper = m.mapper.with_udf(cur.udf().cloned()).for_record(cur.record().map(str::to_string));
-        let m = Arc::new(m.with_cdc(self.cfg.cdc.as_ref())?);
-        self.mappings.lock().expect("mappings lock").insert(fp.to_string(), m.clone());
-        Ok(m)
+        m.with_cdc(self.cfg.cdc.as_ref())
     }
 
     /// The route of records named `record`, once [`JobCtx::prepare_routes`] has seen one.
@@ -217,7 +235,8 @@ impl JobCtx {
     /// With per-record tables: make sure every record type in `values` has its table
     /// (created from its writer schema if needed) before the batch is mapped.
     pub async fn prepare_routes<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<()> {
-        let mapper = &self.mapping.mapper;
+        let current = self.current();
+        let mapper = &current.mapper;
         let (Some(primary), Input::Avro(d)) = (mapper.record(), mapper.input()) else { return Ok(()) };
         let mut new: Vec<(String, Arc<crate::avro::WriterSchema>)> = Vec::new();
         for v in values {

@@ -204,8 +204,8 @@ pub async fn run(
     let mapping = Arc::new(job_mapping(&cfg, dest)?);
     store_schema(&job_dir, &mapping)?;
     let ctx = Arc::new(JobCtx {
-        descriptor: mapping.descriptor.clone(),
-        mapping,
+        mapping: std::sync::RwLock::new(mapping),
+        evolving: tokio::sync::Mutex::new(()),
         cfg,
         job_dir,
         dlq_descriptor: proto::descriptor(&crate::kafka_to_bq::dlq::write_schema(), "DeadLetter"),

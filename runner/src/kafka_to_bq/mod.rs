@@ -12,7 +12,8 @@
 //! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
 //!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
 //! - [`shard`]: one shard's loop (recover, collect a batch into [`records`], process it); [`batch`]:
-//!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends.
+//!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends;
+//!   [`evolve`]: the table's schema changed for new records (`schemaUpdateOptions`).
 //! - [`pool`]: the live worker pool (shards on workers, moves on a rescale; each
 //!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
@@ -104,6 +105,7 @@ pub mod cdc;
 pub mod config;
 pub mod context;
 pub mod dlq;
+pub mod evolve;
 pub mod format;
 pub mod job;
 pub mod json_flat;

@@ -6,7 +6,7 @@
 //! protocol (log → append → commit, described in the module above) on the shard's
 //! [`super::writer`].
 
-use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, Mapped, RowPool};
+use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, BadRecords, Cut, Mapped, RowPool};
 use super::records::Records;
 use super::writer::{
     append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets, Plans,
@@ -432,20 +432,34 @@ impl Shard {
         cut.msgs.sort_by_position();
         let mut counts = BatchCounts { read: cut.msgs.len() as u64, replayed: replay.is_some(), ..Default::default() };
         counts.bytes = cut.msgs.iter().map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
-        let mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
-        let keep_bad = ctx.cfg.bad_records == BadRecordPolicy::LogAndDrop
+        let mut mapping = ctx.mapping(replay.and_then(|e| e.schema.as_deref()))?;
+        let keep = ctx.cfg.bad_records == BadRecordPolicy::LogAndDrop
             || match &self.writer {
                 Writer::Bq(bq) => bq.dlq.is_some(),
                 Writer::Stats => ctx.cfg.dlq.is_some(),
             };
+        // A replay maps as it was logged; a new batch may change the table's schema first.
+        let evolve = if replay.is_none() { ctx.cfg.schema_updates } else { Default::default() };
+        let mut bad = BadRecords { keep, evolve };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
         ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
-        let (slot, stages) = (self.slot.clone(), &mut self.stages);
-        let mut mapped = slot
-            .work(counts.read, counts.bytes, || {
-                map_batch(&ctx, &mapping, &cut, keep_bad, stages, &mut counts, &mut self.spare_rows)
-            })
-            .await?;
+        let mut mapped = loop {
+            let (slot, stages) = (self.slot.clone(), &mut self.stages);
+            let mapped = slot
+                .work(counts.read, counts.bytes, || {
+                    map_batch(&ctx, &mapping, &cut, bad, stages, &mut counts, &mut self.spare_rows)
+                })
+                .await?;
+            if mapped.evolve.is_empty() {
+                break mapped;
+            }
+            let before = mapping.fingerprint.clone();
+            mapping = super::evolve::evolve(&ctx, &cut, &mapped.evolve).await?;
+            if mapping.fingerprint == before {
+                // Nothing more can be changed: what still does not map is a dead letter.
+                bad.evolve = Default::default();
+            }
+        };
         let rejected = replay.map(|e| e.rejected.clone()).unwrap_or_default();
         apply_rejections(&ctx, &cut, &mut mapped, &rejected, &mut counts);
         let t_write = Instant::now();

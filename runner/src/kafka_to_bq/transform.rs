@@ -243,6 +243,23 @@ impl Mapper {
         self.check_size(out)
     }
 
+    /// The JSON object a JSON message is mapped from (after the UDF, if any); None for
+    /// Avro, or when the message is not a JSON object. For schema evolution, off the hot path.
+    pub fn json_object(&self, value: &[u8]) -> Option<serde_json::Map<String, Value>> {
+        let text = match (&self.input, &self.udf) {
+            (Input::Json, None) => std::str::from_utf8(value).ok()?.to_string(),
+            (Input::Json, Some(udf)) => match udf.call(std::str::from_utf8(value).ok()?) {
+                UdfOutcome::Output(json) => json,
+                _ => return None,
+            },
+            (Input::Avro(_), _) => return None,
+        };
+        match serde_json::from_str(&text).ok()? {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
     /// The schema rows are mapped onto.
     pub fn schema(&self) -> &Schema {
         &self.schema

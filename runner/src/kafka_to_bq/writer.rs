@@ -252,9 +252,15 @@ pub(super) async fn open_writer(
     let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
     let budget = crate::bigquery::write::request_row_budget(ctx.cfg.run.append_request_bytes);
     let how = Opening { replaying, exactly, budget };
-    let main =
-        open_target(client, &ctx.cfg.table, last.and_then(|e| e.main.as_ref()), how, ctx.descriptor.clone(), retry)
-            .await?;
+    let main = open_target(
+        client,
+        &ctx.cfg.table,
+        last.and_then(|e| e.main.as_ref()),
+        how,
+        ctx.current().descriptor.clone(),
+        retry,
+    )
+    .await?;
     // A replay finishes on the logged dead-letter stream even if the setting changed
     // since; the shard moves to the configured table afterwards.
     let dlq_table = match (last.and_then(|e| e.dlq.as_ref()), replaying) {

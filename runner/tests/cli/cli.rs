@@ -785,3 +785,18 @@ fn quoted_ids_without_the_seed_shape_exit_2_naming_both_flags() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--quoted-id") && stderr(&o).contains("--seed-shape"), "{}", stderr(&o));
 }
+
+#[test]
+fn bad_schema_update_options_exit_2_and_export_leaves_the_parameter_out() {
+    for v in ["DROP_COLUMNS", "ALLOW_FIELD_ADDITION|", "allow"] {
+        let o = run_with(&format!("{GOOD},schemaUpdateOptions={v}"));
+        assert_eq!(o.status.code(), Some(2), "{v}: {}", stderr(&o));
+        assert!(stderr(&o).contains("schemaUpdateOptions"), "{v}: {}", stderr(&o));
+    }
+    let params = format!("{GOOD},schemaUpdateOptions=ALLOW_FIELD_ADDITION|ALLOW_FIELD_RELAXATION");
+    let o = flexrun(&["export", "--template", "kafka-to-bq", "--parameters", &params, "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["rest"]["body"]["launchParameter"]["parameters"].get("schemaUpdateOptions").is_none(), "{j}");
+    assert!(j["notes"].to_string().contains("schemaUpdateOptions="), "{}", j["notes"]);
+}

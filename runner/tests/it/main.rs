@@ -27,6 +27,7 @@ mod lifecycle;
 mod metadata;
 mod microbatch;
 mod progress;
+mod schema_evolution;
 mod sizing;
 mod state;
 mod store;

@@ -1,0 +1,196 @@
+//! Schema evolution (`schemaUpdateOptions`) end to end: a field added to the messages
+//! mid-run becomes a column and its values land exactly once, across a kill right after
+//! the table was changed and a kill after an append mapped with the new schema; a
+//! REQUIRED column the messages leave empty is relaxed; a column that reaches the write
+//! stream late is waited for; and the emulator refuses the schema changes BigQuery refuses.
+
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
+use crate::common::*;
+use flexrun::bigquery::schema::{Mode, Schema};
+use flexrun::bigquery::{rest, TableRef};
+use std::os::unix::process::ExitStatusExt;
+
+/// A topic of one partition and a table `id INTEGER REQUIRED, name STRING REQUIRED`.
+async fn fixture(s: &Stack, name: &str) -> (String, TableRef) {
+    let topic = unique(name);
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let table = TableRef { project: PROJECT.into(), dataset: "evolve".into(), table: topic.clone() };
+    let schema = Schema::from_json(&serde_json::json!([
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "name", "type": "STRING", "mode": "REQUIRED"}
+    ]))
+    .unwrap();
+    let c = rest::client(&s.bq).await.unwrap();
+    answer("create table", rest::ensure_table(&c, &s.bq, &table, &schema)).await.unwrap();
+    (topic, table)
+}
+
+fn params(s: &Stack, topic: &str, table: &TableRef, extra: &str) -> String {
+    format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputTableSpec={table}{extra}",
+        s.kafka
+    )
+}
+
+async fn schema_of(s: &Stack, t: &TableRef) -> Schema {
+    let c = rest::client(&s.bq).await.unwrap();
+    answer("tables.get", rest::table_schema(&c, &s.bq, t)).await.unwrap()
+}
+
+async fn scalar(s: &Stack, sql: &str) -> i64 {
+    s.rows(sql).await[0][0].as_deref().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_added_mid_run_becomes_a_column_and_lands_exactly_once_across_kills() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_add").await;
+    let dlq = TableRef { table: format!("{}_dlq", table.table), ..table.clone() };
+    // 200 records as the table is, 200 with a new field, 50 without a REQUIRED field, and
+    // two whose new field names no type (null, an object): those are dead letters.
+    let mut values: Vec<Vec<u8>> = (0..200).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#).into()).collect();
+    values.extend((200..400).map(|i| format!(r#"{{"id": {i}, "name": "n{i}", "note": "x{i}"}}"#).into_bytes()));
+    values.extend((400..450).map(|i| format!(r#"{{"id": {i}}}"#).into_bytes()));
+    values.push(br#"{"id": 450, "name": "n", "extra": null}"#.to_vec());
+    values.push(br#"{"id": 451, "name": "n", "nested": {"a": 1}}"#.to_vec());
+    produce_values(&s, &topic, &values).await;
+    let p = params(
+        &s,
+        &topic,
+        &table,
+        &format!(",outputDeadletterTable={dlq},schemaUpdateOptions=ALLOW_FIELD_ADDITION|ALLOW_FIELD_RELAXATION"),
+    );
+    let ck = tempfile::tempdir().unwrap();
+    let extra = ["--batch-rows", "100"];
+
+    // 1. Killed right after tables.patch added the column, before the batch was logged.
+    let crash =
+        job_cmd("evo_add", ck.path(), &p, "2s", &extra).env("FAILPOINTS", "evolve::after_patch=return").bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+    let widened = schema_of(&s, &table).await;
+    let note = widened.lookup("note").map(|i| &widened.columns[i]);
+    assert_eq!(note.map(|c| (c.type_name.as_str(), c.mode)), Some(("STRING", Mode::Nullable)), "{widened:?}");
+    assert!(s.count(&table).await.0 < 400, "the run died before the new field's rows were written");
+
+    // 2. Killed after appending a batch mapped with the new schema, before its commit.
+    let crash =
+        job_cmd("evo_add", ck.path(), &p, "2s", &extra).env("FAILPOINTS", "eo::after_main_append=return").bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+
+    // 3. Replays that batch with its logged schema, then relaxes `name` for the last records.
+    let sum = ck.path().join("summary.json");
+    let o = run_job("evo_add", ck.path(), &p, "2s", &[&extra[..], &["--summary-json", sum.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let j = summary(&sum);
+    assert_eq!(j["summary"]["replayed_batches"], 1, "{j}");
+    assert!(j["summary"]["appends_already_existed"].as_u64() >= Some(1), "{j}");
+    assert_eq!(j["summary"]["reliability"]["schema_changes"], 1, "only the relaxation is left for this run: {j}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("relax name to NULLABLE"), "{err}");
+    assert!(err.contains("field=extra") && err.contains("field=nested"), "{err}");
+
+    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
+    assert_eq!(s.count(&table).await, (450, 450), "every good record once");
+    let notes = scalar(&s, &format!("SELECT COUNT(*) FROM {fq} WHERE note = CONCAT('x', CAST(id AS STRING))")).await;
+    assert_eq!(notes, 200, "each new field's value landed in its column");
+    assert_eq!(scalar(&s, &format!("SELECT COUNT(*) FROM {fq} WHERE note IS NOT NULL")).await, 200);
+    assert_eq!(scalar(&s, &format!("SELECT COUNT(*) FROM {fq} WHERE name IS NULL")).await, 50);
+    let relaxed = schema_of(&s, &table).await;
+    assert_eq!(relaxed.columns[relaxed.lookup("name").unwrap()].mode, Mode::Nullable);
+    assert_eq!(relaxed.columns[relaxed.lookup("id").unwrap()].mode, Mode::Required, "only what was asked for");
+    let dl = s
+        .rows(&format!(
+            "SELECT errorMessage FROM `{}.{}.{}` ORDER BY errorMessage",
+            dlq.project, dlq.dataset, dlq.table
+        ))
+        .await;
+    let dl: Vec<String> = dl.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
+    assert_eq!(dl.len(), 2, "{dl:?}");
+    assert!(dl[0].contains("extra") && dl[1].contains("nested"), "{dl:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_option_a_new_field_is_a_dead_letter_and_the_table_is_left_alone() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_off").await;
+    let dlq = TableRef { table: format!("{}_dlq", table.table), ..table.clone() };
+    let values: Vec<Vec<u8>> =
+        (0..20).map(|i| format!(r#"{{"id": {i}, "name": "n", "note": "x"}}"#).into_bytes()).collect();
+    produce_values(&s, &topic, &values).await;
+    let ck = tempfile::tempdir().unwrap();
+    let o =
+        run_job("evo_off", ck.path(), &params(&s, &topic, &table, &format!(",outputDeadletterTable={dlq}")), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&table).await.0, 0);
+    assert_eq!(schema_of(&s, &table).await.columns.len(), 2);
+    let dl = format!(
+        "SELECT COUNT(*) FROM `{}.{}.{}` WHERE errorMessage LIKE '%unexpected field with name note%'",
+        dlq.project, dlq.dataset, dlq.table
+    );
+    assert_eq!(scalar(&s, &dl).await, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_column_that_reaches_the_write_stream_late_is_retried_until_it_has() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_lag").await;
+    let mut values: Vec<Vec<u8>> = (0..50).map(|i| format!(r#"{{"id": {i}, "name": "n"}}"#).into_bytes()).collect();
+    values.extend((50..100).map(|i| format!(r#"{{"id": {i}, "name": "n", "score": {i}.5}}"#).into_bytes()));
+    produce_values(&s, &topic, &values).await;
+    // BigQuery: new columns reach writers "after some time (in order of minutes)".
+    table_faults(&table, r#""schema_lag_s": 3"#);
+    let ck = tempfile::tempdir().unwrap();
+    let sum = ck.path().join("summary.json");
+    let p = params(&s, &topic, &table, ",schemaUpdateOptions=ALLOW_FIELD_ADDITION");
+    let o = run_job("evo_lag", ck.path(), &p, "2s", &["--batch-rows", "50", "--summary-json", sum.to_str().unwrap()]);
+    reset_faults(&table);
+    assert!(o.status.success(), "{}", text(&o));
+    let j = summary(&sum);
+    let retries = j["summary"]["reliability"]["retries"].as_object().unwrap();
+    assert!(!retries.is_empty(), "the emulator refused the new field while the change lagged: {j}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Input schema has more fields than BigQuery schema"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(s.count(&table).await, (100, 100));
+    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
+    assert_eq!(scalar(&s, &format!("SELECT COUNT(*) FROM {fq} WHERE score = id + 0.5")).await, 50);
+    let w = schema_of(&s, &table).await;
+    assert_eq!(w.columns[w.lookup("score").unwrap()].type_name, "FLOAT");
+}
+
+/// tables.patch as a user would send it, straight to the emulator.
+async fn patch(s: &Stack, t: &TableRef, fields: serde_json::Value) -> reqwest::StatusCode {
+    let url = format!("{}/projects/{}/datasets/{}/tables/{}", s.bq.rest, t.project, t.dataset, t.table);
+    let body = serde_json::json!({"schema": {"fields": fields}});
+    answer("tables.patch", reqwest::Client::new().patch(url).json(&body).send()).await.unwrap().status()
+}
+
+#[tokio::test]
+async fn the_emulator_refuses_the_schema_changes_bigquery_refuses() {
+    let s = stack();
+    let (_, table) = fixture(&s, "evo_rules").await;
+    let id = serde_json::json!({"name": "id", "type": "INTEGER", "mode": "REQUIRED"});
+    let name = serde_json::json!({"name": "name", "type": "STRING", "mode": "REQUIRED"});
+    let refused = [
+        ("a column dropped", serde_json::json!([id])),
+        ("a type changed", serde_json::json!([id, {"name": "name", "type": "INTEGER", "mode": "REQUIRED"}])),
+        ("a REQUIRED column added", serde_json::json!([id, name, {"name": "x", "type": "STRING", "mode": "REQUIRED"}])),
+    ];
+    for (what, fields) in refused {
+        assert_eq!(patch(&s, &table, fields).await, 400, "{what}");
+    }
+    assert_eq!(schema_of(&s, &table).await.columns.len(), 2, "nothing changed");
+    let allowed = serde_json::json!([id, {"name": "name", "type": "STRING", "mode": "NULLABLE"}, {"name": "x", "type": "STRING"}]);
+    assert_eq!(patch(&s, &table, allowed).await, 200, "a relaxation and a NULLABLE column");
+    let tighten = serde_json::json!([id, name, {"name": "x", "type": "STRING"}]);
+    assert_eq!(patch(&s, &table, tighten).await, 400, "NULLABLE back to REQUIRED");
+    let w = schema_of(&s, &table).await;
+    assert_eq!(
+        w.columns.iter().map(|c| (c.name.as_str(), c.mode)).collect::<Vec<_>>(),
+        [("id", Mode::Required), ("name", Mode::Nullable), ("x", Mode::Nullable)]
+    );
+}
