@@ -209,7 +209,10 @@ impl Target {
     }
 
     /// Write rows with another row descriptor from now on (a replay mapped with the
-    /// schema its batch was logged with).
+    /// schema its batch was logged with, or the table's schema changed). The connection
+    /// is closed and the next append opens one that sends the new descriptor first:
+    /// storage.proto says the `writer_schema` "must be specified at the initial request
+    /// and currently, it will be ignored if specified in following requests".
     pub fn set_descriptor(&mut self, descriptor: DescriptorProto) {
         if descriptor != self.descriptor {
             self.descriptor = descriptor;

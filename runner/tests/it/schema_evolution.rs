@@ -194,3 +194,57 @@ async fn the_emulator_refuses_the_schema_changes_bigquery_refuses() {
         [("id", Mode::Required), ("name", Mode::Nullable), ("x", Mode::Nullable)]
     );
 }
+
+const ITEM_V1: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
+const ITEM_V2: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":"long","default":0}]}"#;
+
+/// Produce records of `schema` (registry id `id`) with these ids, in the Confluent framing.
+async fn produce_items(s: &Stack, topic: &str, schema: &str, id: u32, ids: std::ops::Range<i64>) {
+    let w = flexrun::avro::WriterSchema::parse(schema).unwrap();
+    let values: Vec<Vec<u8>> = ids
+        .map(|i| {
+            let j = serde_json::json!({"id": i, "name": format!("n{i}"), "note": format!("x{i}"), "qty": i});
+            let v = flexrun::avro::from_json::to_avro(&w, &j).unwrap();
+            let mut framed = Vec::new();
+            flexrun::avro::wire::confluent_frame(id, &apache_avro::to_avro_datum(&w.schema, v).unwrap(), &mut framed);
+            framed
+        })
+        .collect();
+    produce_values(s, topic, &values).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_a_kill() {
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let topic = unique("evo_avro");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let client = flexrun::avro::registry::Registry::new(&registry);
+    let subject = format!("{topic}-value");
+    let v1 = client.register(&subject, ITEM_V1).await.unwrap();
+    produce_items(&s, &topic, ITEM_V1, v1, 0..50).await;
+    let prefix = unique("evo");
+    let p = format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=evolve,bqTableNamePrefix={prefix},schemaUpdateOptions=ALLOW_FIELD_ADDITION",
+        s.kafka
+    );
+    let ck = tempfile::tempdir().unwrap();
+    let o = run_job("evo_avro", ck.path(), &p, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let table = TableRef { project: PROJECT.into(), dataset: "evolve".into(), table: format!("{prefix}-evo-Item") };
+    assert_eq!(schema_of(&s, &table).await.columns.len(), 2, "created from version 1");
+    // Version 2 adds an optional field and a long with a default: both become NULLABLE columns.
+    let v2 = client.register(&subject, ITEM_V2).await.unwrap();
+    produce_items(&s, &topic, ITEM_V2, v2, 50..100).await;
+    let crash = job_cmd("evo_avro", ck.path(), &p, "2s", &[]).env("FAILPOINTS", "evolve::after_patch=return").bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+    let o = run_job("evo_avro", ck.path(), &p, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let w = schema_of(&s, &table).await;
+    let cols: Vec<_> = w.columns.iter().map(|c| (c.name.as_str(), c.type_name.as_str(), c.mode)).collect();
+    assert_eq!(cols[2..], [("note", "STRING", Mode::Nullable), ("qty", "INTEGER", Mode::Nullable)], "{cols:?}");
+    assert_eq!(s.count(&table).await, (100, 100));
+    let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
+    let landed = format!("SELECT COUNT(*) FROM {fq} WHERE note = CONCAT('x', CAST(id AS STRING)) AND qty = id");
+    assert_eq!(scalar(&s, &landed).await, 50);
+}
