@@ -389,7 +389,56 @@ fn summarize(st: &StageStats) -> Vec<StageSummary> {
         .collect()
 }
 
+impl Reliability {
+    /// Add `o`'s counts to these.
+    pub fn add(&mut self, o: &Reliability) {
+        for (k, v) in &o.retries {
+            *self.retries.entry(k.clone()).or_default() += v;
+        }
+        self.streams_replaced += o.streams_replaced;
+        self.batches_possibly_duplicated += o.batches_possibly_duplicated;
+        self.offsets_lost_to_retention += o.offsets_lost_to_retention;
+        self.partitions_discovered += o.partitions_discovered;
+        self.partitions_past_end += o.partitions_past_end;
+        self.messages_possibly_duplicated += o.messages_possibly_duplicated;
+        self.schema_changes += o.schema_changes;
+    }
+}
+
 impl Summary {
+    /// The summaries of pipelines that ran side by side (a job of several topics) as one:
+    /// counts added, active time and CPU the longest/the process's (they share it), and
+    /// each stage's percentiles the largest of any pipeline (an upper bound: percentiles
+    /// do not add).
+    pub fn merged(parts: &[Summary]) -> Option<Summary> {
+        let mut out = parts.first()?.clone();
+        for p in &parts[1..] {
+            out.messages_read += p.messages_read;
+            out.rows_written += p.rows_written;
+            out.dead_lettered += p.dead_lettered;
+            out.udf_dropped += p.udf_dropped;
+            out.bad_records_dropped += p.bad_records_dropped;
+            out.bytes_read += p.bytes_read;
+            for (k, v) in &p.dead_letter_by_class {
+                *out.dead_letter_by_class.entry(k.clone()).or_default() += v;
+            }
+            out.batches += p.batches;
+            out.replayed_batches += p.replayed_batches;
+            out.appends_already_existed += p.appends_already_existed;
+            out.active_s = out.active_s.max(p.active_s);
+            out.cpu_user_s = out.cpu_user_s.max(p.cpu_user_s);
+            out.cpu_sys_s = out.cpu_sys_s.max(p.cpu_sys_s);
+            out.cpu_to_last_commit_s = out.cpu_to_last_commit_s.max(p.cpu_to_last_commit_s);
+            for (a, b) in out.stages.iter_mut().zip(&p.stages) {
+                a.count += b.count;
+                (a.p50_ms, a.p95_ms) = (a.p50_ms.max(b.p50_ms), a.p95_ms.max(b.p95_ms));
+                (a.p99_ms, a.max_ms) = (a.p99_ms.max(b.p99_ms), a.max_ms.max(b.max_ms));
+            }
+            out.reliability.add(&p.reliability);
+        }
+        Some(out)
+    }
+
     /// The human-readable table printed when a job ends.
     pub fn render(&self, elapsed_s: f64) -> String {
         let mut s = String::new();

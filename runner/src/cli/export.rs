@@ -87,6 +87,7 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     let job_name = a.job_name.clone().or(job_name).unwrap_or_else(|| t.name.clone());
     let resolved = flexrun_templates::validate(t, &pairs).map_err(|e| usage(e.to_string()))?;
     let pool = a.flags.pool().map_err(usage)?;
+    refuse_several_topics(&resolved)?;
     let (pairs, mut notes) = localize(t, &pairs);
     let s = &a.flags.scaling;
     let mut l = Launch::new(t, &job_name, pairs, Vec::new(), &region);
@@ -142,6 +143,18 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     notes.extend(avro_mapping_note(t, &resolved));
     l.notes = notes;
     Ok(l)
+}
+
+/// A job of several topics (flexrun's extension) has no Dataflow form: Google's template
+/// reads one topic per job.
+fn refuse_several_topics(p: &flexrun_templates::ResolvedParams) -> Result<()> {
+    let topic = p.get("readBootstrapServerAndTopic").and_then(|v| v.split_once(';')).map(|(_, t)| t);
+    match topic {
+        Some(t) if t.contains('|') || t.starts_with('/') => Err(usage(format!(
+            "readBootstrapServerAndTopic: {t} reads several topics, and Google's template reads one per job: export each topic as its own job (host:port;topic), with its table"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// For an Avro kafka-to-bq job, where flexrun's Avro → BigQuery mapping and Google's

@@ -232,6 +232,9 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     let (cancel_tx, _) = watch::channel(false);
     spawn_signal_handler(cancel_tx.clone());
     let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-bq", flags);
+    if cfg.topics.is_several() {
+        return run_kafka_to_bq_topics(cfg, endpoints, job_name, flags, (web, cancel_tx, control)).await;
+    }
     let result =
         kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone())).await;
     if let Ok(report) = &result {
@@ -261,6 +264,66 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
         for d in &report.decisions {
             println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
         }
+    }
+    if let (Some(path), Some(j)) = (&flags.summary_json, control.summary()) {
+        std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A kafka-to-bq job of several topics ([`kafka_to_bq::run_topics`]): the job holds its
+/// own lock and control socket, each topic's pipeline runs as `<job>.<topic>`; the summary
+/// adds the topics up and lists each.
+async fn run_kafka_to_bq_topics(
+    cfg: KafkaToBqConfig,
+    endpoints: Option<Endpoints>,
+    job_name: &str,
+    flags: &JobFlags,
+    (web, cancel_tx, control): (
+        Option<flexrun_web::JobRegistry>,
+        watch::Sender<bool>,
+        std::sync::Arc<crate::control::Control>,
+    ),
+) -> Result<()> {
+    let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
+    let result = kafka_to_bq::run_topics(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await;
+    let merged = result
+        .as_ref()
+        .ok()
+        .and_then(|r| crate::stats::Summary::merged(&r.topics.values().map(|t| t.summary.clone()).collect::<Vec<_>>()));
+    if let Ok(r) = &result {
+        let topics: serde_json::Map<String, serde_json::Value> = r
+            .topics
+            .iter()
+            .map(|(t, rep)| {
+                let c = cfg.for_topic(t);
+                let table = c.table.to_string();
+                (t.clone(), serde_json::json!({"table": table, "dlq": c.dlq.map(|d| d.to_string()), "shards": rep.shards, "summary": rep.summary}))
+            })
+            .collect();
+        control.set_summary(serde_json::json!({
+            "job_name": job_name,
+            "delivery": cfg.delivery.as_str(),
+            "elapsed_s": r.elapsed.as_secs_f64(),
+            "topics": topics,
+            "summary": merged,
+        }));
+    }
+    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
+    let report = result?;
+    println!("kafka-to-bq job {job_name} ({}, {} topics) finished", cfg.delivery.as_str(), report.topics.len());
+    for (t, r) in &report.topics {
+        let s = &r.summary;
+        println!(
+            "  topic {t} → {}: read {}, written {}, dead-lettered {}",
+            cfg.for_topic(t).table,
+            s.messages_read,
+            s.rows_written,
+            s.dead_lettered
+        );
+    }
+    if let Some(m) = &merged {
+        print!("{}", m.render(report.elapsed.as_secs_f64()));
     }
     if let (Some(path), Some(j)) = (&flags.summary_json, control.summary()) {
         std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;

@@ -58,6 +58,24 @@ impl Metadata {
         Ok(ps)
     }
 
+    /// Every topic the broker lists (internal ones, `__`-prefixed, left out), sorted: for
+    /// a job that reads the topics a pattern matches.
+    pub async fn topics(&self) -> Result<Vec<String>, KafkaError> {
+        let m = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let md = m
+                .client
+                .fetch_metadata(None, Duration::from_secs(10))
+                .map_err(|e| m.err(format!("broker unreachable or metadata failed: {e}")))?;
+            let mut names: Vec<String> =
+                md.topics().iter().map(|t| t.name().to_string()).filter(|n| !n.starts_with("__")).collect();
+            names.sort_unstable();
+            Ok(names)
+        })
+        .await
+        .expect("metadata task")
+    }
+
     /// The low watermark (earliest offset still stored) of every partition.
     pub async fn low_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
         Ok(self.watermarks(partitions).await?.into_iter().map(|(p, (lo, _))| (p, lo)).collect())

@@ -76,7 +76,7 @@ pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
             Ok((servers.to_string(), topic.to_string()))
         }
         Some((_, topic)) if topic.contains(',') => Err(KafkaError::Config(format!(
-            "readBootstrapServerAndTopic {v:?}: one job reads one topic (got {topic:?})"
+            "readBootstrapServerAndTopic {v:?}: several topics are separated by | (a|b|c), not commas; a pattern is written /regex/ (got {topic:?})"
         ))),
         _ => {
             Err(KafkaError::Config(format!("readBootstrapServerAndTopic {v:?}: expected host:port[,host:port];topic")))
@@ -117,7 +117,7 @@ mod tests {
             parse_server_and_topic("projects/p/locations/r/clusters/c/topics/t").unwrap(),
             ("bootstrap.c.r.managedkafka.p.cloud.goog:9092".into(), "t".into())
         );
-        assert!(parse_server_and_topic("h:1;t1,t2").unwrap_err().to_string().contains("one topic"));
+        assert!(parse_server_and_topic("h:1;t1,t2").unwrap_err().to_string().contains("separated by |"));
         assert!(parse_server_and_topic("h:1").is_err());
         assert!(parse_server_and_topic("projects/p/topics/t").is_err());
     }

@@ -6,6 +6,7 @@
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
 use super::metadata::{parse_columns, MetaColumn};
+use super::topics::{TopicRoutes, Topics};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
 use crate::kafka::SourceSettings;
@@ -54,8 +55,12 @@ pub enum SinkKind {
 pub struct KafkaToBqConfig {
     /// The job's name (checkpoints live under it).
     pub job_name: String,
-    /// Kafka source.
+    /// Kafka source (with several topics, `source.topic` is the topic part as given).
     pub source: SourceSettings,
+    /// The topics the job reads (several: one pipeline each, [`super::fan_out`]).
+    pub topics: Topics,
+    /// Each topic's table and dead-letter table.
+    pub routes: TopicRoutes,
     /// Destination table (for dynamic tables, named when the job starts).
     pub table: TableRef,
     /// How messages are read (`messageFormat` and its schema source).
@@ -340,11 +345,25 @@ impl KafkaToBqConfig {
         } else if p.get("cdcMaxStaleness").is_some() {
             errs.push("cdcMaxStaleness sets maxStaleness on a CDC table flexrun creates (cdcPrimaryKey with an Avro messageFormat and createDisposition=CREATE_IF_NEEDED); on an existing table use ALTER TABLE ... SET OPTIONS (max_staleness = INTERVAL ...)");
         }
+        let topics = source.as_ref().and_then(|s| Topics::parse(&s.topic).map_err(|e| errs.push(e)).ok());
+        let routes = table.as_ref().map(|t| {
+            TopicRoutes::parse(t.clone(), dlq.clone(), p.get("topicTableMap").unwrap_or_default())
+                .map_err(|e| errs.push(e))
+                .ok()
+        });
         errs.into_result()?;
+        let (topics, routes) = (topics.expect("checked"), routes.flatten().expect("checked"));
+        // One topic: its table and dead-letter table are known now ({topic} filled in).
+        let (table, dlq) = match &topics {
+            Topics::One(t) if fp.dynamic.is_none() => routes.route(t),
+            _ => (table.expect("checked"), dlq),
+        };
         Ok(KafkaToBqConfig {
             job_name: flags.job_name.clone(),
             source: source.expect("checked"),
-            table: table.expect("checked"),
+            topics,
+            routes,
+            table,
             format: fp.format,
             dynamic: fp.dynamic,
             dispositions: fp.dispositions,
@@ -362,6 +381,22 @@ impl KafkaToBqConfig {
             commit_offsets: p.flag("enableCommitOffsets"),
             run: flags,
         })
+    }
+
+    /// The configuration of the pipeline that reads `topic`, one of several: its own job
+    /// name (`<job>.<topic>`, so its own checkpoint and logs), table and dead-letter table.
+    pub fn for_topic(&self, topic: &str) -> KafkaToBqConfig {
+        let mut c = self.clone();
+        let (table, dlq) = self.routes.route(topic);
+        if self.dynamic.is_none() {
+            c.table = table;
+        }
+        c.dlq = dlq;
+        c.job_name = format!("{}.{topic}", self.job_name);
+        c.run.job_name = c.job_name.clone();
+        c.source.topic = topic.to_string();
+        c.topics = Topics::One(topic.to_string());
+        c
     }
 
     /// The number of shards (write streams) for a topic with `partitions` partitions.

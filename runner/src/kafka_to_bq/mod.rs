@@ -18,6 +18,8 @@
 //!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
 //!   and discovers new partitions; [`publish`] sends the dashboard its points.
+//! - [`topics`]: the topics a job reads (one, a list, a pattern) and each one's table;
+//!   [`fan_out`]: a job of several topics, one pipeline per topic.
 //! - [`replay`]: `flexrun dlq replay`, dead letters back through the mapping into the
 //!   table exactly once, with a ledger table that a later replay skips by.
 //!
@@ -106,6 +108,7 @@ pub mod config;
 pub mod context;
 pub mod dlq;
 pub mod evolve;
+pub mod fan_out;
 pub mod format;
 pub mod job;
 pub mod json_flat;
@@ -119,8 +122,10 @@ pub mod replay;
 pub mod sent;
 pub mod shard;
 pub mod table;
+pub mod topics;
 pub mod transform;
 pub mod writer;
 
 pub use context::{JobCtx, Mapping};
+pub use fan_out::{run_topics, TopicsReport};
 pub use job::{run, JobIdentity, RunReport};

@@ -800,3 +800,24 @@ fn bad_schema_update_options_exit_2_and_export_leaves_the_parameter_out() {
     assert!(j["rest"]["body"]["launchParameter"]["parameters"].get("schemaUpdateOptions").is_none(), "{j}");
     assert!(j["notes"].to_string().contains("schemaUpdateOptions="), "{}", j["notes"]);
 }
+
+#[test]
+fn several_topics_badly_written_exit_2_and_cannot_be_exported() {
+    for (topics, extra, want) in [
+        ("a||b", "", "is not a topic name"),
+        ("a|a", "", "named twice"),
+        ("/(/", "", "not a regular expression"),
+        ("a|b", ",topicTableMap=a:x:y", "topicTableMap: a"),
+        ("a|b", ",topicTableMap=a:t|a:u", "mapped twice"),
+    ] {
+        let o = run_with(&format!(
+            "readBootstrapServerAndTopic=127.0.0.1:1;{topics},messageFormat=JSON,outputTableSpec=p:d.{{topic}},kafkaReadAuthenticationMode=NONE{extra}"
+        ));
+        assert_eq!(o.status.code(), Some(2), "{topics}{extra}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{topics}{extra}: want {want:?} in {}", stderr(&o));
+    }
+    let params = "readBootstrapServerAndTopic=127.0.0.1:1;a|b,messageFormat=JSON,outputTableSpec=p:d.{topic},kafkaReadAuthenticationMode=NONE";
+    let o = flexrun(&["export", "--template", "kafka-to-bq", "--parameters", params]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Google's template reads one per job"), "{}", stderr(&o));
+}

@@ -31,6 +31,7 @@ mod schema_evolution;
 mod sizing;
 mod state;
 mod store;
+mod topics;
 mod traffic;
 mod udf;
 mod web_live;
