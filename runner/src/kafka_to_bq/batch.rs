@@ -319,6 +319,7 @@ fn kafka_meta(m: Record<'_>) -> KafkaMeta<'_> {
         offset: m.offset(),
         timestamp_ms: m.timestamp().to_millis(),
         headers: m.headers().map(|h| h.iter().map(|h| (h.key, h.value)).collect()).unwrap_or_default(),
+        null_value: m.payload().is_none(),
     }
 }
 

@@ -330,7 +330,7 @@ mod tests {
     }
 
     fn meta<'a>(headers: Vec<(&'a str, Option<&'a [u8]>)>) -> KafkaMeta<'a> {
-        KafkaMeta { topic: "t", partition: 0, offset: 4096, timestamp_ms: None, headers }
+        KafkaMeta { topic: "t", partition: 0, offset: 4096, timestamp_ms: None, headers, null_value: false }
     }
 
     #[test]

@@ -149,6 +149,8 @@ pub struct KafkaMeta<'a> {
     pub timestamp_ms: Option<i64>,
     /// Headers in order: name and value (None: a null value).
     pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// Whether the record's value is null (a tombstone), not merely empty.
+    pub null_value: bool,
 }
 
 /// How one column is written.
@@ -314,7 +316,14 @@ mod tests {
     }
 
     fn meta<'a>(headers: Vec<(&'a str, Option<&'a [u8]>)>) -> KafkaMeta<'a> {
-        KafkaMeta { topic: "orders", partition: 3, offset: 42, timestamp_ms: Some(1_700_000_000_123), headers }
+        KafkaMeta {
+            topic: "orders",
+            partition: 3,
+            offset: 42,
+            timestamp_ms: Some(1_700_000_000_123),
+            headers,
+            null_value: false,
+        }
     }
 
     #[test]

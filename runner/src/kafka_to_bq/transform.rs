@@ -178,7 +178,8 @@ impl Mapper {
         meta: Option<&KafkaMeta>,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        if let (Some(cdc), Some(m), true) = (&self.cdc, meta, value.is_empty()) {
+        // A tombstone is a record whose value is null; an empty value is a bad record.
+        if let (Some(cdc), Some(m)) = (&self.cdc, meta.filter(|m| m.null_value)) {
             return self.map_tombstone(cdc, key, m, out);
         }
         match (&self.input, &self.udf) {

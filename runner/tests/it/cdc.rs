@@ -243,6 +243,9 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
         ("2", Some(json!({"id": 2, "version": 2, "op": "DELETE"}).to_string())),
         // A tombstone: the key names the row, and there is no value.
         (r#"{"id": 4}"#, None),
+        // An empty value is not a tombstone (Kafka's tombstone is a null value): a bad
+        // record, and row 1 stays.
+        (r#"{"id": 1}"#, Some(String::new())),
         ("5", Some(json!({"id": 5, "version": 1, "op": "MERGE"}).to_string())),
     ];
     for (k, v) in &records {
@@ -263,7 +266,7 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
     assert!(o.status.success(), "{}", text(&o));
     // 1 and 2 upserted (the value's case does not matter), 2 deleted by its column;
     // 3's null op is refused (the column is where the change type is, and it says
-    // nothing); 4 deleted by its tombstone; 5's MERGE refused.
+    // nothing); 4 deleted by its tombstone; the empty value refused; 5's MERGE refused.
     assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 1)]));
     let dead = s
         .rows(&format!(
@@ -272,7 +275,8 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
         ))
         .await;
     let msgs: Vec<String> = dead.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
-    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.contains("Failed to serialize json")), "the empty value: {msgs:?}");
     assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is null")), "{msgs:?}");
     assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is \"MERGE\"")), "{msgs:?}");
 }
