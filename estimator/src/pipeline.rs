@@ -34,11 +34,14 @@ pub enum Line {
     BigqueryStorage,
     /// Google Cloud Managed Service for Apache Kafka.
     Kafka,
+    /// BigQuery's background jobs that apply CDC changes ([`CdcTable`]).
+    BigqueryCdc,
 }
 
 impl Line {
     /// Every line, in the bill's order.
-    pub const ALL: [Line; 4] = [Line::Dataflow, Line::BigqueryIngestion, Line::BigqueryStorage, Line::Kafka];
+    pub const ALL: [Line; 5] =
+        [Line::Dataflow, Line::BigqueryIngestion, Line::BigqueryStorage, Line::BigqueryCdc, Line::Kafka];
 
     /// The name used in flags, JSON and the page.
     pub fn as_str(self) -> &'static str {
@@ -47,6 +50,7 @@ impl Line {
             Line::BigqueryIngestion => "bigquery-ingestion",
             Line::BigqueryStorage => "bigquery-storage",
             Line::Kafka => "kafka",
+            Line::BigqueryCdc => "bigquery-cdc",
         }
     }
 
@@ -66,7 +70,8 @@ impl Line {
         }
         if out.is_empty() {
             return Err(
-                "no lines: expected at least one of dataflow, bigquery-ingestion, bigquery-storage, kafka".into()
+                "no lines: expected at least one of dataflow, bigquery-ingestion, bigquery-storage, bigquery-cdc, kafka"
+                    .into()
             );
         }
         Ok(out)
@@ -129,18 +134,41 @@ pub struct PipelineOptions {
     pub bq_retention_days: Option<f64>,
     /// The table's partitioning.
     pub partitioning: Partitioning,
+    /// The rows are CDC changes to a table of this size (`cdcPrimaryKey`), if so.
+    #[serde(default)]
+    pub cdc: Option<CdcTable>,
 }
 
+/// A table written by CDC upserts and deletes: it holds one row per key, so it does not
+/// grow with the stream, and BigQuery applies the changes in background jobs.
+///
+/// Google (<https://cloud.google.com/bigquery/docs/change-data-capture>): CDC "uses the
+/// Storage Write API (gRPC) for data ingestion, BigQuery storage for data storage, and
+/// BigQuery compute for row modification operations, all of which incur costs"; background
+/// jobs "that apply pending row modifications within the `max_staleness` interval ...
+/// performed without a `BACKGROUND` ... assignment use on-demand pricing", and frequent
+/// operations "against large tables ... would have high on-demand costs due to the large
+/// number of bytes processed when performing each operation". The model here: one apply
+/// job per `max_staleness` interval, each processing the whole table (an upper bound:
+/// clustering on the key can prune), at the on-demand price without the monthly free TiB.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CdcTable {
+    /// The table's size, GiB (its keys' current rows).
+    pub table_gib: f64,
+    /// The table's `max_staleness`, minutes (more than 0).
+    pub max_staleness_min: f64,
+}
 impl Default for PipelineOptions {
     /// The whole pipeline on the user's own Kafka: Dataflow, BigQuery ingestion and
     /// storage, a day-partitioned table kept forever, Kafka's default 7-day retention.
     fn default() -> PipelineOptions {
         PipelineOptions {
-            lines: vec![Line::Dataflow, Line::BigqueryIngestion, Line::BigqueryStorage, Line::Kafka],
+            lines: Line::ALL.to_vec(),
             kafka: KafkaChoice::Own,
             kafka_retention_hours: 168.0,
             bq_retention_days: None,
             partitioning: Partitioning::Day,
+            cdc: None,
         }
     }
 }
@@ -148,7 +176,9 @@ impl Default for PipelineOptions {
 impl PipelineOptions {
     /// Whether `line` is priced.
     pub fn has(&self, line: Line) -> bool {
-        self.lines.contains(&line) && (line != Line::Kafka || self.kafka == KafkaChoice::Managed)
+        self.lines.contains(&line)
+            && (line != Line::Kafka || self.kafka == KafkaChoice::Managed)
+            && (line != Line::BigqueryCdc || self.cdc.is_some())
     }
 
     /// Check the numbers; the error names the field.
@@ -159,6 +189,14 @@ impl PipelineOptions {
         if let Some(d) = self.bq_retention_days {
             if !(d >= 0.0 && d.is_finite()) {
                 return Err(format!("invalid bigquery retention {d} days: expected 0 or more"));
+            }
+        }
+        if let Some(c) = &self.cdc {
+            if !(c.table_gib >= 0.0 && c.table_gib.is_finite()) {
+                return Err(format!("invalid CDC table size {} GiB: expected 0 or more", c.table_gib));
+            }
+            if !(c.max_staleness_min > 0.0 && c.max_staleness_min.is_finite()) {
+                return Err(format!("invalid CDC max staleness {} min: expected more than 0 (without one, BigQuery applies the changes as each query runs, and the queries pay for it)", c.max_staleness_min));
             }
         }
         Ok(())
@@ -266,6 +304,36 @@ pub fn storage(rows_s: f64, row_bytes: f64, opts: &PipelineOptions, pricing: &Pr
     vec![active, long]
 }
 
+/// A CDC table's storage (its size, all of it active: its rows keep changing) and the
+/// background jobs that apply changes to it ([`CdcTable`]); the same in month 1 and 12.
+pub fn cdc(c: &CdcTable, pricing: &Pricing) -> Vec<CostItem> {
+    let p = &pricing.bigquery;
+    let hours = pricing.hours_per_month;
+    let billed = (c.table_gib - p.storage_free_gib_month).max(0.0) * p.active_storage_gib_month;
+    let mut stored = item(
+        Line::BigqueryStorage,
+        "BigQuery active storage (CDC table)",
+        c.table_gib,
+        "GiB-month",
+        p.active_storage_gib_month,
+        [billed; 2],
+        hours,
+    );
+    stored.free_per_month = c.table_gib * p.active_storage_gib_month - billed;
+    let jobs = hours * 60.0 / c.max_staleness_min;
+    let tib = jobs * c.table_gib / 1024.0;
+    let apply = item(
+        Line::BigqueryCdc,
+        "BigQuery CDC background apply (on-demand, whole table per max_staleness)",
+        tib,
+        "TiB/month",
+        p.on_demand_tib,
+        [tib * p.on_demand_tib; 2],
+        hours,
+    );
+    vec![stored, apply]
+}
+
 /// A Managed Kafka cluster sized by Google's guide for `bytes_s` published and consumed
 /// once (by this pipeline), holding `kafka_retention_hours` of it.
 pub fn kafka(bytes_s: f64, opts: &PipelineOptions, pricing: &Pricing) -> Vec<CostItem> {
@@ -314,8 +382,10 @@ pub fn items(
     if opts.has(Line::BigqueryIngestion) {
         out.push(ingestion(rows_s, row_bytes, pricing));
     }
-    if opts.has(Line::BigqueryStorage) {
-        out.extend(storage(rows_s, row_bytes, opts, pricing));
+    match &opts.cdc {
+        Some(c) => out.extend(cdc(c, pricing).into_iter().filter(|i| opts.has(i.line))),
+        None if opts.has(Line::BigqueryStorage) => out.extend(storage(rows_s, row_bytes, opts, pricing)),
+        None => {}
     }
     if opts.has(Line::Kafka) {
         out.extend(kafka(kafka_bytes_s, opts, pricing));
@@ -397,6 +467,32 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * b.abs().max(1e-12)
+    }
+
+    #[test]
+    fn a_cdc_table_is_priced_by_its_size_and_its_apply_jobs_not_by_the_stream() {
+        let p = Pricing::us_central1();
+        let c = CdcTable { table_gib: 500.0, max_staleness_min: 15.0 };
+        let opts = PipelineOptions { cdc: Some(c), ..PipelineOptions::default() };
+        let it = items(1000.0, 200.0, 200_000.0, &opts, &p);
+        let names: Vec<&str> = it.iter().map(|i| i.item.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.contains("CDC table")) && !names.iter().any(|n| n.contains("long-term")),
+            "{names:?}"
+        );
+        let apply = it.iter().find(|i| i.line == Line::BigqueryCdc).unwrap();
+        // 730 h × 4 jobs an hour × 500 GiB = 1,426 TiB a month at $6.25.
+        assert!(close(apply.quantity, 730.0 * 4.0 * 500.0 / 1024.0, 1e-12));
+        assert!(close(apply.per_month, apply.quantity * 6.25, 1e-12));
+        assert_eq!(apply.per_month, apply.per_month_12, "the table does not grow");
+        // Half the staleness, twice the apply bill; without CDC there is no such line.
+        let fast = cdc(&CdcTable { max_staleness_min: 7.5, ..c }, &p);
+        assert!(close(fast[1].per_month, 2.0 * apply.per_month, 1e-12));
+        assert!(!items(1000.0, 200.0, 200_000.0, &PipelineOptions::default(), &p)
+            .iter()
+            .any(|i| i.line == Line::BigqueryCdc));
+        let bad = PipelineOptions { cdc: Some(CdcTable { table_gib: 1.0, max_staleness_min: 0.0 }), ..opts };
+        assert!(bad.check().unwrap_err().contains("max staleness"));
     }
 
     #[test]

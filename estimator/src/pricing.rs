@@ -89,6 +89,9 @@ pub struct BigQueryPrices {
     pub storage_free_gib_month: f64,
     /// Days a table or partition stays unmodified before it is billed as long-term.
     pub long_term_after_days: f64,
+    /// On-demand compute, per TiB processed (what CDC's background apply jobs pay
+    /// without a reservation).
+    pub on_demand_tib: f64,
 }
 
 /// Google Cloud Managed Service for Apache Kafka: prices and its sizing guide.

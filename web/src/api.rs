@@ -68,7 +68,7 @@ pub struct EstimateResponse {
 }
 
 /// The fields `/api/estimate` reads.
-pub const ESTIMATE_FIELDS: [&str; 13] = [
+pub const ESTIMATE_FIELDS: [&str; 15] = [
     "throughput",
     "message_size",
     "mode",
@@ -81,6 +81,8 @@ pub const ESTIMATE_FIELDS: [&str; 13] = [
     "kafka_retention",
     "bq_retention",
     "bq_partitioning",
+    "cdc_table_size",
+    "cdc_max_staleness",
     "row_bytes",
 ];
 
@@ -110,9 +112,28 @@ fn pipeline_from(get: &Get) -> Result<est::PipelineOptions, ApiError> {
             .unwrap_or("day")
             .parse()
             .map_err(|e| ApiError::bad("bq_partitioning", e))?,
+        cdc: cdc_from(get)?,
     };
     o.check().map_err(|e| ApiError::bad("lines", e))?;
     Ok(o)
+}
+
+/// `cdc_table_size` and `cdc_max_staleness`, given together, when the rows are CDC changes.
+fn cdc_from(get: &Get) -> Result<Option<est::pipeline::CdcTable>, ApiError> {
+    let (size, staleness) =
+        (get("cdc_table_size").filter(|s| !s.is_empty()), get("cdc_max_staleness").filter(|s| !s.is_empty()));
+    let (Some(size), Some(staleness)) = (size, staleness) else {
+        return match size.or(staleness) {
+            None => Ok(None),
+            Some(_) => Err(ApiError::bad("cdc_table_size", "cdc_table_size and cdc_max_staleness go together")),
+        };
+    };
+    let bytes = est::parse_size(size).map_err(|e| ApiError::bad("cdc_table_size", e.to_string()))?;
+    let d = est::parse_duration(staleness).map_err(|e| ApiError::bad("cdc_max_staleness", e))?;
+    Ok(Some(est::pipeline::CdcTable {
+        table_gib: bytes / (1u64 << 30) as f64,
+        max_staleness_min: d.as_secs_f64() / 60.0,
+    }))
 }
 
 /// The request the query describes, and its baseline.

@@ -39,7 +39,7 @@ pub async fn estimate_page() -> Html<String> {
     layout("Price a Kafka → BigQuery pipeline", ESTIMATE_BODY, ESTIMATE_SCRIPT)
 }
 
-const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 prices: Dataflow workers and Streaming Engine (CPU calibrated to Google's published kafka-to-bq benchmark and a small-message run), BigQuery Storage Write ingestion and storage, and optionally Google Cloud Managed Service for Apache Kafka. Each price's source and date are in <code>estimator/data/pricing-us-central1.yaml</code>. Not priced: network egress, BigQuery queries, Kafka's networking.</p>
+const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 prices: Dataflow workers and Streaming Engine (CPU calibrated to Google's published kafka-to-bq benchmark and a small-message run), BigQuery Storage Write ingestion and storage (for a CDC table, its size and the background jobs that apply the changes, one per max staleness, each reading the whole table at the on-demand price), and optionally Google Cloud Managed Service for Apache Kafka. Each price's source and date are in <code>estimator/data/pricing-us-central1.yaml</code>. Not priced: network egress, BigQuery queries, Kafka's networking.</p>
 <form id="f">
 <label for="throughput">Throughput</label><span><input id="throughput" name="throughput" value="100" size="8" required>
 <select id="unit" name="unit"><option>MiB/s</option><option>MB/s</option><option>GiB/s</option><option>GB/s</option><option>msg/s</option></select></span>
@@ -48,11 +48,13 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 <label for="machine_type">Machine type</label><select id="machine_type" name="machine_type"><option>e2-standard-2</option><option>e2-standard-4</option><option>e2-standard-8</option><option>n1-standard-1</option><option>n1-standard-2</option><option>n1-standard-4</option><option>n2-standard-2</option><option>n2-standard-4</option></select>
 <label for="commitment">Commitment</label><select id="commitment" name="commitment"><option value="none">none</option><option value="1y">1 year</option><option value="3y">3 years</option></select>
 <label for="baseline">Baseline</label><select id="baseline" name="baseline"><option value="google">Google, kafka-to-bq, e2-standard-2</option></select>
-<label for="lines">Lines</label><input id="lines" name="lines" value="dataflow,bigquery-ingestion,bigquery-storage,kafka">
+<label for="lines">Lines</label><input id="lines" name="lines" value="dataflow,bigquery-ingestion,bigquery-storage,bigquery-cdc,kafka">
 <label for="kafka">Kafka</label><select id="kafka" name="kafka"><option value="own">your own (not priced)</option><option value="managed">Managed Service for Apache Kafka</option></select>
 <label for="kafka_retention">Kafka retention</label><input id="kafka_retention" name="kafka_retention" value="7d">
 <label for="bq_retention">BigQuery expiration</label><input id="bq_retention" name="bq_retention" placeholder="none (rows kept)">
 <label for="bq_partitioning">BigQuery partitioning</label><select id="bq_partitioning" name="bq_partitioning"><option>day</option><option>none</option></select>
+<label for="cdc_table_size">CDC table size</label><input id="cdc_table_size" name="cdc_table_size" placeholder="not CDC (e.g. 500GiB)">
+<label for="cdc_max_staleness">CDC max staleness</label><input id="cdc_max_staleness" name="cdc_max_staleness" placeholder="e.g. 15m">
 <label for="row_bytes">Billed bytes per row</label><input id="row_bytes" name="row_bytes" placeholder="estimated from the table">
 <span></span><button id="go" type="submit">Estimate</button>
 </form>
@@ -64,8 +66,8 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 
 const ESTIMATE_SCRIPT: &str = r##"
 const $ = id => document.getElementById(id);
-const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","row_bytes"];
-const COLORS = {"dataflow": "#2a6fdb", "bigquery-ingestion": "#e07b00", "bigquery-storage": "#1a9e3a", "kafka": "#8e44ad"};
+const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","cdc_table_size","cdc_max_staleness","row_bytes"];
+const COLORS = {"dataflow": "#2a6fdb", "bigquery-ingestion": "#e07b00", "bigquery-storage": "#1a9e3a", "bigquery-cdc": "#c0392b", "kafka": "#8e44ad"};
 const params = new URLSearchParams(location.search);
 for (const k of FIELDS) if (params.has(k)) $(k).value = params.get(k);
 const f = (x, d) => Number(x).toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});

@@ -35,6 +35,14 @@ async fn estimate_api_answers_and_names_bad_fields() {
     assert_eq!(s, StatusCode::OK, "{body}");
     let j: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(j["estimate"]["totals"]["lines"].as_array().unwrap().len(), 1, "only the line asked for: {body}");
+    // A CDC table: its apply jobs are a line of their own, 730 h × 4 × 500 GiB at $6.25/TiB.
+    let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&cdc_table_size=500GiB&cdc_max_staleness=15m").await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cdc =
+        j["estimate"]["totals"]["lines"].as_array().unwrap().iter().find(|l| l["line"] == "bigquery-cdc").cloned();
+    let month = cdc.map(|l| l["month_1"].as_f64().unwrap()).unwrap_or_default();
+    assert!((month - 730.0 * 4.0 * 500.0 / 1024.0 * 6.25).abs() < 1e-6, "{body}");
     for (q, field) in [
         ("throughput=100parsecs/s", "throughput"),
         ("", "throughput"),
@@ -50,6 +58,9 @@ async fn estimate_api_answers_and_names_bad_fields() {
         ("throughput=1MiB/s&kafka_retention=-1h", "kafka_retention"),
         ("throughput=1MiB/s&bq_retention=-1d", "bq_retention"),
         ("throughput=1MiB/s&bq_partitioning=hourly", "bq_partitioning"),
+        ("throughput=1MiB/s&cdc_table_size=500GiB", "cdc_table_size"),
+        ("throughput=1MiB/s&cdc_table_size=big&cdc_max_staleness=15m", "cdc_table_size"),
+        ("throughput=1MiB/s&cdc_table_size=1GiB&cdc_max_staleness=soon", "cdc_max_staleness"),
         ("throughput=1MiB/s&lines=dataflow,snowflake", "lines"),
         ("throughput=1MiB/s&row_bytes=-5", "row_bytes"),
         ("throughput=1MiB/s&message_size=-5", "message_size"),

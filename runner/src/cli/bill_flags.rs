@@ -13,8 +13,9 @@ use std::path::PathBuf;
 #[derive(Debug, Args, Clone)]
 pub struct BillFlags {
     /// Lines to price, comma-separated: dataflow, bigquery-ingestion, bigquery-storage,
-    /// kafka (kafka prices something only with --kafka managed). Default: all.
-    #[arg(long, default_value = "dataflow,bigquery-ingestion,bigquery-storage,kafka")]
+    /// bigquery-cdc (only with --cdc-table-size), kafka (only with --kafka managed).
+    /// Default: all.
+    #[arg(long, default_value = "dataflow,bigquery-ingestion,bigquery-storage,bigquery-cdc,kafka")]
     pub lines: String,
     /// Kafka: own (your cluster, not priced) or managed (Google Cloud Managed Service for
     /// Apache Kafka, sized by Google's guide).
@@ -36,6 +37,14 @@ pub struct BillFlags {
     /// 001's table, an INT64 and a STRING).
     #[arg(long)]
     pub table_schema: Option<PathBuf>,
+    /// The rows are CDC changes (`cdcPrimaryKey`) to a table of this size (e.g. 500GiB):
+    /// storage is the table, not the stream, and BigQuery's background apply jobs are
+    /// priced (with --cdc-max-staleness).
+    #[arg(long, value_parser = |s: &str| est::parse_size(s).map_err(|e| e.to_string()))]
+    pub cdc_table_size: Option<f64>,
+    /// The CDC table's max_staleness (e.g. 15m): one apply job per interval.
+    #[arg(long)]
+    pub cdc_max_staleness: Option<String>,
 }
 
 fn retention_s(flag: &str, s: &str) -> Result<f64> {
@@ -65,9 +74,25 @@ impl BillFlags {
                 None => None,
             },
             partitioning: self.bq_partitioning,
+            cdc: self.cdc()?,
         };
         o.check().map_err(usage)?;
         Ok(o)
+    }
+
+    fn cdc(&self) -> Result<Option<est::pipeline::CdcTable>> {
+        let staleness = |s: &str| {
+            est::parse_duration(s)
+                .map(|d| d.as_secs_f64() / 60.0)
+                .map_err(|e| usage(format!("--cdc-max-staleness: {e}; expected a duration such as 15m")))
+        };
+        match (self.cdc_table_size, &self.cdc_max_staleness) {
+            (None, None) => Ok(None),
+            (Some(bytes), Some(s)) => {
+                Ok(Some(est::pipeline::CdcTable { table_gib: bytes / (1u64 << 30) as f64, max_staleness_min: staleness(s)? }))
+            }
+            _ => Err(usage("--cdc-table-size and --cdc-max-staleness go together: the apply jobs' bill is the table's size times how often they run")),
+        }
     }
 
     /// The table's columns from `--table-schema`, if given.

@@ -114,3 +114,34 @@ fn bad_input_exits_2_naming_the_field() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--region") && err.contains("us-central1"), "{err}");
 }
+
+#[test]
+fn a_cdc_table_prices_its_apply_jobs_and_its_size_instead_of_the_stream() {
+    let base = ["estimate", "--throughput", "100MiB/s", "--format", "json"];
+    let cdc = json(&[&base[..], &["--cdc-table-size", "500GiB", "--cdc-max-staleness", "15m"]].concat());
+    let apply = item(&cdc, "bigquery-cdc");
+    assert_eq!(apply.len(), 1, "{cdc}");
+    // One job per 15 minutes, each reading the 500 GiB table: 1,426 TiB a month at $6.25.
+    let tib = 730.0 * 4.0 * 500.0 / 1024.0;
+    assert!((apply[0]["quantity"].as_f64().unwrap() - tib).abs() < 1e-6, "{}", apply[0]);
+    assert!((apply[0]["per_month"].as_f64().unwrap() - tib * 6.25).abs() < 1e-3, "{}", apply[0]);
+    // Storage is the table's 500 GiB (less the free 10), the same in month 12.
+    let storage = item(&cdc, "bigquery-storage");
+    assert_eq!(storage.len(), 1, "{cdc}");
+    assert!((storage[0]["per_month"].as_f64().unwrap() - 490.0 * 0.02).abs() < 1e-9, "{}", storage[0]);
+    assert_eq!(storage[0]["per_month"], storage[0]["per_month_12"]);
+    // Without CDC there is no such line; a longer staleness costs less.
+    assert!(item(&json(&base), "bigquery-cdc").is_empty());
+    let slow = json(&[&base[..], &["--cdc-table-size", "500GiB", "--cdc-max-staleness", "1h"]].concat());
+    assert!((item(&slow, "bigquery-cdc")[0]["per_month"].as_f64().unwrap() * 4.0 - tib * 6.25).abs() < 1e-3);
+    for (extra, needle) in [
+        (&["--cdc-table-size", "500GiB"][..], "go together"),
+        (&["--cdc-table-size", "500GiB", "--cdc-max-staleness", "soon"][..], "--cdc-max-staleness"),
+        (&["--cdc-table-size", "huge", "--cdc-max-staleness", "15m"][..], "--cdc-table-size"),
+    ] {
+        let out = flexrun(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+}

@@ -561,3 +561,17 @@ fn checkpoints_are_modelled_per_backend_at_cloud_scale() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only kafka-to-gcs keeps window state"));
 }
+
+/// A CDC table's apply jobs are priced in the simulated bill too, from the same flags.
+#[test]
+fn a_simulated_cdc_pipeline_is_billed_for_its_apply_jobs() {
+    let plain = simulate::run(&config(&["--qps", "10000", "--duration", "1h"]), &mut |_| {});
+    let cdc =
+        config(&["--qps", "10000", "--duration", "1h", "--cdc-table-size", "100GiB", "--cdc-max-staleness", "10m"]);
+    let r = simulate::run(&cdc, &mut |_| {});
+    let line = |s: &simulate::SimSummary, l: Line| s.cost_totals.lines.iter().find(|t| t.line == l).map(|t| t.month_1);
+    assert_eq!(line(&plain.summary, Line::BigqueryCdc), None);
+    let apply = line(&r.summary, Line::BigqueryCdc).expect("a CDC line");
+    assert!((apply - 730.0 * 6.0 * 100.0 / 1024.0 * 6.25).abs() < 1e-6, "{apply}");
+    assert!(r.summary.cost_per_hour > plain.summary.cost_per_hour, "the apply jobs are on the bill");
+}
