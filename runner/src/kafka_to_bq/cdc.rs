@@ -20,11 +20,13 @@
 //! any crash is the final state of each key.
 
 use super::metadata::KafkaMeta;
+use crate::avro::wire::AvroDecoder;
 use crate::bigquery::proto::put_bytes;
 use crate::bigquery::schema::{ColumnType, Mode, Schema};
 use crate::record::RecordError;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
+use std::sync::Arc;
 
 /// The change-type pseudo-column.
 pub const CHANGE_TYPE: &str = "_CHANGE_TYPE";
@@ -46,7 +48,27 @@ pub struct CdcConfig {
     /// `cdcSequenceField`: the INTEGER column whose value orders a key's changes (None:
     /// the Kafka offset).
     pub sequence_field: Option<String>,
+    /// `cdcKeySchemaPath`: how an Avro job reads a tombstone's key (None: as JSON).
+    pub key_schema: Option<KeySchema>,
 }
+
+/// The Avro schema a tombstone's key is written in (`cdcKeySchemaPath`), read in the
+/// job's framing.
+#[derive(Debug, Clone)]
+pub struct KeySchema {
+    /// The file it came from (what two configurations are compared by).
+    pub path: String,
+    /// The key's decoder.
+    pub decoder: Arc<AvroDecoder>,
+}
+
+impl PartialEq for KeySchema {
+    fn eq(&self, o: &KeySchema) -> bool {
+        self.path == o.path
+    }
+}
+
+impl Eq for KeySchema {}
 
 /// Parse `cdcPrimaryKey` (columns separated by `|`, or commas inside a `^;^` list) and
 /// `cdcChangeTypeHeader`; None when CDC is off. (`cdcSequenceField` is added with
@@ -85,13 +107,24 @@ pub fn parse(primary_key: Option<&str>, header: Option<&str>) -> Result<Option<C
     if header.is_empty() {
         return Err("cdcChangeTypeHeader: empty; expected a header name (default op)".into());
     }
-    Ok(Some(CdcConfig { primary_key: cols, change_type_header: header, change_type_field: None, sequence_field: None }))
+    Ok(Some(CdcConfig {
+        primary_key: cols,
+        change_type_header: header,
+        change_type_field: None,
+        sequence_field: None,
+        key_schema: None,
+    }))
 }
 
 impl CdcConfig {
     /// Order each key's changes by this INTEGER column instead of the Kafka offset.
     pub fn with_sequence_field(self, field: Option<&str>) -> CdcConfig {
         CdcConfig { sequence_field: field.filter(|f| !f.is_empty()).map(str::to_string), ..self }
+    }
+
+    /// Read an Avro job's tombstone keys with this schema instead of as JSON.
+    pub fn with_key_schema(self, key_schema: Option<KeySchema>) -> CdcConfig {
+        CdcConfig { key_schema, ..self }
     }
 
     /// Read the change type from this STRING column instead of a header.
@@ -129,9 +162,16 @@ pub struct CdcPlan {
     seq_from: Option<(u32, String)>,
     /// The change-type column's field number and name (None: the header).
     type_from: Option<(u32, String)>,
+    /// How a tombstone's key is read when it is Avro (`cdcKeySchemaPath`).
+    key: Option<KeySchema>,
 }
 
 impl CdcPlan {
+    /// How a tombstone's Avro key is decoded (`cdcKeySchemaPath`); None: it is JSON.
+    pub fn key_decoder(&self) -> Option<&Arc<AvroDecoder>> {
+        self.key.as_ref().map(|k| &k.decoder)
+    }
+
     /// Check the key columns against `schema` (top-level, not REPEATED, not RECORD)
     /// and give the pseudo-columns the field numbers after the table's.
     pub fn resolve(cfg: &CdcConfig, schema: &Schema) -> Result<CdcPlan, String> {
@@ -179,7 +219,15 @@ impl CdcPlan {
             }
         };
         let n = schema.columns.len() as u32;
-        Ok(CdcPlan { header: cfg.change_type_header.clone(), type_tag: n + 1, seq_tag: n + 2, seq_from, type_from })
+        let key = cfg.key_schema.clone();
+        Ok(CdcPlan {
+            header: cfg.change_type_header.clone(),
+            type_tag: n + 1,
+            seq_tag: n + 2,
+            seq_from,
+            type_from,
+            key,
+        })
     }
 
     /// The rows' descriptor with the two pseudo-columns added.

@@ -231,11 +231,16 @@ fn cdc_params(
     if p.get("cdcChangeTypeField").is_some() && p.get("cdcChangeTypeHeader").is_some() {
         errs.push("cdcChangeTypeField and cdcChangeTypeHeader both name where the change type is; give one");
     }
+    if p.get("cdcKeySchemaPath").is_some() && !matches!(cdc, Ok(Some(_))) {
+        errs.push("cdcKeySchemaPath needs cdcPrimaryKey (CDC is on only with a primary key)");
+    }
+    let key_schema = cdc_key_schema(p, fp, errs);
     let cdc = cdc
         .map_err(|e| errs.push(e))
         .ok()??
         .with_sequence_field(p.get("cdcSequenceField"))
-        .with_change_type_field(p.get("cdcChangeTypeField"));
+        .with_change_type_field(p.get("cdcChangeTypeField"))
+        .with_key_schema(key_schema);
     if p.was_given("useStorageWriteApiAtLeastOnce") && !p.flag("useStorageWriteApiAtLeastOnce") {
         errs.push("cdcPrimaryKey: BigQuery takes CDC writes only on the _default stream (\"You must use the Storage Write API in the default stream\"), and useStorageWriteApiAtLeastOnce=false asks for COMMITTED streams; drop it. Each key's final state is still exact after a crash");
     }
@@ -243,6 +248,32 @@ fn cdc_params(
         errs.push("cdcPrimaryKey: not built for schemaFormat=SCHEMA_REGISTRY per-record tables; use one table (outputTableSpec)");
     }
     Some(cdc)
+}
+
+/// `cdcKeySchemaPath`: the .avsc a tombstone's key is read with, in the job's framing
+/// (Avro paths with a schema file only; a JSON job reads keys as JSON).
+fn cdc_key_schema(
+    p: &ResolvedParams,
+    fp: &super::format::FormatParams,
+    errs: &mut Problems,
+) -> Option<super::cdc::KeySchema> {
+    use crate::avro::wire::{AvroDecoder, Framing};
+    let path = p.get("cdcKeySchemaPath")?;
+    let framing = match &fp.format {
+        InputFormat::AvroBinary { .. } => Framing::Binary,
+        InputFormat::AvroConfluentFile { .. } => Framing::Confluent,
+        _ => {
+            errs.push("cdcKeySchemaPath is for the Avro paths with a schema file (AVRO_BINARY_ENCODING, or AVRO_CONFLUENT_WIRE_FORMAT with SINGLE_SCHEMA_FILE); a JSON job reads a tombstone's key as JSON");
+            return None;
+        }
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| errs.push(format!("cdcKeySchemaPath={path}: cannot read the schema file: {e}")))
+        .ok()?;
+    let w =
+        crate::avro::WriterSchema::parse(&text).map_err(|e| errs.push(format!("cdcKeySchemaPath={path}: {e}"))).ok()?;
+    let decoder = std::sync::Arc::new(AvroDecoder::with_file(framing, w));
+    Some(super::cdc::KeySchema { path: path.to_string(), decoder })
 }
 
 /// `cdcMaxStaleness` as BigQuery's interval text.

@@ -221,9 +221,10 @@ impl Mapper {
         self.check_size(out)
     }
 
-    /// A CDC tombstone (a key, no value): a DELETE of the row its JSON key names (the
-    /// key's fields are mapped as the row; the table's other REQUIRED columns cannot be
-    /// filled and send it to the dead letters with the reason).
+    /// A CDC tombstone (a key, a null value): a DELETE of the row its key names. The key
+    /// is Avro when the job has `cdcKeySchemaPath`, else JSON (on the Avro paths too: a
+    /// JSON or string-converter key). Its fields are mapped as the row; the table's other
+    /// REQUIRED columns cannot be filled and send it to the dead letters with the reason.
     fn map_tombstone(
         &self,
         cdc: &super::cdc::CdcPlan,
@@ -232,13 +233,18 @@ impl Mapper {
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
         let key = key.ok_or_else(|| RecordError::Cdc("a record with neither key nor value names no row".into()))?;
-        if !matches!(self.input, Input::Json) {
-            return Err(RecordError::Cdc(
-                "a tombstone is a DELETE by its key, which is read as JSON; this job reads Avro".into(),
-            ));
-        }
-        self.map_into(key, out).map_err(|e| {
-            RecordError::Cdc(format!("a tombstone deletes the row its key names, and its key does not map: {e}"))
+        let mapped = match cdc.key_decoder() {
+            Some(d) => d.decode(key).and_then(|(w, v)| {
+                out.clear();
+                crate::avro::row::encode_record(&w, &self.schema, &v, out)
+            }),
+            None => self.map_into(key, out),
+        };
+        mapped.map_err(|e| {
+            let how = if cdc.key_decoder().is_some() { "read with cdcKeySchemaPath" } else { "read as JSON" };
+            RecordError::Cdc(format!(
+                "a tombstone deletes the row its key names, and its key ({how}) does not map: {e}"
+            ))
         })?;
         cdc.encode_as(super::cdc::ChangeType::Delete, meta, out)?;
         self.check_size(out)

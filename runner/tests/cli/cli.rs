@@ -821,3 +821,25 @@ fn several_topics_badly_written_exit_2_and_cannot_be_exported() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("Google's template reads one per job"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_cdc_key_schema_is_for_avro_jobs_and_must_be_readable() {
+    let o = run_with(&format!("{GOOD},cdcPrimaryKey=id,cdcKeySchemaPath=/tmp/k.avsc"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("a JSON job reads a tombstone's key as JSON"), "{}", stderr(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = dir.path().join("v.avsc");
+    std::fs::write(&avsc, r#"{"type":"record","name":"V","fields":[{"name":"id","type":"long"}]}"#).unwrap();
+    let bad = dir.path().join("bad.avsc");
+    std::fs::write(&bad, "{not avro").unwrap();
+    let avro = format!("readBootstrapServerAndTopic=127.0.0.1:1;t,messageFormat=AVRO_BINARY_ENCODING,binaryAvroSchemaPath={},outputTableSpec=p:d.t,kafkaReadAuthenticationMode=NONE", avsc.display());
+    for (extra, want) in [
+        (format!("cdcPrimaryKey=id,cdcKeySchemaPath={}", bad.display()), "cdcKeySchemaPath="),
+        ("cdcPrimaryKey=id,cdcKeySchemaPath=/nonexistent/k.avsc".to_string(), "cannot read the schema file"),
+        (format!("cdcKeySchemaPath={}", avsc.display()), "cdcKeySchemaPath needs cdcPrimaryKey"),
+    ] {
+        let o = run_with(&format!("{avro},{extra}"));
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra}: want {want:?} in {}", stderr(&o));
+    }
+}

@@ -491,3 +491,48 @@ async fn a_cdc_table_flexrun_creates_declares_its_key_and_staleness_and_upserts_
     let (rows, distinct) = s.count(&out).await;
     assert!(rows > 0 && rows <= 20 && rows == distinct, "one row per id: {rows} rows, {distinct} ids");
 }
+
+#[tokio::test]
+async fn a_tombstone_with_an_avro_key_deletes_the_row_it_names() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let value_schema = r#"{"type":"record","name":"Item","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}"#;
+    let key_schema = r#"{"type":"record","name":"Key","fields":[{"name":"id","type":"long"}]}"#;
+    let (value_avsc, key_avsc) = (dir.path().join("item.avsc"), dir.path().join("key.avsc"));
+    std::fs::write(&value_avsc, value_schema).unwrap();
+    std::fs::write(&key_avsc, key_schema).unwrap();
+    let frame = |schema: &str, v: serde_json::Value| {
+        let w = flexrun::avro::WriterSchema::parse(schema).unwrap();
+        let datum = flexrun::avro::from_json::to_avro(&w, &v).unwrap();
+        let mut out = Vec::new();
+        flexrun::avro::wire::confluent_frame(7, &apache_avro::to_avro_datum(&w.schema, datum).unwrap(), &mut out);
+        out
+    };
+    let t = topic(&s, "avro_tomb").await;
+    let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    for id in 1..=5i64 {
+        let (k, v) = (
+            frame(key_schema, serde_json::json!({"id": id})),
+            frame(value_schema, serde_json::json!({"id": id, "note": "n"})),
+        );
+        p.send(FutureRecord::<[u8], [u8]>::to(&t).key(&k).payload(&v).partition(0), Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    // A tombstone: key 3 in the key's Avro schema, and a null value.
+    let k = frame(key_schema, serde_json::json!({"id": 3}));
+    p.send(FutureRecord::<[u8], [u8]>::to(&t).key(&k).partition(0), Duration::from_secs(30)).await.unwrap();
+    p.flush(Duration::from_secs(30)).unwrap();
+    let out = table(&t);
+    let params = format!(
+        "{},confluentAvroSchemaPath={},outputTableSpec={out},cdcPrimaryKey=id,cdcKeySchemaPath={}",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT"),
+        value_avsc.display(),
+        key_avsc.display()
+    );
+    let o = run_job("avro-tomb", &dir.path().join("ck"), &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ids = s.rows(&format!("SELECT id FROM `{}.{}.{}` ORDER BY id", out.project, out.dataset, out.table)).await;
+    let ids: Vec<String> = ids.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
+    assert_eq!(ids, ["1", "2", "4", "5"], "the Avro key's row is deleted");
+}

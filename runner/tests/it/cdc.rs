@@ -280,3 +280,55 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
     assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is null")), "{msgs:?}");
     assert!(msgs.iter().any(|m| m.contains("cdcChangeTypeField op is \"MERGE\"")), "{msgs:?}");
 }
+
+/// `dlq replay` of a CDC job: the dead letters go back as changes through the `_default`
+/// stream with their own sequence numbers, so a fixed change that is older than one
+/// applied since loses, a fixed change that is the key's latest lands, and a second
+/// replay changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdc_jobs_dead_letters_replay_as_changes_and_a_stale_one_loses_to_a_newer_change() {
+    let s = stack();
+    let topic = unique("cdc_replay");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let t = TableRef { project: PROJECT.into(), dataset: "cdc".into(), table: topic.clone() };
+    create(&s, &t, true).await;
+    let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
+    // Offsets 0 and 2 are dead letters (a version that is not a number); offset 1 is a
+    // newer change of key 1.
+    let values: Vec<Vec<u8>> =
+        [r#"{"id": 1, "version": "x"}"#, r#"{"id": 1, "version": 2}"#, r#"{"id": 2, "version": "y"}"#]
+            .iter()
+            .map(|v| v.as_bytes().to_vec())
+            .collect();
+    produce_values(&s, &topic, &values).await;
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={t},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,cdcPrimaryKey=id,useBigQueryDLQ=true,outputDeadletterTable={dlq}",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let job = unique("cdcr");
+    let o = run_job(&job, &ck, &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 2)]));
+    let js = dir.path().join("fix.js");
+    std::fs::write(
+        &js,
+        "function fix(s) { var o = JSON.parse(s); if (typeof o.version === 'string') o.version = o.id * 10; return JSON.stringify(o); }",
+    )
+    .unwrap();
+    let p = format!("javascriptTextTransformGcsPath={},javascriptTextTransformFunctionName=fix", js.display());
+    let replay =
+        || flexrun(&["dlq", "replay", "--job", &job, "--checkpoint-dir", ck.to_str().unwrap(), "--parameters", &p]);
+    let o = replay().bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("replayed into the table: 2"), "{}", text(&o));
+    // Key 1's fixed change (offset 0) is older than the change applied since (offset 1):
+    // it loses. Key 2's is its latest: it lands.
+    assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 2), (2, 20)]));
+    let o = replay().bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("already replayed (skipped): 2") && out.contains("replayed into the table: 0"), "{out}");
+    assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 2), (2, 20)]));
+}

@@ -13,6 +13,10 @@
 //! 3. Rows that fail again stay in the dead-letter table, not in the ledger, and are
 //!    reported; a later replay (after another fix) tries them again.
 //!
+//! A CDC job's (`cdcPrimaryKey`) rows go to the table's `_default` stream instead, without
+//! offsets, as BigQuery requires of CDC writes: each keeps its record's sequence number,
+//! so what is exact is each key's final state, as for the job itself ([`main_stream`]).
+//!
 //! A batch's rows fit one AppendRows request, so a refusal means none of them landed:
 //! the refused rows leave the batch (reported as still failing, and recorded in the
 //! log entry so that a resumed batch leaves them out too), and the batch is logged
@@ -106,9 +110,6 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
     if cfg.dynamic.is_some() {
         return Err(crate::usage("schemaFormat=SCHEMA_REGISTRY routes each record to its own table; dlq replay writes to one table (outputTableSpec) and does not route"));
     }
-    if cfg.cdc.is_some() {
-        return Err(crate::usage("dlq replay is not built for CDC jobs (cdcPrimaryKey): their changes go through the _default stream, which has no offsets to replay at exactly once"));
-    }
     let dir = root.join(&cfg.job_name).join("dlq-replay");
     let _lock = crate::control::lock::JobLock::acquire(&dir, &format!("{} (dlq replay)", cfg.job_name))?;
     let client = rest::client(&ep).await?;
@@ -157,7 +158,7 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
             let p = Plan {
                 keys,
                 where_sql,
-                main_stream: w.create_committed_stream(&table).await?,
+                main_stream: main_stream(&cfg, &w, &table).await?,
                 ledger_stream: w.create_committed_stream(&ledger_table).await?,
                 started_ms: chrono::Utc::now().timestamp_millis(),
                 done: false,
@@ -180,6 +181,24 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
     b.run(&dir).await?;
     save_plan(&dir, &Plan { done: true, ..plan.clone() })?;
     Ok(b.report)
+}
+
+/// Where the replayed rows go: a COMMITTED stream of the replay's own, appended at
+/// offsets (exactly once), or for a CDC job the `_default` stream BigQuery requires ("You
+/// must use the Storage Write API in the default stream"). A CDC row carries the record's
+/// own sequence number (its Kafka offset, or its `cdcSequenceField`), so a replayed change
+/// applies by key as it would have: it loses to a newer change of the key, and sending it
+/// again after a crash changes nothing. What is exact for CDC is each key's final state.
+async fn main_stream(cfg: &KafkaToBqConfig, w: &WriteClient, table: &TableRef) -> Result<String> {
+    match cfg.cdc {
+        Some(_) => Ok(table.default_stream()),
+        None => Ok(w.create_committed_stream(table).await?),
+    }
+}
+
+/// Whether rows go to the table at offsets (not for CDC's `_default` stream).
+fn at_offsets(cfg: &KafkaToBqConfig) -> bool {
+    cfg.cdc.is_none()
 }
 
 fn budget(cfg: &KafkaToBqConfig) -> usize {
@@ -499,7 +518,7 @@ impl Batches<'_> {
             }
             first = false;
             let mut plan = Requests::split(&rows, budget(self.cfg));
-            let at = Some(self.targets.main.next);
+            let at = at_offsets(self.cfg).then_some(self.targets.main.next);
             match self.targets.main.append_batch(&self.w, &rows, &mut plan, at, &mut ctl).await? {
                 BatchAppend::Done { already_existed } => {
                     self.report.already_existed += already_existed;

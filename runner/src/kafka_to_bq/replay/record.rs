@@ -93,8 +93,8 @@ impl Recovered {
             offset: self.offset,
             timestamp_ms: (self.timestamp_ms >= 0).then_some(self.timestamp_ms),
             headers: self.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect(),
-            // A dead-letter row does not tell a null value from an empty one, and replay
-            // refuses CDC jobs, the only ones that read it.
+            // A dead-letter row does not tell a null value from an empty one: a dead-lettered
+            // tombstone is read back as an empty value, which fails again with its reason.
             null_value: false,
         }
     }
