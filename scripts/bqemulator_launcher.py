@@ -137,7 +137,8 @@ stock emulator is lenient, the launcher makes it behave as documented:
      POST /faults {"table": "dataset.table", "schema_lag_s": S}: for S seconds after a change
      every connection, old or new, keeps the schema from before it.
    - Rows are inserted by column name, so an append from a connection bound before the
-     change lands with the new column NULL, and REPEATED scalars are added as lists.
+     change lands with the new column NULL; REPEATED columns are added as lists and RECORD
+     columns as structs (stock patch 8 skipped RECORD columns).
 
 Each patch checks that the code it replaces is still there, so a different
 bqemulator version fails loudly instead of running unpatched.
@@ -535,11 +536,14 @@ def _adding_columns(orig):
         before = {f.name for f in old.schema_.fields} if old is not None and old.schema_ else set()
         updated = orig(self, table)
         engine = getattr(self, "_engine", None)
+        def duck_type(f):
+            t = f"STRUCT({', '.join(f'{chr(34)}{s.name}{chr(34)} {duck_type(s)}' for s in f.fields)})" if f.fields else bq_to_duckdb(f.type)
+            return t + ("[]" if (f.mode or "").upper() == "REPEATED" else "")
+
         for f in updated.schema_.fields if updated.schema_ and engine is not None else []:
-            if f.name not in before and not f.fields:
+            if f.name not in before:
                 ref = quoted_table_ref(table.project_id, table.dataset_id, table.table_id)
-                typ = bq_to_duckdb(f.type) + ("[]" if (f.mode or "").upper() == "REPEATED" else "")
-                engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{f.name}" {typ}')
+                engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{f.name}" {duck_type(f)}')
         if old is not None and old.schema_ and updated.schema_ and _field_shape(old) != _field_shape(updated):
             _schema_changed(f"{table.dataset_id}.{table.table_id}", _table_arrow_schema_with_nested_fields(old))
         return updated

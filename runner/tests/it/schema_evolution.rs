@@ -196,14 +196,14 @@ async fn the_emulator_refuses_the_schema_changes_bigquery_refuses() {
 }
 
 const ITEM_V1: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
-const ITEM_V2: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":"long","default":0}]}"#;
+const ITEM_V2: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":"long","default":0},{"name":"dims","type":["null",{"type":"record","name":"Dims","fields":[{"name":"w","type":"long"},{"name":"tags","type":{"type":"array","items":"string"}}]}],"default":null}]}"#;
 
 /// Produce records of `schema` (registry id `id`) with these ids, in the Confluent framing.
 async fn produce_items(s: &Stack, topic: &str, schema: &str, id: u32, ids: std::ops::Range<i64>) {
     let w = flexrun::avro::WriterSchema::parse(schema).unwrap();
     let values: Vec<Vec<u8>> = ids
         .map(|i| {
-            let j = serde_json::json!({"id": i, "name": format!("n{i}"), "note": format!("x{i}"), "qty": i});
+            let j = serde_json::json!({"id": i, "name": format!("n{i}"), "note": format!("x{i}"), "qty": i, "dims": {"w": i * 2, "tags": ["a", "b"]}});
             let v = flexrun::avro::from_json::to_avro(&w, &j).unwrap();
             let mut framed = Vec::new();
             flexrun::avro::wire::confluent_frame(id, &apache_avro::to_avro_datum(&w.schema, v).unwrap(), &mut framed);
@@ -233,7 +233,8 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
     assert!(o.status.success(), "{}", text(&o));
     let table = TableRef { project: PROJECT.into(), dataset: "evolve".into(), table: format!("{prefix}-evo-Item") };
     assert_eq!(schema_of(&s, &table).await.columns.len(), 2, "created from version 1");
-    // Version 2 adds an optional field and a long with a default: both become NULLABLE columns.
+    // Version 2 adds an optional field, a long with a default and an optional record: each
+    // becomes a NULLABLE column (the record a RECORD with its own REQUIRED and REPEATED fields).
     let v2 = client.register(&subject, ITEM_V2).await.unwrap();
     produce_items(&s, &topic, ITEM_V2, v2, 50..100).await;
     let crash = job_cmd("evo_avro", ck.path(), &p, "2s", &[]).env("FAILPOINTS", "evolve::after_patch=return").bounded();
@@ -242,9 +243,15 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
     assert!(o.status.success(), "{}", text(&o));
     let w = schema_of(&s, &table).await;
     let cols: Vec<_> = w.columns.iter().map(|c| (c.name.as_str(), c.type_name.as_str(), c.mode)).collect();
-    assert_eq!(cols[2..], [("note", "STRING", Mode::Nullable), ("qty", "INTEGER", Mode::Nullable)], "{cols:?}");
+    assert_eq!(
+        cols[2..],
+        [("note", "STRING", Mode::Nullable), ("qty", "INTEGER", Mode::Nullable), ("dims", "RECORD", Mode::Nullable)],
+        "{cols:?}"
+    );
     assert_eq!(s.count(&table).await, (100, 100));
     let fq = format!("`{}.{}.{}`", table.project, table.dataset, table.table);
-    let landed = format!("SELECT COUNT(*) FROM {fq} WHERE note = CONCAT('x', CAST(id AS STRING)) AND qty = id");
-    assert_eq!(scalar(&s, &landed).await, 50);
+    let landed = format!(
+        "SELECT COUNT(*) FROM {fq} WHERE note = CONCAT('x', CAST(id AS STRING)) AND qty = id AND dims.w = 2 * id AND ARRAY_LENGTH(dims.tags) = 2"
+    );
+    assert_eq!(scalar(&s, &landed).await, 50, "the new fields' values landed, the record's too");
 }
