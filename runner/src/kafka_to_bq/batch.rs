@@ -280,7 +280,6 @@ pub(super) fn map_batch(
     counts: &mut BatchCounts,
     pool: &mut RowPool,
 ) -> Result<Mapped> {
-    let topic = ctx.cfg.source.topic.as_str();
     let keep_bad = bad.keep;
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
@@ -291,24 +290,52 @@ pub(super) fn map_batch(
         let (rows, row_src, dlq_rows, side) = Default::default();
         return Ok(Mapped { rows, row_src, dlq_rows, dropped: 0, side, evolve: failed });
     }
-    let mut dlq_rows: Vec<Vec<u8>> = Vec::with_capacity(failed.len());
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
+    let (mut dead, mut side_asks) = (Vec::new(), Vec::new());
     for (i, e) in failed {
-        let m = cut.msgs.at(i);
         let e = match e {
-            RecordError::OtherRecord(name) => match route_message(ctx, &name, m, i, &mut side) {
+            RecordError::OtherRecord(name) => match route_message(ctx, &name, cut.msgs.at(i), i, &mut side) {
                 Ok(()) => continue,
+                Err(e) if asks_for_change(&e, bad.evolve) => {
+                    side_asks.push((i, e));
+                    continue;
+                }
                 Err(e) => e,
             },
             e => e,
         };
+        dead.push((i, e));
+    }
+    if !side_asks.is_empty() {
+        // Another record type's table is to change first (per-record tables).
+        pool.give_all(rows);
+        let (rows, row_src, dlq_rows, side) = Default::default();
+        return Ok(Mapped { rows, row_src, dlq_rows, dropped: 0, side, evolve: side_asks });
+    }
+    let dlq_rows = dead_letters(ctx, cut, dead, keep_bad, counts)?;
+    Ok(Mapped { rows, row_src, dlq_rows, dropped, side, evolve: Vec::new() })
+}
+
+/// The dead-letter rows of records that cannot be written; without a dead-letter table
+/// (and not `keep_bad`), the first one stops the job.
+fn dead_letters(
+    ctx: &JobCtx,
+    cut: &Cut,
+    dead: Vec<(usize, RecordError)>,
+    keep_bad: bool,
+    counts: &mut BatchCounts,
+) -> Result<Vec<Vec<u8>>> {
+    let topic = ctx.cfg.source.topic.as_str();
+    let mut dlq_rows = Vec::with_capacity(dead.len());
+    for (i, e) in dead {
+        let m = cut.msgs.at(i);
         if !keep_bad {
             bail!("record {topic}/{}@{} cannot be written: {e}. No dead-letter table is configured (set outputDeadletterTable to keep bad records), so the job stops here; this batch was not committed and nothing was lost", m.partition(), m.offset());
         }
         dlq_rows.push(dead_letter(ctx, cut.processed_ms, m, "transform", &e.to_string()));
         *counts.by_class.entry(e.class()).or_default() += 1;
     }
-    Ok(Mapped { rows, row_src, dlq_rows, dropped, side, evolve: Vec::new() })
+    Ok(dlq_rows)
 }
 
 /// A record's topic, partition, offset, timestamp and headers, for metadata columns.

@@ -227,6 +227,11 @@ impl JobCtx {
         m.with_cdc(self.cfg.cdc.as_ref())
     }
 
+    /// Route records named `record` with `route` from now on (its table's schema changed).
+    pub(super) fn set_route(&self, record: &str, route: Arc<Route>) {
+        self.routes.lock().expect("routes lock").insert(record.to_string(), Ok(route));
+    }
+
     /// The route of records named `record`, once [`JobCtx::prepare_routes`] has seen one.
     pub fn route(&self, record: &str) -> Option<RouteResult> {
         self.routes.lock().expect("routes lock").get(record).cloned()

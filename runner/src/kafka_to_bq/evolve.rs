@@ -1,5 +1,6 @@
 //! Schema evolution while the job runs (`schemaUpdateOptions`): the table is changed as
-//! a batch's records ask, and the batch is mapped again.
+//! a batch's records ask, and the batch is mapped again. With per-record tables
+//! (`schemaFormat=SCHEMA_REGISTRY`) each record type's table evolves with its writer schema.
 //!
 //! When [`super::batch::map_batch`] meets a record with a top-level field the table lacks
 //! (ALLOW_FIELD_ADDITION) or a REQUIRED column it leaves empty (ALLOW_FIELD_RELAXATION),
@@ -19,39 +20,49 @@
 //! ([`crate::bigquery::write`]).
 
 use super::batch::Cut;
-use super::context::{store_schema, JobCtx, Mapping};
+use super::context::{store_schema, JobCtx, Mapping, Route};
 use super::transform::{Input, RecordError};
 use crate::bigquery::evolution::{apply, from_json_value, from_schema, pending, Change, SchemaUpdates};
 use crate::bigquery::rest;
+use crate::bigquery::schema::Schema;
+use crate::bigquery::TableRef;
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Change the table's schema as the records `asking` (index into the batch, and why each
-/// did not map) ask, as far as the job's `schemaUpdateOptions` allow, and return the
-/// mapping to map the batch with. Returns the current mapping unchanged when nothing new
-/// can be changed (another shard did it already, or no column can be inferred).
-pub(super) async fn evolve(ctx: &JobCtx, cut: &Cut, asking: &[(usize, RecordError)]) -> Result<Arc<Mapping>> {
+/// Change the tables' schemas as the records `asking` (index into the batch, and why
+/// each did not map) ask, as far as the job's `schemaUpdateOptions` allow: the job's
+/// table, and with per-record tables the table of each other record type that asks.
+/// Returns the mapping to map the batch with, and whether anything changed (nothing does
+/// when another shard made the changes already, or no column can be inferred).
+pub(super) async fn evolve(ctx: &JobCtx, cut: &Cut, asking: &[(usize, RecordError)]) -> Result<(Arc<Mapping>, bool)> {
     let _one_at_a_time = ctx.evolving.lock().await;
     let current = ctx.current();
-    let allowed = ctx.cfg.schema_updates;
-    let mut changes = Vec::new();
+    let (mut main, mut side) = (Vec::new(), BTreeMap::<String, Vec<(usize, &RecordError)>>::new());
     for (i, e) in asking {
-        let m = cut.msgs.at(*i);
-        changes.extend(asked(&current, m.payload().unwrap_or_default(), e, allowed, ctx.cfg.persist_key));
+        let value = cut.msgs.at(*i).payload().unwrap_or_default();
+        match other_record(&current, value) {
+            Some(name) => side.entry(name).or_default().push((*i, e)),
+            None => main.push((*i, e)),
+        }
+    }
+    let mut changed = false;
+    for (name, items) in side {
+        changed |= evolve_route(ctx, cut, &name, &items).await?;
+    }
+    if main.is_empty() {
+        return Ok((current, changed));
+    }
+    let mut changes = Vec::new();
+    for (i, e) in main {
+        let value = cut.msgs.at(i).payload().unwrap_or_default();
+        changes.extend(asked(&current, value, e, ctx.cfg.schema_updates, ctx.cfg.persist_key));
     }
     let todo = pending(current.mapper.schema(), changes);
     if todo.is_empty() {
-        return Ok(current);
+        return Ok((current, changed));
     }
-    let schema = match (&ctx.endpoints, &ctx.write_client) {
-        (Some(ep), Some(_)) => {
-            let client = rest::client(ep).await?;
-            rest::evolve_table(&client, ep, &ctx.cfg.table, &todo)
-                .await
-                .with_context(|| format!("schemaUpdateOptions: changing table {}", ctx.cfg.table))?
-        }
-        _ => apply(current.mapper.schema(), &todo),
-    };
+    let schema = change_table(ctx, &ctx.cfg.table, current.mapper.schema(), &todo).await?;
     crate::crash_point!("evolve::after_patch");
     let m = Arc::new(ctx.mapping_like(&current, schema)?);
     store_schema(&ctx.job_dir, &m)?;
@@ -59,7 +70,49 @@ pub(super) async fn evolve(ctx: &JobCtx, cut: &Cut, asking: &[(usize, RecordErro
     tracing::warn!(job = %ctx.cfg.job_name, table = %ctx.cfg.table, changes = ?names, from = %current.fingerprint, to = %m.fingerprint, "schemaUpdateOptions: the table's schema was changed for new records");
     ctx.stats.note(|r| r.schema_changes += todo.len() as u64);
     ctx.adopt(m.clone());
-    Ok(m)
+    Ok((m, true))
+}
+
+/// With per-record tables: the record type of `value` when it is not the job's first.
+fn other_record(current: &Mapping, value: &[u8]) -> Option<String> {
+    let (Input::Avro(d), Some(primary)) = (current.mapper.input(), current.mapper.record()) else { return None };
+    let name = d.split(value).ok()?.0.full_name()?;
+    (name != primary).then_some(name)
+}
+
+/// `changes` made to `table` (tables.patch), or to `schema` alone for the stats sink.
+async fn change_table(ctx: &JobCtx, table: &TableRef, schema: &Schema, changes: &[Change]) -> Result<Schema> {
+    match (&ctx.endpoints, &ctx.write_client) {
+        (Some(ep), Some(_)) => {
+            let client = rest::client(ep).await?;
+            Ok(rest::evolve_table(&client, ep, table, changes)
+                .await
+                .with_context(|| format!("schemaUpdateOptions: changing table {table}"))?)
+        }
+        _ => Ok(apply(schema, changes)),
+    }
+}
+
+/// Change the table of record type `name` (per-record tables) as the records `items` ask,
+/// and route that type with the new schema from now on. Whether anything changed.
+async fn evolve_route(ctx: &JobCtx, cut: &Cut, name: &str, items: &[(usize, &RecordError)]) -> Result<bool> {
+    let Some(Ok(route)) = ctx.route(name) else { return Ok(false) };
+    let mut changes = Vec::new();
+    for (i, e) in items {
+        let value = cut.msgs.at(*i).payload().unwrap_or_default();
+        changes.extend(asked(&route.mapping, value, e, ctx.cfg.schema_updates, ctx.cfg.persist_key));
+    }
+    let todo = pending(route.mapping.mapper.schema(), changes);
+    if todo.is_empty() {
+        return Ok(false);
+    }
+    let schema = change_table(ctx, &route.table, route.mapping.mapper.schema(), &todo).await?;
+    let m = ctx.mapping_like(&route.mapping, schema)?;
+    let names: Vec<String> = todo.iter().map(ToString::to_string).collect();
+    tracing::warn!(job = %ctx.cfg.job_name, table = %route.table, record = name, changes = ?names, "schemaUpdateOptions: a per-record table's schema was changed for new records");
+    ctx.stats.note(|r| r.schema_changes += todo.len() as u64);
+    ctx.set_route(name, Arc::new(Route { table: route.table.clone(), mapping: Arc::new(m) }));
+    Ok(true)
 }
 
 /// The changes one record asks for: every field it has that the table lacks, and the

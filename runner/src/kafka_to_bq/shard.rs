@@ -453,9 +453,9 @@ impl Shard {
             if mapped.evolve.is_empty() {
                 break mapped;
             }
-            let before = mapping.fingerprint.clone();
-            mapping = super::evolve::evolve(&ctx, &cut, &mapped.evolve).await?;
-            if mapping.fingerprint == before {
+            let (now, changed) = super::evolve::evolve(&ctx, &cut, &mapped.evolve).await?;
+            mapping = now;
+            if !changed {
                 // Nothing more can be changed: what still does not map is a dead letter.
                 bad.evolve = Default::default();
             }

@@ -198,12 +198,15 @@ async fn the_emulator_refuses_the_schema_changes_bigquery_refuses() {
 const ITEM_V1: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
 const ITEM_V2: &str = r#"{"type":"record","name":"Item","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":"long","default":0},{"name":"dims","type":["null",{"type":"record","name":"Dims","fields":[{"name":"w","type":"long"},{"name":"tags","type":{"type":"array","items":"string"}}]}],"default":null}]}"#;
 
+const REFUND_V1: &str = r#"{"type":"record","name":"Refund","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"}]}"#;
+const REFUND_V2: &str = r#"{"type":"record","name":"Refund","namespace":"evo","fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"},{"name":"reason","type":["null","string"],"default":null}]}"#;
+
 /// Produce records of `schema` (registry id `id`) with these ids, in the Confluent framing.
 async fn produce_items(s: &Stack, topic: &str, schema: &str, id: u32, ids: std::ops::Range<i64>) {
     let w = flexrun::avro::WriterSchema::parse(schema).unwrap();
     let values: Vec<Vec<u8>> = ids
         .map(|i| {
-            let j = serde_json::json!({"id": i, "name": format!("n{i}"), "note": format!("x{i}"), "qty": i, "dims": {"w": i * 2, "tags": ["a", "b"]}});
+            let j = serde_json::json!({"id": i, "name": format!("n{i}"), "note": format!("x{i}"), "qty": i, "dims": {"w": i * 2, "tags": ["a", "b"]}, "amount": 1.5, "reason": format!("r{i}")});
             let v = flexrun::avro::from_json::to_avro(&w, &j).unwrap();
             let mut framed = Vec::new();
             flexrun::avro::wire::confluent_frame(id, &apache_avro::to_avro_datum(&w.schema, v).unwrap(), &mut framed);
@@ -223,6 +226,10 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
     let subject = format!("{topic}-value");
     let v1 = client.register(&subject, ITEM_V1).await.unwrap();
     produce_items(&s, &topic, ITEM_V1, v1, 0..50).await;
+    // Another record type on the topic, with a table of its own (per-record tables).
+    let refund_subject = format!("{topic}-refund");
+    let r1 = client.register(&refund_subject, REFUND_V1).await.unwrap();
+    produce_items(&s, &topic, REFUND_V1, r1, 0..20).await;
     let prefix = unique("evo");
     let p = format!(
         "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=evolve,bqTableNamePrefix={prefix},schemaUpdateOptions=ALLOW_FIELD_ADDITION",
@@ -237,6 +244,8 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
     // becomes a NULLABLE column (the record a RECORD with its own REQUIRED and REPEATED fields).
     let v2 = client.register(&subject, ITEM_V2).await.unwrap();
     produce_items(&s, &topic, ITEM_V2, v2, 50..100).await;
+    let r2 = client.register(&refund_subject, REFUND_V2).await.unwrap();
+    produce_items(&s, &topic, REFUND_V2, r2, 20..40).await;
     let crash = job_cmd("evo_avro", ck.path(), &p, "2s", &[]).env("FAILPOINTS", "evolve::after_patch=return").bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
     let o = run_job("evo_avro", ck.path(), &p, "2s", &[]);
@@ -254,4 +263,12 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
         "SELECT COUNT(*) FROM {fq} WHERE note = CONCAT('x', CAST(id AS STRING)) AND qty = id AND dims.w = 2 * id AND ARRAY_LENGTH(dims.tags) = 2"
     );
     assert_eq!(scalar(&s, &landed).await, 50, "the new fields' values landed, the record's too");
+    // The other record type's table evolved with its own new version.
+    let refunds = TableRef { table: format!("{prefix}-evo-Refund"), ..table.clone() };
+    let w = schema_of(&s, &refunds).await;
+    assert_eq!(w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["id", "amount", "reason"]);
+    assert_eq!(s.count(&refunds).await, (40, 40));
+    let fr = format!("`{}.{}.{}`", refunds.project, refunds.dataset, refunds.table);
+    let reasons = format!("SELECT COUNT(*) FROM {fr} WHERE reason = CONCAT('r', CAST(id AS STRING))");
+    assert_eq!(scalar(&s, &reasons).await, 20);
 }
