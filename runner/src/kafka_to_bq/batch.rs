@@ -11,7 +11,7 @@ use super::transform::{Mapper, RecordError};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
 use crate::progress::OffsetEntry;
-use crate::stats::{BatchCounts, Stage, StageStats};
+use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{bail, Result};
 use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
@@ -181,7 +181,7 @@ pub struct MappedValues {
 pub fn map_values<'a>(
     mapper: &Mapper,
     messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8], Option<KafkaMeta<'a>>)>,
-    stages: &mut StageStats,
+    stages: &mut StageSamples,
     pool: &mut RowPool,
 ) -> MappedValues {
     let t = Instant::now();
@@ -276,7 +276,7 @@ pub(super) fn map_batch(
     mapping: &Mapping,
     cut: &Cut,
     bad: BadRecords,
-    stages: &mut StageStats,
+    stages: &mut StageSamples,
     counts: &mut BatchCounts,
     pool: &mut RowPool,
 ) -> Result<Mapped> {
@@ -489,7 +489,7 @@ mod tests {
         .unwrap();
         let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
-        let mut stages = StageStats::default();
+        let mut stages = StageSamples::default();
         let out = map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default());
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();

@@ -19,7 +19,7 @@ use crate::kafka;
 use crate::kafka_to_bq::config::{BadRecordPolicy, Delivery};
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use crate::scaling::WorkerSlot;
-use crate::stats::{BatchCounts, Stage, StageStats};
+use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::StreamConsumer;
@@ -62,7 +62,7 @@ impl OpenBatch {
     }
 
     /// Add message `m`, read at `now_ms`, timing its read stage. True when the batch is full.
-    fn take(&mut self, ctx: &JobCtx, stages: &mut StageStats, m: BorrowedMessage<'_>, now_ms: i64) -> bool {
+    fn take(&mut self, ctx: &JobCtx, stages: &mut StageSamples, m: BorrowedMessage<'_>, now_ms: i64) -> bool {
         if let Some(ts) = m.timestamp().to_millis() {
             stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
         }
@@ -127,7 +127,7 @@ pub struct Shard {
     positions: BTreeMap<i32, i64>,
     next_batch: u64,
     writer: Writer,
-    stages: StageStats,
+    stages: StageSamples,
     slot: Arc<WorkerSlot>,
     retry: RetryCtl,
     /// The last batch's record buffer, emptied, for the next batch.
@@ -208,7 +208,7 @@ impl Shard {
             positions,
             next_batch,
             writer,
-            stages: StageStats::default(),
+            stages: StageSamples::default(),
             slot,
             retry,
             spare: Records::default(),

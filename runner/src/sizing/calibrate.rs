@@ -23,7 +23,7 @@ use crate::bigquery::write::{request_row_budget, split_requests, MAX_REQUEST_BYT
 use crate::kafka_to_bq::batch::{map_values, rows_digest, RowPool};
 use crate::kafka_to_bq::transform::Mapper;
 use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
-use crate::stats::StageStats;
+use crate::stats::{BatchCounts, JobStats, StageSamples};
 use anyhow::{Context, Result};
 use flexrun_estimator::units::MIB;
 use flexrun_estimator::{Baseline, BaselineFile, Mode};
@@ -122,7 +122,8 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
     let (mut messages, mut rejected, mut bytes, mut batch_id, mut next) = (0u64, 0u64, 0u64, 0u64, 0usize);
     let mut offset = 0i64;
     let budget = request_row_budget(MAX_REQUEST_BYTES);
-    let mut stages = StageStats::default();
+    let mut stages = StageSamples::default();
+    let stats = JobStats::default();
     let mut pool = RowPool::default();
     while thread_cpu_s() - cpu0 < seconds {
         // Cut a batch as a shard does: until it has BATCH_ROWS messages or BATCH_BYTES.
@@ -170,6 +171,14 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         if let Some(log) = log.as_mut() {
             log.log_commit(&CommitEntry { batch: batch_id, positions: BTreeMap::from([(0, messages as i64)]) })?;
         }
+        // The job's per-batch bookkeeping: counters, CPU and the stage latencies.
+        let counts = BatchCounts {
+            read: (messages - first),
+            bytes: batch_bytes as u64,
+            written: n as u64,
+            ..Default::default()
+        };
+        stats.add_batch(&counts, &mut stages);
         pool.give_all(rows);
         offset += n;
         batch_id += 1;
