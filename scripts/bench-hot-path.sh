@@ -10,11 +10,16 @@
 # fresh consumer starting at the beginning:
 #   bare-1    runner/examples/bare_consumer.rs: one consumer polls and counts bytes
 #   bare-8    the same with 8 consumers, partition p on consumer p % 8, as kafka-to-bq's
-#             8 shards read them (what the job's topology costs before any processing)
+#             8 shards read them before issue 29's step 2
+#   bare-split8  one consumer whose 8 partitions are split into 8 tokio tasks' queues,
+#             as kafka-to-bq's shards read them now (one consumer per worker)
 #   eo-stats  kafka-to-bq exactly-once, stats sink (map, encode, offset+commit logs)
 #   alo-stats kafka-to-bq at-least-once, stats sink
 #   eo-quoted kafka-to-bq exactly-once, stats sink, on a second topic of the same
 #             messages with logStreamId quoted, as Google's generator writes it
+#   eo-avro   kafka-to-bq exactly-once, stats sink, on a third topic of the same shape
+#             as Avro records in Confluent wire format (scripts/bench/seed.avsc),
+#             written by the generator
 #   eo-bq     kafka-to-bq exactly-once into a table on the local BigQuery emulator
 #             (the emulator's CPU is its own process's, so it is not counted)
 # CPU is the process's getrusage (user+sys), start-up and kafka-to-bq's 2 s idle tail
@@ -41,10 +46,17 @@ $F local create-topic --topic "$TOPIC" --partitions 8 >&2
 $F local produce --topic "$TOPIC" --count "$N" --seed-shape >&2
 $F local create-topic --topic "${TOPIC}_q" --partitions 8 >&2
 $F local produce --topic "${TOPIC}_q" --count "$N" --seed-shape --quoted-id >&2
+$F local create-topic --topic "${TOPIC}_a" --partitions 8 >&2
+$F --template streaming-data-generator --parameters "qps=1000000,messagesLimit=$N,schemaLocation=scripts/bench/seed-template.json,sinkType=KAFKA,bootstrapServer=$FLEXRUN_KAFKA,kafkaTopic=${TOPIC}_a,outputType=AVRO,avroSchemaLocation=scripts/bench/seed.avsc" >&2
 
 job() { # name round [extra-param] [binary] [topic] [sink]
   local name=$1 round=$2 extra=${3:-} bin=${4:-$F} topic=${5:-$TOPIC} sink=${6:-stats}
-  local sinkargs=(--sink stats --schema-file scripts/bench/seed-schema.json) table=p:d.t
+  local sinkargs=(--sink stats --schema-file scripts/bench/seed-schema.json) table=p:d.t fmt=JSON
+  if [ "$sink" = avro ]; then
+    fmt=AVRO_CONFLUENT_WIRE_FORMAT
+    extra=",confluentAvroSchemaPath=scripts/bench/seed.avsc$extra"
+    sinkargs=(--sink stats)
+  fi
   if [ "$sink" = bigquery ]; then
     table="$FLEXRUN_BQ_PROJECT:hotpath.t_${ID}_$round"
     $F local create-table --table "$table" --schema-file scripts/bench/seed-schema.json >&2
@@ -53,16 +65,18 @@ job() { # name round [extra-param] [binary] [topic] [sink]
   FLEXRUN_LOG=warn $bin --template kafka-to-bq --job-name "hot-$name-$round-$ID" --checkpoint-dir "$OUT/ck" \
     --idle-timeout 2s "${sinkargs[@]}" \
     --summary-json "$OUT/$name-$round.json" \
-    --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$topic,messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec=$table$extra" >&2
+    --parameters "readBootstrapServerAndTopic=$FLEXRUN_KAFKA;$topic,messageFormat=$fmt,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec=$table$extra" >&2
 }
 
 for r in $(seq 1 "$ROUNDS"); do
   echo "[bench] round $r of $ROUNDS" >&2
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 1 > "$OUT/bare-1-$r.json"
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 8 > "$OUT/bare-8-$r.json"
+  $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" split8 > "$OUT/bare-split8-$r.json"
   job eo-stats "$r"
   job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
   job eo-quoted "$r" "" "$F" "${TOPIC}_q"
+  job eo-avro "$r" "" "$F" "${TOPIC}_a" avro
   job eo-bq "$r" "" "$F" "$TOPIC" bigquery
   if [ -n "${OLD_BIN:-}" ]; then job eo-old "$r" "" "$OLD_BIN"; fi
 done
@@ -99,7 +113,7 @@ def load(name, r):
 rows, last = {}, {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'to last commit':>15} {'CPU-s/GB (each round)':>30}")
-names = ["bare-1", "bare-8", "eo-stats", "alo-stats", "eo-quoted", "eo-bq"]
+names = ["bare-1", "bare-8", "bare-split8", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
 if os.path.exists(os.path.join(out, "eo-old-1.json")):
     names.append("eo-old")
 for name in names:
@@ -118,7 +132,7 @@ for name in names:
     print(f"{name:<10} {rs[0][0]:>9} {rate:>15.0f} {med:>18.2f} {med_last:>15.2f} {each:>30}")
 if "eo-old" in rows:
     print(f"eo-stats / eo-old (this tree against the older binary): {rows['eo-stats'] / rows['eo-old']:.2f}x")
-for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-bq", 1.8)]:
+for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-avro", 1.3), ("eo-bq", 1.8)]:
     for bare in ["bare-1", "bare-8"]:
         print(f"ratio {name} / {bare}: {rows[name] / rows[bare]:.2f}x in all, {last[name] / rows[bare]:.2f}x to the last commit (target <= {target:.2f}x against bare-1)")
 cal = json.load(open(os.path.join(out, "calibrate.json")))["measurements"]

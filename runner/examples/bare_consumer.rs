@@ -7,12 +7,16 @@
 //! cargo run --release --example bare_consumer -- BOOTSTRAP TOPIC MESSAGES [CONSUMERS]
 //! ```
 //! With CONSUMERS = k > 1, partition p is read by consumer p % k on its own thread, as
-//! kafka-to-bq's k shards read them. Prints one JSON line: messages, bytes, active
-//! seconds and process CPU seconds.
+//! kafka-to-bq's k shards read them. With CONSUMERS = `splitK`, one consumer reads every
+//! partition and librdkafka's split partition queues hand partition p to tokio task
+//! p % K (one consumer per worker, issue 29's step 2); `async1` is one consumer read
+//! through its tokio stream. Prints one JSON line: messages, bytes, active seconds and
+//! process CPU seconds.
 
 use flexrun::kafka::source::SHARD_CONSUMER;
 use flexrun::kafka::Connection;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use futures::StreamExt;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,31 +33,92 @@ struct Counts {
 
 fn read(conn: &Connection, topic: &str, parts: &[i32], want: u64, counts: &Counts) -> Result<(), String> {
     // Exactly a shard's consumer settings (kafka::source::SHARD_CONSUMER).
-    let mut settings = vec![("group.id", "flexrun-bare-consumer")];
-    settings.extend_from_slice(SHARD_CONSUMER);
-    let consumer: BaseConsumer = conn.client("a consumer", &settings).map_err(|e| e.to_string())?;
-    let mut tpl = TopicPartitionList::new();
-    for p in parts {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
-    }
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer = assigned(conn, topic, parts)?;
     let deadline = Instant::now() + Duration::from_secs(300);
     while counts.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.map_err(|e| e.to_string())?;
-            counts.first.get_or_init(Instant::now);
-            counts.messages.fetch_add(1, Ordering::Relaxed);
-            counts.bytes.fetch_add(m.payload().map_or(0, <[u8]>::len) as u64, Ordering::Relaxed);
+            count(counts, m.payload());
         }
     }
     Ok(())
 }
 
+/// The consumer settings of a shard, with every partition of `parts` assigned at the beginning.
+fn assigned<C: rdkafka::consumer::Consumer + rdkafka::config::FromClientConfig>(
+    conn: &Connection,
+    topic: &str,
+    parts: &[i32],
+) -> Result<C, String> {
+    let mut settings = vec![("group.id", "flexrun-bare-consumer")];
+    settings.extend_from_slice(SHARD_CONSUMER);
+    let consumer: C = conn.client("a consumer", &settings).map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in parts {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    Ok(consumer)
+}
+
+/// One consumer per process, its partitions split into `k` tokio tasks' queues (or read
+/// through its own stream when `k` is 0), on a runtime like flexrun's.
+fn read_async(
+    conn: &Connection,
+    topic: &str,
+    parts: &[i32],
+    want: u64,
+    k: usize,
+    counts: &Arc<Counts>,
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let consumer: Arc<StreamConsumer> = Arc::new(assigned(conn, topic, parts)?);
+        let mut tasks = Vec::new();
+        if k == 0 {
+            let (c, counts) = (consumer.clone(), counts.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut s = c.stream();
+                while let Some(Ok(m)) = s.next().await {
+                    count(&counts, m.payload());
+                }
+            }));
+        } else {
+            for p in parts {
+                let q = consumer.split_partition_queue(topic, *p).ok_or("no such partition")?;
+                let counts = counts.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut s = q.stream();
+                    while let Some(Ok(m)) = s.next().await {
+                        count(&counts, m.payload());
+                    }
+                }));
+            }
+            // The main queue serves the consumer's events.
+            let c = consumer.clone();
+            tokio::spawn(async move { while c.recv().await.is_ok() {} });
+        }
+        // The tasks end with the runtime once every message is counted.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while counts.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(tasks);
+        Ok(())
+    })
+}
+
+fn count(counts: &Counts, payload: Option<&[u8]>) {
+    counts.first.get_or_init(Instant::now);
+    counts.messages.fetch_add(1, Ordering::Relaxed);
+    counts.bytes.fetch_add(payload.map_or(0, <[u8]>::len) as u64, Ordering::Relaxed);
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (bootstrap, topic, want, k) = match args.as_slice() {
-        [_, b, t, n] => (b.clone(), t.clone(), n.parse::<u64>()?, 1usize),
-        [_, b, t, n, k] => (b.clone(), t.clone(), n.parse::<u64>()?, k.parse::<usize>()?.max(1)),
+        [_, b, t, n] => (b.clone(), t.clone(), n.parse::<u64>()?, "1".to_string()),
+        [_, b, t, n, k] => (b.clone(), t.clone(), n.parse::<u64>()?, k.clone()),
         _ => {
             eprintln!("usage: bare_consumer BOOTSTRAP TOPIC MESSAGES [CONSUMERS]");
             std::process::exit(2);
@@ -64,6 +129,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let md = metadata.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
     let parts: Vec<i32> = md.topics()[0].partitions().iter().map(|p| p.id()).collect();
     let counts = Arc::new(Counts::default());
+    if let Some(split) = k.strip_prefix("split").or(k.strip_prefix("async").map(|_| "0")) {
+        read_async(&conn, &topic, &parts, want, split.parse()?, &counts)?;
+        return report(&counts);
+    }
+    if k == "batch1" {
+        read_batched(&conn, &topic, &parts, want, &counts)?;
+        return report(&counts);
+    }
+    let k = k.parse::<usize>()?.max(1);
     let threads: Vec<_> = (0..k)
         .map(|i| {
             let mine: Vec<i32> = parts.iter().copied().filter(|p| *p as usize % k == i).collect();
@@ -74,6 +148,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for t in threads {
         t.join().expect("consumer thread")?;
     }
+    report(&counts)
+}
+
+/// One consumer that takes up to 256 ready messages per call
+/// (`rd_kafka_consume_batch_queue`) instead of one per poll.
+fn read_batched(conn: &Connection, topic: &str, parts: &[i32], want: u64, counts: &Counts) -> Result<(), String> {
+    use rdkafka::bindings as rdsys;
+    let consumer: BaseConsumer = assigned(conn, topic, parts)?;
+    // SAFETY: the queue and the messages are librdkafka's, used while `consumer` lives
+    // and destroyed once each.
+    unsafe {
+        let q = rdsys::rd_kafka_queue_get_consumer(consumer.client().native_ptr());
+        let mut buf = [std::ptr::null_mut::<rdsys::rd_kafka_message_t>(); 256];
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while counts.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {
+            let n = rdsys::rd_kafka_consume_batch_queue(q, 100, buf.as_mut_ptr(), buf.len());
+            for m in &buf[..n.max(0) as usize] {
+                let len = (**m).len;
+                if (**m).err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    counts.first.get_or_init(Instant::now);
+                    counts.messages.fetch_add(1, Ordering::Relaxed);
+                    counts.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                }
+                rdsys::rd_kafka_message_destroy(*m);
+            }
+        }
+        rdsys::rd_kafka_queue_destroy(q);
+    }
+    Ok(())
+}
+
+/// Print the JSON line.
+fn report(counts: &Counts) -> Result<(), Box<dyn std::error::Error>> {
     let active = counts.first.get().map_or(0.0, |f| f.elapsed().as_secs_f64());
     let (user, sys) = flexrun::stats::process_cpu_seconds();
     let (messages, bytes) = (counts.messages.load(Ordering::Relaxed), counts.bytes.load(Ordering::Relaxed));

@@ -6,7 +6,9 @@
 //!   settings). Every consumer, producer and admin client in flexrun is built from
 //!   [`Connection::config`], so none skips the authentication settings.
 //! - [`source`]: [`SourceSettings`] (topic, group, where a fresh job starts), the
-//!   per-shard consumers, start positions, `assign` and informational commits.
+//!   consumers' settings, start positions, `assign` and informational commits.
+//! - [`shared`]: [`shared::SharedConsumer`], one consumer per worker whose shards read
+//!   their partitions from split partition queues.
 //! - [`metadata`]: [`Metadata`], one long-lived client per job for partitions and
 //!   watermarks (the dashboard and the autoscaler read them every few seconds).
 //! - [`acks`]: [`AckContext`], the one producer context: counts acknowledgements and
@@ -32,6 +34,7 @@ pub mod gaps;
 pub mod history;
 pub mod metadata;
 pub mod params;
+pub mod shared;
 pub mod source;
 pub mod starts;
 

@@ -7,6 +7,7 @@
 
 use super::shard::Shard;
 use super::JobCtx;
+use crate::kafka::shared::SharedConsumer;
 use crate::scaling::{Capacity, WorkerSlot};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::WorkerMetrics;
@@ -25,7 +26,8 @@ struct Running {
 pub struct Pool {
     ctx: Arc<JobCtx>,
     shards: Vec<(usize, Vec<i32>)>,
-    workers: Vec<Arc<WorkerSlot>>,
+    /// Each worker, and the one consumer its shards read through.
+    workers: Vec<(Arc<WorkerSlot>, Arc<SharedConsumer>)>,
     running: BTreeMap<usize, Running>,
     capacity: Option<Capacity>,
     /// The job's shard count (fixed in its checkpoint).
@@ -57,12 +59,16 @@ impl Pool {
     fn spawn(&mut self, pos: usize) {
         let n = self.workers.len();
         let (id, parts) = self.shards[pos].clone();
-        let slot = self.workers[pos % n].clone();
+        let (slot, consumer) = self.workers[pos % n].clone();
         let (stop, stop_rx) = watch::channel(false);
         let ctx = self.ctx.clone();
         let worker = slot.id;
         let handle = tokio::spawn(async move {
-            Shard::open(id, ctx, parts, slot, stop_rx).await?.run().await.with_context(|| format!("shard {id}"))
+            Shard::open(id, ctx, parts, (slot, consumer), stop_rx)
+                .await?
+                .run()
+                .await
+                .with_context(|| format!("shard {id}"))
         });
         self.running.insert(id, Running { worker, stop, handle });
     }
@@ -72,7 +78,9 @@ impl Pool {
     pub async fn resize(&mut self, n: u32) -> Result<()> {
         let n = n.max(1) as usize;
         while self.workers.len() < n {
-            self.workers.push(Arc::new(WorkerSlot::new(self.workers.len() as u32, self.capacity)));
+            let id = self.workers.len() as u32;
+            let consumer = SharedConsumer::new(&self.ctx.cfg.source, id)?;
+            self.workers.push((Arc::new(WorkerSlot::new(id, self.capacity)), consumer));
         }
         self.workers.truncate(n);
         let moving: Vec<usize> = (0..self.shards.len())
@@ -126,7 +134,7 @@ impl Pool {
 
     /// The workers' counters for the window that just ended.
     pub fn window(&self) -> Vec<WorkerMetrics> {
-        self.workers.iter().map(|w| w.take_window()).collect()
+        self.workers.iter().map(|(w, _)| w.take_window()).collect()
     }
 
     /// The first failure of a shard that has ended on its own, if any.

@@ -16,6 +16,7 @@
 //! assert_eq!(r.get(0).unwrap().payload(), Some(&b"v"[..]));
 //! ```
 
+use crate::kafka::shared::Fetched;
 use rdkafka::message::{Headers, Message, OwnedHeaders, Timestamp};
 use std::ops::Range;
 
@@ -63,6 +64,21 @@ impl Records {
             })
         });
         let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
+        self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
+    }
+
+    /// Copy in a message of `topic` taken from a shard's queue.
+    pub fn push_fetched(&mut self, topic: &str, m: &Fetched<'_>) {
+        let topic = match self.topics.iter().position(|t| t == topic) {
+            Some(i) => i,
+            None => {
+                self.topics.push(topic.to_string());
+                self.topics.len() - 1
+            }
+        };
+        let key = m.key().map(|k| self.copy(k));
+        let payload = m.payload().map(|p| self.copy(p));
+        let (partition, offset, timestamp, headers) = (m.partition(), m.offset(), m.timestamp(), m.headers());
         self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
     }
 

@@ -15,26 +15,28 @@ use super::writer::{
 use super::{JobCtx, Mapping};
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
-use crate::kafka;
+use crate::kafka::shared::{Fetched, Partitions, SharedConsumer};
 use crate::kafka_to_bq::config::{BadRecordPolicy, Delivery};
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{anyhow, bail, Context, Result};
-use futures::{FutureExt, StreamExt};
-use rdkafka::consumer::StreamConsumer;
+
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How long a replay waits for the next message of its logged ranges.
+const REPLAY_WAIT: Duration = Duration::from_secs(30);
+
 /// How long an open batch waits for one more message before it is flushed.
 const IDLE_FLUSH: Duration = Duration::from_millis(20);
 
-/// Most messages taken from librdkafka's queue per clock read (see [`Shard::collect`]).
+/// Most messages taken from librdkafka's queue at once (see [`Shard::collect`]).
 const BURST: usize = 256;
 
 /// The batch [`Shard::collect`] is filling, and when it must be cut.
@@ -62,17 +64,33 @@ impl OpenBatch {
     }
 
     /// Add message `m`, read at `now_ms`, timing its read stage. True when the batch is full.
-    fn take(&mut self, ctx: &JobCtx, stages: &mut StageSamples, m: BorrowedMessage<'_>, now_ms: i64) -> bool {
+    fn take(&mut self, ctx: &JobCtx, stages: &mut StageSamples, m: &Fetched<'_>, now_ms: i64) -> bool {
         if let Some(ts) = m.timestamp().to_millis() {
             stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
         }
-        self.bytes += m.payload_len();
-        self.msgs.push(&m);
+        self.bytes += m.payload().map_or(0, <[u8]>::len);
+        self.msgs.push_fetched(&ctx.cfg.source.topic, m);
         if self.deadline.is_none() {
             ctx.stats.mark_read();
             self.deadline = Some(tokio::time::Instant::now() + self.frequency);
         }
+        self.full()
+    }
+
+    fn full(&self) -> bool {
         self.msgs.len() >= self.max_rows || self.bytes >= self.max_bytes
+    }
+
+    /// How many messages to take in the next burst: at most [`BURST`], and no more than
+    /// the rows left, nor (at this batch's mean message size) the bytes left, so a
+    /// batch ends as near its limits as when messages were taken one at a time.
+    fn room(&self) -> usize {
+        let rows = self.max_rows.saturating_sub(self.msgs.len());
+        let bytes = match self.msgs.len() {
+            0 => BURST,
+            n => self.max_bytes.saturating_sub(self.bytes) / (self.bytes / n).max(1) + 1,
+        };
+        rows.min(bytes).clamp(1, BURST)
     }
 
     /// How long to wait for the next message: long while empty, briefly once open.
@@ -111,6 +129,11 @@ impl OpenBatch {
     }
 }
 
+/// Where a replay starts reading: the first offset of each logged range.
+fn replay_start(e: &OffsetEntry) -> BTreeMap<i32, i64> {
+    e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect()
+}
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -123,7 +146,8 @@ pub struct Shard {
     log: Option<ShardLog>,
     /// Asynchronous progress tracking, when on.
     progress: Option<AsyncProgress>,
-    consumer: StreamConsumer,
+    /// The shard's partitions on its worker's consumer.
+    reader: Partitions,
     positions: BTreeMap<i32, i64>,
     next_batch: u64,
     writer: Writer,
@@ -143,7 +167,7 @@ impl Shard {
         id: usize,
         ctx: Arc<JobCtx>,
         partitions: Vec<i32>,
-        slot: Arc<WorkerSlot>,
+        (slot, consumer): (Arc<WorkerSlot>, Arc<SharedConsumer>),
         stop: watch::Receiver<bool>,
     ) -> Result<Shard> {
         let dir = ctx.job_dir.join(format!("shard-{id:03}"));
@@ -192,7 +216,11 @@ impl Shard {
             }
         }
         let retry = RetryCtl { stop, stats: ctx.stats.clone() };
-        let consumer = ctx.cfg.source.consumer()?;
+        // A replay reads its logged ranges first; otherwise reading starts at the positions.
+        let reader = match &replay {
+            Some(e) => consumer.take(&replay_start(e))?,
+            None => consumer.take(&positions)?,
+        };
         let writer = open_writer(&ctx, id, last.as_ref(), replay.is_some(), &mut retry.clone()).await?;
         let (log, progress) = if ctx.cfg.run.progress.async_progress && ctx.cfg.delivery == Delivery::AtLeastOnce {
             (None, Some(AsyncProgress::start(log, ctx.cfg.run.progress.interval)))
@@ -204,7 +232,7 @@ impl Shard {
             ctx,
             log,
             progress,
-            consumer,
+            reader,
             positions,
             next_batch,
             writer,
@@ -217,8 +245,8 @@ impl Shard {
         if let Some(e) = replay {
             shard.replay(e).await?;
             shard.retarget_after_replay().await?;
+            shard.reader.assign(&shard.positions)?;
         }
-        kafka::assign(&shard.consumer, &shard.ctx.cfg.source.topic, &shard.positions)?;
         tracing::info!(shard = id, worker = shard.slot.id, partitions = ?partitions, next_batch = shard.next_batch, "shard ready");
         Ok(shard)
     }
@@ -237,41 +265,49 @@ impl Shard {
                 );
             }
         }
-        let from: BTreeMap<i32, i64> = e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect();
-        kafka::assign(&self.consumer, &topic, &from)?;
         let mut pending: BTreeMap<i32, i64> =
             e.ranges.iter().filter(|(_, (a, b))| b > a).map(|(p, (_, b))| (*p, *b)).collect();
         let mut msgs = std::mem::take(&mut self.spare);
         let mut errors_in_a_row = 0;
+        let mut last_message = Instant::now();
         while !pending.is_empty() {
-            let m = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
-                .await
-                .map_err(|_| anyhow!("shard {}: replaying batch {}: Kafka did not return the logged ranges {:?} within 30 s (deleted by retention?)", self.id, e.batch, pending))?;
-            let m = match m {
-                Ok(m) => m,
-                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => bail!(
-                    "job {} shard {}: the uncommitted batch {} needs {topic} ranges {:?} that the broker no longer holds; it cannot be replayed, so exactly-once cannot be kept for it. Move the job's checkpoint aside to start over",
-                    self.ctx.cfg.job_name, self.id, e.batch, pending
-                ),
+            let mut errors = Vec::new();
+            let n = self.reader.take_ready(BURST, |m| {
+                if let Some(e) = m.error() {
+                    return errors.push(e);
+                }
+                let (p, o) = (m.partition(), m.offset());
+                if let Some(end) = pending.get(&p).copied() {
+                    if o < end {
+                        msgs.push_fetched(&topic, &m);
+                    }
+                    if o + 1 >= end {
+                        pending.remove(&p);
+                    }
+                }
+            });
+            if n > errors.len() {
+                (errors_in_a_row, last_message) = (0, Instant::now());
+            }
+            for err in errors {
+                if matches!(err, KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) {
+                    bail!(
+                        "job {} shard {}: the uncommitted batch {} needs {topic} ranges {:?} that the broker no longer holds; it cannot be replayed, so exactly-once cannot be kept for it. Move the job's checkpoint aside to start over",
+                        self.ctx.cfg.job_name, self.id, e.batch, pending
+                    );
+                }
                 // A broker restart mid-replay: librdkafka reconnects and fetches again.
-                Err(err) => {
-                    errors_in_a_row += 1;
-                    crate::retry::note_retry(crate::retry::Service::Broker);
-                    let delay = crate::retry::Backoff::BROKER.delay(errors_in_a_row).expect("no attempt limit");
-                    tracing::warn!(shard = self.id, batch = e.batch, error = %err, "Kafka consumer error during a replay; waiting and reading on");
-                    tokio::time::sleep(delay).await;
-                    continue;
+                errors_in_a_row += 1;
+                crate::retry::note_retry(crate::retry::Service::Broker);
+                let delay = crate::retry::Backoff::BROKER.delay(errors_in_a_row).expect("no attempt limit");
+                tracing::warn!(shard = self.id, batch = e.batch, error = %err, "Kafka consumer error during a replay; waiting and reading on");
+                tokio::time::sleep(delay).await;
+            }
+            if n == 0 && !pending.is_empty() {
+                if last_message.elapsed() > REPLAY_WAIT {
+                    bail!("shard {}: replaying batch {}: Kafka did not return the logged ranges {:?} within {REPLAY_WAIT:?} (deleted by retention?)", self.id, e.batch, pending);
                 }
-            };
-            errors_in_a_row = 0;
-            let (p, o) = (m.partition(), m.offset());
-            if let Some(end) = pending.get(&p).copied() {
-                if o < end {
-                    msgs.push(&m);
-                }
-                if o + 1 >= end {
-                    pending.remove(&p);
-                }
+                self.reader.wait(Duration::from_millis(200)).await;
             }
         }
         crate::crash_point!("eo::replay_before_append");
@@ -335,59 +371,43 @@ impl Shard {
     async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
         let ctx = self.ctx.clone();
         let mut open = OpenBatch::new(&ctx, std::mem::take(&mut self.spare));
-        let mut stream = self.consumer.stream();
         loop {
             if *cancel.borrow() {
                 break;
             }
             let now = now_ms();
-            let mut full = false;
-            for _ in 0..BURST {
-                match stream.next().now_or_never() {
-                    Some(Some(Ok(m))) => {
-                        full = open.take(&ctx, &mut self.stages, m, now);
-                        if full {
-                            break;
-                        }
-                    }
-                    Some(Some(Err(e))) => {
-                        let moved = self.consumer_error(e, &open).await?;
-                        self.positions.extend(moved);
-                    }
-                    Some(None) | None => break,
-                }
+            let (mut full, mut errors) = (false, Vec::new());
+            let (stages, reader) = (&mut self.stages, &self.reader);
+            let n = reader.take_ready(open.room(), |m| match m.error() {
+                Some(e) => errors.push(e),
+                None => full = open.take(&ctx, stages, &m, now),
+            });
+            for e in errors {
+                let moved = self.consumer_error(e, &open).await?;
+                self.positions.extend(moved);
             }
-            if !open.msgs.is_empty() {
+            if n > 0 && !open.msgs.is_empty() {
                 ctx.last_read_ms.store(now, Ordering::Relaxed);
             }
-            if full || open.expired() {
+            if full || open.full() || open.expired() {
                 break;
+            }
+            if n > 0 {
+                continue;
             }
             tokio::select! {
                 biased;
                 _ = cancel.changed() => break,
-                r = tokio::time::timeout(open.wait(), stream.next()) => match r {
-                    Ok(Some(Ok(m))) => {
-                        let now = now_ms();
-                        ctx.last_read_ms.store(now, Ordering::Relaxed);
-                        if open.take(&ctx, &mut self.stages, m, now) {
-                            break;
-                        }
+                woke = self.reader.wait(open.wait()) => {
+                    if !woke && !open.msgs.is_empty() {
+                        break;
                     }
-                    Ok(Some(Err(e))) => {
-                        let moved = self.consumer_error(e, &open).await?;
-                        self.positions.extend(moved);
-                    }
-                    Ok(None) => bail!("shard {}: the Kafka message stream ended", self.id),
-                    Err(_) if !open.msgs.is_empty() => break,
-                    Err(_) => {}
                 }
             }
             if open.expired() {
                 break;
             }
         }
-        drop(stream);
         Ok(open.cut(&self.positions))
     }
 
@@ -412,7 +432,7 @@ impl Shard {
         let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut at, job, topic)
             .map_err(|e| anyhow!("shard {}: {e}", self.id))?;
         super::positions::note_skipped(&ctx.stats, skipped);
-        kafka::assign(&self.consumer, topic, &at).context("assigning the shard's partitions again")?;
+        self.reader.assign(&at).context("assigning the shard's partitions again")?;
         Ok(found.iter().map(|d| (d.partition(), d.resume())).collect())
     }
 
@@ -647,7 +667,7 @@ impl Shard {
             }
         }
         if ctx.cfg.commit_offsets {
-            kafka::commit_positions(&self.consumer, &ctx.cfg.source.topic, &cut.positions);
+            self.reader.commit(&cut.positions);
         }
         counts.written = mapped.rows_written();
         match ctx.cfg.dlq {

@@ -28,6 +28,7 @@ mod metadata;
 mod microbatch;
 mod progress;
 mod schema_evolution;
+mod shared_consumer;
 mod sizing;
 mod state;
 mod store;

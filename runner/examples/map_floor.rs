@@ -1,0 +1,207 @@
+//! The floor under kafka-to-bq's own work per message, pass by pass, on the seed's
+//! message shape (`{"logStreamId":N,"message":"<962 characters>"}`, 998 bytes).
+//!
+//! Issue 29 asks, before a goal is called out of reach, for the tightest version of
+//! the step in isolation. This prints, in CPU-ns per byte (= CPU-s per GB):
+//! - each unavoidable pass alone: reading every byte, UTF-8 validation, one copy, the
+//!   CRC-32C that exactly-once logs;
+//! - `tight`: a hand-written path for this one shape only (validate, scan, write the
+//!   row straight into one request buffer, CRC of the row): the best this machine does;
+//! - flexrun's path: `map_values` (the lean parser and row encoding a shard runs), then
+//!   with `rows_digest`, `frame` and the copy tonic makes (what calibrate times).
+//!
+//! Each runs over a working set that stays in L2 (*hot*: 256 messages) and over one far
+//! larger than the caches (*cold*: 512 MiB), as messages are when the job maps them:
+//! librdkafka fetched them well before (`queued.min.messages`), and the bare consumer
+//! never reads a payload's bytes at all.
+//!
+//! ```text
+//! cargo run --release --example map_floor -- [ROUNDS]
+//! ```
+//! Prints a Markdown table: medians of ROUNDS (default 3) per step and set.
+
+use flexrun::bigquery::framed::frame;
+use flexrun::kafka_to_bq::batch::{map_values, rows_digest, RowPool};
+use flexrun::kafka_to_bq::transform::{Mapper, DEFAULT_MAX_ROW_BYTES};
+use flexrun::sizing::calibrate::Shape;
+use flexrun::stats::StageSamples;
+use std::hint::black_box;
+
+/// Messages per batch, as a shard's batches of this shape run.
+const BATCH: usize = 1000;
+/// Distinct messages; the cold set repeats them at new addresses.
+const DISTINCT: usize = 256;
+/// The cold set's size.
+const COLD_BYTES: usize = 512 << 20;
+
+/// Messages laid out one after another, as librdkafka's buffers hold them.
+struct Set {
+    name: &'static str,
+    arena: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl Set {
+    fn new(name: &'static str, distinct: &[Vec<u8>], bytes: usize) -> Set {
+        let (mut arena, mut spans) = (Vec::with_capacity(bytes + 2048), Vec::new());
+        for m in distinct.iter().cycle() {
+            if arena.len() + m.len() > bytes.max(1) {
+                break;
+            }
+            spans.push((arena.len(), arena.len() + m.len()));
+            arena.extend_from_slice(m);
+        }
+        Set { name, arena, spans }
+    }
+
+    fn batches(&self) -> impl Iterator<Item = Vec<&[u8]>> + '_ {
+        self.spans.chunks(BATCH).map(|c| c.iter().map(|(a, b)| &self.arena[*a..*b]).collect())
+    }
+}
+
+/// One step: what it does to each batch.
+type Step = fn(&Mapper, &[&[u8]], &mut Scratch) -> u64;
+
+/// Buffers a step keeps between batches.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    pool: RowPool,
+    stages: StageSamples,
+}
+
+fn touch(_: &Mapper, batch: &[&[u8]], _: &mut Scratch) -> u64 {
+    batch.iter().map(|m| m.iter().fold(0u8, |a, b| a ^ b) as u64).sum()
+}
+
+fn utf8(_: &Mapper, batch: &[&[u8]], _: &mut Scratch) -> u64 {
+    batch.iter().filter(|m| simdutf8::basic::from_utf8(m).is_ok()).count() as u64
+}
+
+fn copy(_: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
+    s.buf.clear();
+    for m in batch {
+        s.buf.extend_from_slice(m);
+    }
+    s.buf.len() as u64
+}
+
+fn crc(_: &Mapper, batch: &[&[u8]], _: &mut Scratch) -> u64 {
+    batch.iter().fold(0u32, |c, m| crc32c::crc32c_append(c, m)) as u64
+}
+
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// This shape only: validate, find the number and the string, write the row (field 1 a
+/// varint, field 2 the bytes) framed in the request buffer, and take its CRC.
+fn tight_one(m: &[u8], out: &mut Vec<u8>, crc: u32) -> Option<u32> {
+    simdutf8::basic::from_utf8(m).ok()?;
+    let rest = m.strip_prefix(br#"{"logStreamId":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let n = rest[..digits].iter().fold(0u64, |a, d| a * 10 + (d - b'0') as u64);
+    let text = rest[digits..].strip_prefix(br#","message":""#)?;
+    let end = memchr::memchr2(b'"', b'\\', text)?;
+    // A fold, not `any`: without the early exit the check compiles to SIMD compares.
+    let control = text[..end].iter().fold(false, |a, b| a | (*b < 0x20));
+    if text[end] != b'"' || control || &text[end..] != b"\"}" {
+        return None;
+    }
+    let row_len = 1 + 3 + 1 + 2 + end;
+    out.push(0x0a);
+    varint(row_len as u64, out);
+    let start = out.len();
+    out.push(0x08);
+    varint(n, out);
+    out.push(0x12);
+    varint(end as u64, out);
+    out.extend_from_slice(&text[..end]);
+    let crc = crc32c::crc32c_append(crc, &((out.len() - start) as u64).to_le_bytes());
+    Some(crc32c::crc32c_append(crc, &out[start..]))
+}
+
+fn tight(_: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
+    s.buf.clear();
+    let mut c = 0;
+    for m in batch {
+        c = tight_one(m, &mut s.buf, c).expect("the seed's shape");
+    }
+    c as u64
+}
+
+fn flexrun_map(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
+    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool);
+    let n = out.rows.len() as u64;
+    s.pool.give_all(out.rows);
+    s.stages = StageSamples::default();
+    n
+}
+
+fn flexrun_batch(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
+    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool);
+    let digest = rows_digest(&out.rows);
+    let req = frame("projects/p/datasets/d/tables/t/streams/s", Some(0), None, &out.rows);
+    // tonic copies the framed bytes into its own buffer.
+    s.buf.clear();
+    s.buf.extend_from_slice(req.bytes());
+    s.pool.give_all(out.rows);
+    s.stages = StageSamples::default();
+    digest as u64 + s.buf.len() as u64
+}
+
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes into the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// CPU-ns per byte of `step` over `set`, passing over it until 0.3 s of CPU.
+fn measure(step: Step, mapper: &Mapper, set: &Set) -> f64 {
+    let mut s = Scratch::default();
+    let (t0, mut bytes, mut sink) = (thread_cpu_s(), 0usize, 0u64);
+    while thread_cpu_s() - t0 < 0.3 {
+        for b in set.batches() {
+            sink = sink.wrapping_add(step(mapper, &b, &mut s));
+            bytes += b.iter().map(|m| m.len()).sum::<usize>();
+        }
+    }
+    black_box(sink);
+    (thread_cpu_s() - t0) * 1e9 / bytes as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
+    let shape = Shape::seed(962);
+    let mapper = Mapper::new(shape.schema.clone(), DEFAULT_MAX_ROW_BYTES);
+    let distinct: Vec<Vec<u8>> = (0..DISTINCT as u64).map(|i| flexrun::local::seed_shape_message(i, 7, 962)).collect();
+    let mean = distinct.iter().map(Vec::len).sum::<usize>() / DISTINCT;
+    let sets = [Set::new("hot", &distinct, DISTINCT * mean), Set::new("cold", &distinct, COLD_BYTES)];
+    let steps: [(&str, Step); 7] = [
+        ("read every byte", touch),
+        ("UTF-8 validation (simdutf8)", utf8),
+        ("one copy into a reused buffer", copy),
+        ("CRC-32C", crc),
+        ("tight: this shape only, validate + scan + framed row + CRC", tight),
+        ("flexrun map_values (lean parser, row encoding)", flexrun_map),
+        ("flexrun map_values + rows_digest + frame + tonic's copy", flexrun_batch),
+    ];
+    println!("messages of {mean} bytes; CPU-ns per byte, medians of {rounds} rounds\n");
+    println!("| step | hot (L2) | cold ({} MiB) |", COLD_BYTES >> 20);
+    println!("|---|---:|---:|");
+    for (name, step) in steps {
+        let cell = |set: &Set| median((0..rounds).map(|_| measure(step, &mapper, set)).collect());
+        println!("| {name} | {:.3} | {:.3} |", cell(&sets[0]), cell(&sets[1]));
+        eprintln!("[map_floor] {name}: done ({}, {})", sets[0].name, sets[1].name);
+    }
+}

@@ -1,0 +1,91 @@
+//! One consumer per worker (`kafka::shared`) against tansu: two shards' partitions on
+//! one librdkafka consumer each get exactly their own messages, in order, taken a burst
+//! at a time, and no more than asked for; moving a
+//! shard's partitions to other offsets discards what was fetched for the old ones; and
+//! partitions given back can be taken again by a new owner on the same consumer.
+
+// Needs the local stack (scripts/test.sh starts it and turns this feature on).
+#![cfg(feature = "integration")]
+
+use crate::common::*;
+use flexrun::kafka::shared::{Partitions, SharedConsumer};
+use flexrun::kafka::source::Isolation;
+use flexrun::kafka::{Connection, SourceSettings};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const PER_PARTITION: i64 = 40;
+
+/// `n` messages from `parts`, as (partition, offset, payload), a burst at a time.
+async fn read(parts: &Partitions, n: usize) -> Vec<(i32, i64, String)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let taken = parts.take_ready(n - out.len(), |m| {
+            assert!(m.error().is_none(), "{:?}", m.error());
+            out.push((
+                m.partition(),
+                m.offset(),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            ));
+        });
+        if taken == 0 {
+            assert!(answer("a message", parts.wait(Duration::from_secs(30))).await, "no message for 30 s");
+        }
+    }
+    out
+}
+
+/// What partition `p` holds from `from` on: `p{p}-{offset}`, in order.
+fn expected(p: i32, from: i64) -> Vec<(i32, i64, String)> {
+    (from..PER_PARTITION).map(|o| (p, o, format!("p{p}-{o}"))).collect()
+}
+
+/// The messages of `got` on partition `p`.
+fn of(got: &[(i32, i64, String)], p: i32) -> Vec<(i32, i64, String)> {
+    got.iter().filter(|m| m.0 == p).cloned().collect()
+}
+
+#[tokio::test]
+async fn shards_on_one_consumer_read_only_their_partitions_and_can_be_moved() {
+    let s = stack();
+    let topic = unique("shared_consumer");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 4).await.expect("create topic");
+    let producer: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    for p in 0..4 {
+        for o in 0..PER_PARTITION {
+            let v = format!("p{p}-{o}");
+            let r = FutureRecord::<(), str>::to(&topic).payload(&v).partition(p);
+            answer("produce", producer.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).expect("produce");
+        }
+    }
+    producer.flush(CALL_LIMIT).expect("flush");
+    let settings = SourceSettings {
+        conn: Connection::plaintext(&s.kafka),
+        topic: topic.clone(),
+        group_id: unique("shared_consumer_group"),
+        start_earliest: true,
+        gap_policy: Default::default(),
+        isolation: Isolation::ReadCommitted,
+    };
+    let shared = SharedConsumer::new(&settings, 0).expect("a consumer");
+
+    // Two shards: partitions 0 and 1 from the start, partitions 2 (from 5) and 3.
+    let a = shared.take(&BTreeMap::from([(0, 0), (1, 0)])).expect("shard a");
+    let b = shared.take(&BTreeMap::from([(2, 5), (3, 0)])).expect("shard b");
+    let got_a = read(&a, 2 * PER_PARTITION as usize).await;
+    assert_eq!((of(&got_a, 0), of(&got_a, 1)), (expected(0, 0), expected(1, 0)), "shard a reads its own, in order");
+    let got_b = read(&b, 2 * PER_PARTITION as usize - 5).await;
+    assert_eq!((of(&got_b, 2), of(&got_b, 3)), (expected(2, 5), expected(3, 0)), "shard b reads its own, in order");
+
+    // A replay moves shard a back to offset 10 of partition 0 only: what librdkafka
+    // fetched before is discarded, and partition 1 is out of the assignment.
+    a.assign(&BTreeMap::from([(0, 10)])).expect("move shard a");
+    let again = read(&a, (PER_PARTITION - 10) as usize).await;
+    assert_eq!(again, expected(0, 10));
+
+    // Shard b stops; a new owner takes partition 2 on the same consumer from 0.
+    drop(b);
+    let b2 = shared.take(&BTreeMap::from([(2, 0)])).expect("partition 2 again");
+    assert_eq!(read(&b2, PER_PARTITION as usize).await, expected(2, 0));
+}
