@@ -12,7 +12,9 @@
 #   bare-8    the same with 8 consumers, partition p on consumer p % 8, as kafka-to-bq's
 #             8 shards read them before issue 29's step 2
 #   bare-split8  one consumer whose 8 partitions are split into 8 tokio tasks' queues,
-#             as kafka-to-bq's shards read them now (one consumer per worker)
+#             read through rdkafka's streams, a message at a time
+#   bare-batch   one consumer read up to 256 messages per call
+#             (rd_kafka_consume_batch_queue), as kafka-to-bq's shards take them now
 #   eo-stats  kafka-to-bq exactly-once, stats sink (map, encode, offset+commit logs)
 #   alo-stats kafka-to-bq at-least-once, stats sink
 #   eo-quoted kafka-to-bq exactly-once, stats sink, on a second topic of the same
@@ -55,7 +57,6 @@ job() { # name round [extra-param] [binary] [topic] [sink]
   if [ "$sink" = avro ]; then
     fmt=AVRO_CONFLUENT_WIRE_FORMAT
     extra=",confluentAvroSchemaPath=scripts/bench/seed.avsc$extra"
-    sinkargs=(--sink stats)
   fi
   if [ "$sink" = bigquery ]; then
     table="$FLEXRUN_BQ_PROJECT:hotpath.t_${ID}_$round"
@@ -73,6 +74,7 @@ for r in $(seq 1 "$ROUNDS"); do
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 1 > "$OUT/bare-1-$r.json"
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 8 > "$OUT/bare-8-$r.json"
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" split8 > "$OUT/bare-split8-$r.json"
+  $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" batch1 > "$OUT/bare-batch-$r.json"
   job eo-stats "$r"
   job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
   job eo-quoted "$r" "" "$F" "${TOPIC}_q"
@@ -113,7 +115,7 @@ def load(name, r):
 rows, last = {}, {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'to last commit':>15} {'CPU-s/GB (each round)':>30}")
-names = ["bare-1", "bare-8", "bare-split8", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
+names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
 if os.path.exists(os.path.join(out, "eo-old-1.json")):
     names.append("eo-old")
 for name in names:
@@ -133,7 +135,7 @@ for name in names:
 if "eo-old" in rows:
     print(f"eo-stats / eo-old (this tree against the older binary): {rows['eo-stats'] / rows['eo-old']:.2f}x")
 for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-avro", 1.3), ("eo-bq", 1.8)]:
-    for bare in ["bare-1", "bare-8"]:
+    for bare in ["bare-1", "bare-batch"]:
         print(f"ratio {name} / {bare}: {rows[name] / rows[bare]:.2f}x in all, {last[name] / rows[bare]:.2f}x to the last commit (target <= {target:.2f}x against bare-1)")
 cal = json.load(open(os.path.join(out, "calibrate.json")))["measurements"]
 size = load("bare-1", 1)[5]
