@@ -82,7 +82,9 @@ install_tansu() {
   python3 "$HERE/tansu_patch.py" "$work"
   # `cargo build` in the package keeps its published Cargo.lock, changing only the
   # patched crate's entry (`cargo install --path` would resolve everything afresh).
-  (cd "$work/tansu" && cargo build --release --features dynostore,libsql) >>"$STACK/tansu-install.log" 2>&1 || {
+  # Its own target folder: .ci/run exports CARGO_TARGET_DIR for flexrun's build, and
+  # tansu's binary must land where the next line copies it from.
+  (cd "$work/tansu" && CARGO_TARGET_DIR="$work/tansu/target" cargo build --release --features dynostore,libsql) >>"$STACK/tansu-install.log" 2>&1 || {
     tail -30 "$STACK/tansu-install.log" >&2
     log "tansu build failed; full log in $STACK/tansu-install.log"
     exit 1
