@@ -9,9 +9,11 @@
 //! With CONSUMERS = k > 1, partition p is read by consumer p % k on its own thread, as
 //! kafka-to-bq's k shards read them. With CONSUMERS = `splitK`, one consumer reads every
 //! partition and librdkafka's split partition queues hand partition p to tokio task
-//! p % K (one consumer per worker, issue 29's step 2); `async1` is one consumer read
-//! through its tokio stream. Prints one JSON line: messages, bytes, active seconds and
-//! process CPU seconds.
+//! p % K through rdkafka's streams; `async1` is one consumer read through its tokio
+//! stream; `batch1` is one consumer read up to 256 messages per call with
+//! `rd_kafka_consume_batch_queue`, as kafka-to-bq's shards take them (issue 29's
+//! step 2). Prints one JSON line: messages, bytes, active seconds and process CPU
+//! seconds.
 
 use flexrun::kafka::source::SHARD_CONSUMER;
 use flexrun::kafka::Connection;
