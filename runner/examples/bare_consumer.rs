@@ -12,7 +12,7 @@
 //! p % K through rdkafka's streams; `async1` is one consumer read through its tokio
 //! stream; `batch1` is one consumer read up to 256 messages per call with
 //! `rd_kafka_consume_batch_queue`, as kafka-to-bq's shards take them (issue 29's
-//! step 2). Prints one JSON line: messages, bytes, active seconds and process CPU
+//! step 2), and `batch1h` the same asking for each message's headers, as a shard does. Prints one JSON line: messages, bytes, active seconds and process CPU
 //! seconds.
 
 use flexrun::kafka::source::SHARD_CONSUMER;
@@ -135,8 +135,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         read_async(&conn, &topic, &parts, want, split.parse()?, &counts)?;
         return report(&counts);
     }
-    if k == "batch1" {
-        read_batched(&conn, &topic, &parts, want, &counts)?;
+    if k == "batch1" || k == "batch1h" {
+        read_batched(&conn, &topic, &parts, want, k == "batch1h", &counts)?;
         return report(&counts);
     }
     let k = k.parse::<usize>()?.max(1);
@@ -154,8 +154,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// One consumer that takes up to 256 ready messages per call
-/// (`rd_kafka_consume_batch_queue`) instead of one per poll.
-fn read_batched(conn: &Connection, topic: &str, parts: &[i32], want: u64, counts: &Counts) -> Result<(), String> {
+/// (`rd_kafka_consume_batch_queue`) instead of one per poll. With `headers`, each
+/// message's headers are asked for too, as a job that may need them for a dead-letter
+/// row must: librdkafka parses the record's header section on that first access.
+fn read_batched(
+    conn: &Connection,
+    topic: &str,
+    parts: &[i32],
+    want: u64,
+    headers: bool,
+    counts: &Counts,
+) -> Result<(), String> {
     use rdkafka::bindings as rdsys;
     let consumer: BaseConsumer = assigned(conn, topic, parts)?;
     // SAFETY: the queue and the messages are librdkafka's, used while `consumer` lives
@@ -172,6 +181,10 @@ fn read_batched(conn: &Connection, topic: &str, parts: &[i32], want: u64, counts
                     counts.first.get_or_init(Instant::now);
                     counts.messages.fetch_add(1, Ordering::Relaxed);
                     counts.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    if headers {
+                        let mut h = std::ptr::null_mut();
+                        std::hint::black_box(rdsys::rd_kafka_message_headers(*m, &mut h));
+                    }
                 }
                 rdsys::rd_kafka_message_destroy(*m);
             }
