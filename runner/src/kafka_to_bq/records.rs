@@ -67,8 +67,9 @@ impl Records {
         self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
     }
 
-    /// Copy in a message of `topic` taken from a shard's queue.
-    pub fn push_fetched(&mut self, topic: &str, m: &Fetched<'_>) {
+    /// Copy in a message of `topic` taken from a shard's queue, with its headers when
+    /// `headers` (asking makes librdkafka parse them: only when the job needs them).
+    pub fn push_fetched(&mut self, topic: &str, m: &Fetched<'_>, headers: bool) {
         let topic = match self.topics.iter().position(|t| t == topic) {
             Some(i) => i,
             None => {
@@ -78,7 +79,8 @@ impl Records {
         };
         let key = m.key().map(|k| self.copy(k));
         let payload = m.payload().map(|p| self.copy(p));
-        let (partition, offset, timestamp, headers) = (m.partition(), m.offset(), m.timestamp(), m.headers());
+        let headers = if headers { m.headers() } else { None };
+        let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
         self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
     }
 

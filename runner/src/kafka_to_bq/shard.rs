@@ -47,6 +47,8 @@ struct OpenBatch {
     max_rows: usize,
     max_bytes: usize,
     frequency: Duration,
+    /// Copy each record's headers ([`super::config::KafkaToBqConfig::reads_headers`]).
+    headers: bool,
 }
 
 impl OpenBatch {
@@ -60,6 +62,7 @@ impl OpenBatch {
             max_rows: run.batch_rows,
             max_bytes: run.batch_bytes,
             frequency: ctx.cfg.triggering_frequency,
+            headers: ctx.cfg.reads_headers(),
         }
     }
 
@@ -69,7 +72,7 @@ impl OpenBatch {
             stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
         }
         self.bytes += m.payload().map_or(0, <[u8]>::len);
-        self.msgs.push_fetched(&ctx.cfg.source.topic, m);
+        self.msgs.push_fetched(&ctx.cfg.source.topic, m, self.headers);
         if self.deadline.is_none() {
             ctx.stats.mark_read();
             self.deadline = Some(tokio::time::Instant::now() + self.frequency);
@@ -256,6 +259,7 @@ impl Shard {
     async fn replay(&mut self, e: OffsetEntry) -> Result<()> {
         tracing::warn!(shard = self.id, batch = e.batch, ranges = ?e.ranges, "replaying a batch that was logged but not committed");
         let topic = self.ctx.cfg.source.topic.clone();
+        let headers = self.ctx.cfg.reads_headers();
         for (p, (a, _)) in &e.ranges {
             let floor = self.ctx.retention_floor(*p);
             if *a < floor {
@@ -279,7 +283,7 @@ impl Shard {
                 let (p, o) = (m.partition(), m.offset());
                 if let Some(end) = pending.get(&p).copied() {
                     if o < end {
-                        msgs.push_fetched(&topic, &m);
+                        msgs.push_fetched(&topic, &m, headers);
                     }
                     if o + 1 >= end {
                         pending.remove(&p);
