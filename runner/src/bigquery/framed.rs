@@ -2,47 +2,62 @@
 //!
 //! The generated request holds its rows as `Vec<Vec<u8>>`, so sending a slice of a
 //! batch meant cloning every row (an allocation and a copy each) on every attempt,
-//! before prost copied them again into tonic's buffer. [`frame`] writes the request's
-//! protobuf encoding from the borrowed rows into one buffer instead, and
-//! [`FramedAppend`] is a `prost::Message` whose encoding is those bytes, which tonic
-//! sends as they are. A property test in `write` checks the bytes against prost's
-//! encoding of its `append_request` for the same arguments.
+//! before prost copied them again into tonic's buffer. Now a [`FramedAppend`] holds
+//! the request's head (stream, offset, writer schema and the length prefixes, a few
+//! bytes) and shares the batch's rows ([`SharedRows`]); [`FramedCodec`] sizes tonic's
+//! buffer once and writes the head and each row's tag, length and bytes into it. A
+//! row is copied once on its way out, into the buffer tonic hands to HTTP/2. A
+//! property test in `write` checks the bytes against prost's encoding of its
+//! `append_request` for the same arguments.
 //!
 //! ```
 //! use flexrun::bigquery::framed::frame;
 //! use flexrun::bigquery::write::append_request;
 //! use prost::Message;
-//! let rows = vec![b"\x08\x01".to_vec(), b"\x08\x02".to_vec()];
-//! let ours = frame("projects/p/datasets/d/tables/t/streams/s", Some(7), None, &rows);
-//! let prost = append_request("projects/p/datasets/d/tables/t/streams/s", Some(7), None, rows).encode_to_vec();
-//! assert_eq!(ours.bytes(), &prost[..]);
+//! use std::sync::Arc;
+//! let rows = Arc::new(vec![b"\x08\x01".to_vec(), b"\x08\x02".to_vec(), b"\x08\x03".to_vec()]);
+//! let ours = frame("projects/p/datasets/d/tables/t/streams/s", Some(7), None, &rows, 1..3);
+//! let prost = append_request("projects/p/datasets/d/tables/t/streams/s", Some(7), None, rows[1..3].to_vec());
+//! assert_eq!(ours.encode_to_vec(), prost.encode_to_vec());
 //! ```
 
 use bytes::{BufMut, Bytes, BytesMut};
-use gcp_bigquery_client::google::cloud::bigquery::storage::v1::ProtoSchema;
+use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{AppendRowsResponse, ProtoSchema};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, message, WireType};
 use prost_types::DescriptorProto;
+use std::ops::Range;
+use std::sync::Arc;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::Status;
 
-/// An encoded `AppendRowsRequest`, sent as it is.
+/// A batch's encoded rows, shared between the batch and the requests that send them.
+/// Once every request of an append is answered, tonic has dropped them, and the batch
+/// holds its rows alone again (`Arc::try_unwrap`).
+pub type SharedRows = Arc<Vec<Vec<u8>>>;
+
+/// An `AppendRowsRequest`: its head encoded, its rows `rows[range]` of a batch.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct FramedAppend(Bytes);
-
-impl FramedAppend {
-    /// The request's protobuf encoding.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
-    }
+pub struct FramedAppend {
+    head: Bytes,
+    rows: SharedRows,
+    range: Range<usize>,
+    len: usize,
 }
 
 impl std::fmt::Debug for FramedAppend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FramedAppend({} bytes)", self.0.len())
+        write!(f, "FramedAppend({} rows, {} bytes)", self.range.len(), self.len)
     }
 }
 
 impl prost::Message for FramedAppend {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&self.0);
+        buf.put_slice(&self.head);
+        for r in &self.rows[self.range.clone()] {
+            encode_key(field::SERIALIZED_ROWS, WireType::LengthDelimited, buf);
+            encode_varint(r.len() as u64, buf);
+            buf.put_slice(r);
+        }
     }
 
     /// Never decoded: a request only goes out.
@@ -57,11 +72,62 @@ impl prost::Message for FramedAppend {
     }
 
     fn encoded_len(&self) -> usize {
-        self.0.len()
+        self.len
     }
 
     fn clear(&mut self) {
-        self.0 = Bytes::new();
+        *self = FramedAppend::default();
+    }
+}
+
+/// The AppendRows codec: [`FramedAppend`] out, written into tonic's buffer sized once
+/// for it (prost's encoder grows it as it writes, copying it again at each doubling);
+/// `AppendRowsResponse` in, decoded by prost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FramedCodec;
+
+/// [`FramedCodec`]'s encoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FramedEncoder;
+
+impl Encoder for FramedEncoder {
+    type Item = FramedAppend;
+    type Error = Status;
+
+    fn encode(&mut self, item: FramedAppend, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.len);
+        prost::Message::encode_raw(&item, dst);
+        Ok(())
+    }
+}
+
+impl Codec for FramedCodec {
+    type Encode = FramedAppend;
+    type Decode = AppendRowsResponse;
+    type Encoder = FramedEncoder;
+    type Decoder = ResponseDecoder;
+
+    fn encoder(&mut self) -> FramedEncoder {
+        FramedEncoder
+    }
+
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
+/// [`FramedCodec`]'s decoder: prost's, for `AppendRowsResponse`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResponseDecoder;
+
+impl Decoder for ResponseDecoder {
+    type Item = AppendRowsResponse;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<AppendRowsResponse>, Status> {
+        let r = <AppendRowsResponse as prost::Message>::decode(src)
+            .map_err(|e| Status::internal(format!("decoding an AppendRows response: {e}")))?;
+        Ok(Some(r))
     }
 }
 
@@ -78,15 +144,21 @@ mod field {
     pub const SERIALIZED_ROWS: u32 = 1;
 }
 
-/// The request for `rows` on `stream`, at `offset` when given, with the writer schema
-/// when `schema` is given: the bytes prost gives for `write::append_request` with the
-/// same arguments.
-pub fn frame(stream: &str, offset: Option<i64>, schema: Option<&DescriptorProto>, rows: &[Vec<u8>]) -> FramedAppend {
-    let rows_len: usize = rows.iter().map(|r| framed_len(r)).sum();
+/// The request for `rows[range]` on `stream`, at `offset` when given, with the writer
+/// schema when `schema` is given: it encodes to the bytes prost gives for
+/// `write::append_request` with the same arguments.
+pub fn frame(
+    stream: &str,
+    offset: Option<i64>,
+    schema: Option<&DescriptorProto>,
+    rows: &SharedRows,
+    range: Range<usize>,
+) -> FramedAppend {
+    let rows_len: usize = rows[range.clone()].iter().map(|r| framed_len(r)).sum();
     let schema = schema.map(|d| ProtoSchema { proto_descriptor: Some(d.clone()) });
     let schema_len = schema.as_ref().map_or(0, |s| message::encoded_len(field::WRITER_SCHEMA, s));
     let data_len = schema_len + 1 + encoded_len_varint(rows_len as u64) + rows_len;
-    let mut buf = BytesMut::with_capacity(stream.len() + 32 + 1 + encoded_len_varint(data_len as u64) + data_len);
+    let mut buf = BytesMut::with_capacity(stream.len() + 32 + schema_len + 16);
     if !stream.is_empty() {
         encode_key(field::WRITE_STREAM, WireType::LengthDelimited, &mut buf);
         encode_varint(stream.len() as u64, &mut buf);
@@ -102,12 +174,8 @@ pub fn frame(stream: &str, offset: Option<i64>, schema: Option<&DescriptorProto>
     }
     encode_key(field::ROWS, WireType::LengthDelimited, &mut buf);
     encode_varint(rows_len as u64, &mut buf);
-    for r in rows {
-        encode_key(field::SERIALIZED_ROWS, WireType::LengthDelimited, &mut buf);
-        encode_varint(r.len() as u64, &mut buf);
-        buf.put_slice(r);
-    }
-    FramedAppend(buf.freeze())
+    let len = buf.len() + rows_len;
+    FramedAppend { head: buf.freeze(), rows: rows.clone(), range, len }
 }
 
 /// What one serialized row costs inside `ProtoRows.serialized_rows`: the field tag,

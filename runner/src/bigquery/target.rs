@@ -17,6 +17,7 @@
 //! instead of ending it. Each retry is logged and counted. A stop (drain or move)
 //! ends the wait; the batch then stays in the offset log for the next owner.
 
+use crate::bigquery::framed::SharedRows;
 use crate::bigquery::write::{split_requests, AppendConnection, AppendOutcome, WriteClient, WriteError};
 use crate::bigquery::TableRef;
 use crate::retry::{wait_unless_stopped, Backoff};
@@ -225,7 +226,7 @@ impl Target {
     pub async fn append_batch(
         &mut self,
         client: &WriteClient,
-        rows: &[Vec<u8>],
+        rows: &SharedRows,
         plan: &mut Requests,
         offset: Option<i64>,
         ctl: &mut RetryCtl,
@@ -241,7 +242,7 @@ impl Target {
                 crate::crash_point!("eo::between_requests");
             }
             let at = offset.map(|o| o + r.start as i64);
-            match self.append(client, &rows[r.clone()], at, ctl).await? {
+            match self.append(client, rows, r.clone(), at, ctl).await? {
                 AppendOutcome::Appended => {}
                 AppendOutcome::AlreadyExists => already_existed += 1,
                 AppendOutcome::RowErrors(errs) => {
@@ -257,13 +258,14 @@ impl Target {
         Ok(BatchAppend::Done { already_existed })
     }
 
-    /// Append rows in one request, at `offset` when given, retrying transient
+    /// Append `rows[range]` in one request, at `offset` when given, retrying transient
     /// failures on a new connection. A retried append with an offset is safe: if the
     /// first try landed, the retry gets ALREADY_EXISTS.
     async fn append(
         &mut self,
         client: &WriteClient,
-        rows: &[Vec<u8>],
+        rows: &SharedRows,
+        range: std::ops::Range<usize>,
         offset: Option<i64>,
         ctl: &mut RetryCtl,
     ) -> Result<AppendOutcome, WriteError> {
@@ -281,7 +283,7 @@ impl Target {
                 }
             }
             let conn = self.conn.as_mut().expect("connection opened above");
-            match conn.append(rows, offset).await {
+            match conn.append_shared(rows, range.clone(), offset).await {
                 Ok(o) => return Ok(o),
                 Err(e) if e.is_retryable() => {
                     self.conn = None;

@@ -8,7 +8,7 @@
 //! [`WriteError`]s that say what they mean for the caller.
 
 pub use super::framed::framed_len;
-use super::framed::{frame, FramedAppend};
+use super::framed::{frame, FramedAppend, FramedCodec, SharedRows};
 use super::{Endpoints, TableRef};
 use futures::future::BoxFuture;
 use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
@@ -420,7 +420,7 @@ impl WriteClient {
             let path = tonic::codegen::http::uri::PathAndQuery::from_static(
                 "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows",
             );
-            let codec = tonic_prost::ProstCodec::<FramedAppend, AppendRowsResponse>::default();
+            let codec = FramedCodec;
             grpc.streaming(req, path, codec).await
         });
         Ok(AppendConnection {
@@ -472,11 +472,23 @@ impl AppendConnection {
         &self.stream
     }
 
-    /// Append `rows` (encoded per the descriptor), at `offset` when given. The request
-    /// is framed from the borrowed rows ([`super::framed`]), so no row is copied but into it.
+    /// Append `rows` (encoded per the descriptor), at `offset` when given, from a copy
+    /// of them (for one-off appends; a batch's go through [`AppendConnection::append_shared`]).
     pub async fn append(&mut self, rows: &[Vec<u8>], offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
+        self.append_shared(&std::sync::Arc::new(rows.to_vec()), 0..rows.len(), offset).await
+    }
+
+    /// Append `rows[range]` (encoded per the descriptor), at `offset` when given. The
+    /// request shares the batch's rows ([`super::framed`]): each is copied once, into
+    /// the buffer tonic sends.
+    pub async fn append_shared(
+        &mut self,
+        rows: &SharedRows,
+        range: std::ops::Range<usize>,
+        offset: Option<i64>,
+    ) -> Result<AppendOutcome, WriteError> {
         let schema = (!self.sent_schema).then_some(&self.descriptor);
-        let req = frame(&self.stream, offset, schema, rows);
+        let req = frame(&self.stream, offset, schema, rows, range);
         let closed = || WriteError::Status {
             what: "AppendRows",
             code: "Unavailable".into(),
@@ -620,16 +632,19 @@ mod tests {
             offset in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just(0i64), proptest::num::i64::ANY]),
             stream in "|projects/p/datasets/d/tables/t/streams/[a-z_]{1,20}",
             with_schema in proptest::bool::ANY,
+            from in 0usize..4,
         ) {
             let d = crate::bigquery::proto::descriptor(
                 &crate::bigquery::schema::Schema::from_json(&serde_json::json!([{"name": "a", "type": "STRING"}])).unwrap(),
                 "Row",
             );
             let schema = with_schema.then_some(&d);
-            let ours = frame(&stream, offset, schema, &rows);
-            let theirs = append_request(&stream, offset, schema, rows.clone()).encode_to_vec();
-            proptest::prop_assert_eq!(ours.bytes(), &theirs[..]);
+            let lo = from.min(rows.len());
+            let shared = std::sync::Arc::new(rows.clone());
+            let ours = frame(&stream, offset, schema, &shared, lo..rows.len());
+            let theirs = append_request(&stream, offset, schema, rows[lo..].to_vec()).encode_to_vec();
             proptest::prop_assert_eq!(ours.encoded_len(), theirs.len());
+            proptest::prop_assert_eq!(ours.encode_to_vec(), theirs);
         }
     }
 }

@@ -39,6 +39,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::ffi::{c_void, CStr, CString};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -170,8 +171,38 @@ pub struct Partitions {
     assigned: Mutex<Vec<i32>>,
 }
 
-/// One message, or a partition's error, taken from a shard's queue: valid during the
-/// call of [`Partitions::take_ready`] that gives it.
+/// One message, or a partition's error, taken from a shard's queue and owned: the key
+/// and value stay in librdkafka's fetch buffer until it is dropped (issue 29, step 3:
+/// a batch holds its messages instead of copying them out).
+///
+/// librdkafka requires every message to be destroyed before its consumer is closed:
+/// who keeps a `Held` past [`Partitions::take_ready`] keeps the
+/// [`Partitions::consumer`] too (`kafka_to_bq::records::Records` does).
+pub struct Held(NonNull<rdsys::rd_kafka_message_t>);
+
+// SAFETY: a message is read-only once librdkafka hands it out, and may be read and
+// destroyed from any thread.
+unsafe impl Send for Held {}
+// SAFETY: as above; nothing mutates it through a shared reference.
+unsafe impl Sync for Held {}
+
+impl Held {
+    /// The message's fields, borrowed from it.
+    pub fn view(&self) -> Fetched<'_> {
+        // SAFETY: the message lives until this Held is dropped.
+        Fetched(unsafe { self.0.as_ref() })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: a message librdkafka returned, destroyed once, after its last use.
+        unsafe { rdsys::rd_kafka_message_destroy(self.0.as_ptr()) }
+    }
+}
+
+/// A [`Held`] message's fields, borrowed for as long as the message.
+#[derive(Clone, Copy)]
 pub struct Fetched<'a>(&'a rdsys::rd_kafka_message_t);
 
 impl<'a> Fetched<'a> {
@@ -271,8 +302,10 @@ impl Partitions {
     }
 
     /// Hand `each` up to `max` (at most 1,024) messages or errors that are ready,
-    /// without waiting, in the order librdkafka queued them. Returns how many.
-    pub fn take_ready(&self, max: usize, mut each: impl FnMut(Fetched<'_>)) -> usize {
+    /// without waiting, in the order librdkafka queued them. Returns how many. Each is
+    /// handed over as a [`Held`] message: kept, it stays in librdkafka's fetch buffer
+    /// with no copy; dropped, it is destroyed.
+    pub fn take_ready(&self, max: usize, mut each: impl FnMut(Held)) -> usize {
         let mut buf = [std::ptr::null_mut::<rdsys::rd_kafka_message_t>(); 1024];
         let max = max.clamp(1, buf.len());
         let first = self.next.fetch_add(1, Ordering::Relaxed);
@@ -284,11 +317,8 @@ impl Partitions {
             let n = unsafe { rdsys::rd_kafka_consume_batch_queue(q.0, 0, buf.as_mut_ptr(), max - taken) };
             let n = n.max(0) as usize;
             for m in &buf[..n] {
-                // SAFETY: a message librdkafka returned, destroyed once, after its last use.
-                unsafe {
-                    each(Fetched(&**m));
-                    rdsys::rd_kafka_message_destroy(*m);
-                }
+                // A message librdkafka returned (never null), owned from here on.
+                each(Held(NonNull::new(*m).expect("librdkafka returned a null message")));
             }
             taken += n;
             if taken == max {
@@ -296,6 +326,13 @@ impl Partitions {
             }
         }
         taken
+    }
+
+    /// The worker consumer these partitions are read from: whoever keeps a [`Held`]
+    /// message keeps this too, so that the consumer is closed only after the message
+    /// is destroyed, as librdkafka requires.
+    pub fn consumer(&self) -> &Arc<SharedConsumer> {
+        &self.shared
     }
 
     /// Wait until a message may be ready, at most `limit`; false when the time ran out.

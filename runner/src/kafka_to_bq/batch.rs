@@ -10,7 +10,7 @@ use super::records::{Record, Records};
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
-use crate::progress::OffsetEntry;
+use crate::progress::{DigestKind, OffsetEntry};
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{bail, Result};
 use rdkafka::message::{Headers, Message};
@@ -21,6 +21,9 @@ use std::time::Instant;
 pub(super) struct Mapped {
     pub(super) rows: Vec<Vec<u8>>,
     pub(super) row_src: Vec<usize>,
+    /// Each row's CRC32C, taken as it was written (when [`MapOptions::row_crcs`]),
+    /// for the log entry's digest ([`digest`]); else empty.
+    pub(super) row_crcs: Vec<u32>,
     pub(super) dlq_rows: Vec<Vec<u8>>,
     /// Messages the UDF dropped.
     pub(super) dropped: u64,
@@ -57,10 +60,39 @@ pub(super) struct Cut {
     pub(super) processed_ms: Option<i64>,
 }
 
-/// CRC32C over rows, each prefixed by its length: what a log entry records so that a
-/// replay can prove it re-sends the same rows.
+/// CRC32C over rows, each prefixed by its length ([`DigestKind::RowBytes`]): what a log
+/// entry recorded before issue 29 so that a replay can prove it re-sends the same rows.
 pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
     rows.iter().fold(0, |c, r| crc32c::crc32c_append(crc32c::crc32c_append(c, &(r.len() as u64).to_le_bytes()), r))
+}
+
+/// CRC32C over each row's length and CRC32C ([`DigestKind::RowCrcs`]), from the CRCs
+/// taken as the rows were written: no second pass over the rows' bytes.
+///
+/// ```
+/// use flexrun::kafka_to_bq::batch::crcs_digest;
+/// let rows = [b"ab".to_vec(), b"c".to_vec()];
+/// let crcs: Vec<u32> = rows.iter().map(|r| crc32c::crc32c(r)).collect();
+/// assert_ne!(crcs_digest(&rows, &crcs), crcs_digest(&rows[..1], &crcs[..1]));
+/// ```
+pub fn crcs_digest(rows: &[Vec<u8>], crcs: &[u32]) -> u32 {
+    assert_eq!(rows.len(), crcs.len(), "one CRC per row");
+    let mut pair = [0u8; 12];
+    rows.iter().zip(crcs).fold(0, |c, (r, crc)| {
+        pair[..8].copy_from_slice(&(r.len() as u64).to_le_bytes());
+        pair[8..].copy_from_slice(&crc.to_le_bytes());
+        crc32c::crc32c_append(c, &pair)
+    })
+}
+
+/// The digest of `rows` taken as `kind` says, from `crcs` when there is one per row
+/// (else each row's CRC is taken here).
+pub fn digest(kind: DigestKind, rows: &[Vec<u8>], crcs: &[u32]) -> u32 {
+    match kind {
+        DigestKind::RowBytes => rows_digest(rows),
+        DigestKind::RowCrcs if crcs.len() == rows.len() => crcs_digest(rows, crcs),
+        DigestKind::RowCrcs => crcs_digest(rows, &rows.iter().map(|r| crc32c::crc32c(r)).collect::<Vec<_>>()),
+    }
 }
 
 /// A replayed batch must re-send exactly what its log entry says: the same row
@@ -101,17 +133,18 @@ pub(super) fn reject_rows(
     entry: &mut OffsetEntry,
     counts: &mut BatchCounts,
 ) -> Result<()> {
-    let (rows, row_src) = match side.and_then(|t| mapped.side.get_mut(t)) {
-        Some(s) => (&mut s.rows, &mut s.row_src),
-        None => (&mut mapped.rows, &mut mapped.row_src),
+    let mut no_crcs = Vec::new();
+    let (rows, row_src, crcs) = match side.and_then(|t| mapped.side.get_mut(t)) {
+        Some(s) => (&mut s.rows, &mut s.row_src, &mut no_crcs),
+        None => (&mut mapped.rows, &mut mapped.row_src, &mut mapped.row_crcs),
     };
     if let Some((i, _)) = errs.iter().find(|(i, _)| *i >= rows.len()) {
         bail!("BigQuery reported an error for row {i} of a {}-row append", rows.len());
     }
     let rejected: BTreeMap<usize, String> = errs.iter().cloned().collect();
-    let (kept, kept_src, refused) = split_rejected(std::mem::take(rows), std::mem::take(row_src), &rejected);
-    *rows = kept;
-    *row_src = kept_src;
+    let split = split_rejected(std::mem::take(rows), std::mem::take(row_src), std::mem::take(crcs), &rejected);
+    let SplitRows { kept, kept_src, kept_crcs, refused } = split;
+    (*rows, *row_src, *crcs) = (kept, kept_src, kept_crcs);
     for (msg_idx, why) in refused {
         let m = cut.msgs.at(msg_idx);
         entry.rejected.push((m.partition(), m.offset(), why.clone()));
@@ -147,6 +180,9 @@ pub(super) fn apply_rejections(
     for (p, o, why) in rejected {
         let src = if let Some(k) = at(&mapped.row_src, *p, *o) {
             mapped.rows.remove(k);
+            if k < mapped.row_crcs.len() {
+                mapped.row_crcs.remove(k);
+            }
             mapped.row_src.remove(k)
         } else if let Some((s, k)) = mapped.side.values_mut().find_map(|s| at(&s.row_src, *p, *o).map(|k| (s, k))) {
             s.rows.remove(k);
@@ -166,14 +202,17 @@ pub struct MappedValues {
     pub rows: Vec<Vec<u8>>,
     /// For each row, the index of its value.
     pub row_src: Vec<usize>,
+    /// Each row's CRC32C, taken as it was written (when asked for), else empty.
+    pub row_crcs: Vec<u32>,
     /// Values that did not map: index and reason.
     pub failed: Vec<(usize, RecordError)>,
     /// Values the UDF dropped.
     pub dropped: u64,
 }
 
-/// Map messages (key, value) to rows with `mapper`. This is the transform of every
-/// batch a shard processes, and what `flexrun calibrate` measures.
+/// Map messages (key, value) to rows with `mapper`, taking each row's CRC32C as it is
+/// written when `crcs` (for an exactly-once log entry's [`digest`]). This is the
+/// transform of every batch a shard processes, and what `flexrun calibrate` measures.
 ///
 /// The batch is timed as a whole: each message is recorded in `stages` at the batch's
 /// mean, rounded up to 1 µs, so the hot path reads the clock twice per batch rather than
@@ -183,6 +222,7 @@ pub fn map_values<'a>(
     messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8], Option<KafkaMeta<'a>>)>,
     stages: &mut StageSamples,
     pool: &mut RowPool,
+    crcs: bool,
 ) -> MappedValues {
     let t = Instant::now();
     let mut out = MappedValues::default();
@@ -193,6 +233,9 @@ pub fn map_values<'a>(
         let r = mapper.map_message(key, value, meta.as_ref(), &mut row);
         match r {
             Ok(()) => {
+                if crcs {
+                    out.row_crcs.push(crc32c::crc32c(&row));
+                }
                 out.rows.push(row);
                 out.row_src.push(i);
                 continue;
@@ -246,15 +289,20 @@ impl RowPool {
     }
 }
 
-/// What map_batch does with a record that cannot be written.
+/// How map_batch maps: what it does with a record that cannot be written, and whether
+/// it takes each row's CRC.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct BadRecords {
-    /// Keep it as a dead-letter row (a dead-letter table, or `badRecordPolicy=LOG_AND_DROP`:
-    /// its row is built, logged and never sent); else stop the job.
+pub(super) struct MapOptions {
+    /// Keep a bad record as a dead-letter row (a dead-letter table, or
+    /// `badRecordPolicy=LOG_AND_DROP`: its row is built, logged and never sent); else
+    /// stop the job.
     pub(super) keep: bool,
     /// The schema changes a record may ask for first (none in a replay, which must map
     /// as it was logged).
     pub(super) evolve: SchemaUpdates,
+    /// Take each table row's CRC as it is written ([`Mapped::row_crcs`]): an
+    /// exactly-once log entry's digest is built from them.
+    pub(super) row_crcs: bool,
 }
 
 /// Whether `e` asks for a schema change `u` allows: a top-level field the table lacks, or
@@ -275,7 +323,7 @@ pub(super) fn map_batch(
     ctx: &JobCtx,
     mapping: &Mapping,
     cut: &Cut,
-    bad: BadRecords,
+    bad: MapOptions,
     stages: &mut StageSamples,
     counts: &mut BatchCounts,
     pool: &mut RowPool,
@@ -283,12 +331,13 @@ pub(super) fn map_batch(
     let keep_bad = bad.keep;
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
-    let MappedValues { rows, row_src, mut failed, dropped } = map_values(&mapping.mapper, values, stages, pool);
+    let MappedValues { rows, row_src, row_crcs, mut failed, dropped } =
+        map_values(&mapping.mapper, values, stages, pool, bad.row_crcs);
     if bad.evolve.any() && failed.iter().any(|(_, e)| asks_for_change(e, bad.evolve)) {
         pool.give_all(rows);
         failed.retain(|(_, e)| asks_for_change(e, bad.evolve));
-        let (rows, row_src, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, dlq_rows, dropped: 0, side, evolve: failed });
+        let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
+        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, side, evolve: failed });
     }
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
     let (mut dead, mut side_asks) = (Vec::new(), Vec::new());
@@ -309,11 +358,11 @@ pub(super) fn map_batch(
     if !side_asks.is_empty() {
         // Another record type's table is to change first (per-record tables).
         pool.give_all(rows);
-        let (rows, row_src, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, dlq_rows, dropped: 0, side, evolve: side_asks });
+        let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
+        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, side, evolve: side_asks });
     }
     let dlq_rows = dead_letters(ctx, cut, dead, keep_bad, counts)?;
-    Ok(Mapped { rows, row_src, dlq_rows, dropped, side, evolve: Vec::new() })
+    Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, side, evolve: Vec::new() })
 }
 
 /// The dead-letter rows of records that cannot be written; without a dead-letter table
@@ -377,25 +426,47 @@ fn route_message(
     Ok(())
 }
 
-/// Rows kept with the message index each came from, and refused messages with the reason.
-pub(super) type SplitRows = (Vec<Vec<u8>>, Vec<usize>, Vec<(usize, String)>);
+/// A batch's rows split after BigQuery refused some.
+#[derive(Debug, Default)]
+pub(super) struct SplitRows {
+    /// The rows to append again.
+    pub(super) kept: Vec<Vec<u8>>,
+    /// The message each kept row came from.
+    pub(super) kept_src: Vec<usize>,
+    /// The kept rows' CRCs (empty when none were taken).
+    pub(super) kept_crcs: Vec<u32>,
+    /// The refused rows' messages, with the reason.
+    pub(super) refused: Vec<(usize, String)>,
+}
 
 /// Split a batch after BigQuery refused some rows (by row index): the rows to append
-/// again with the messages they came from, and the refused rows' messages with the reason.
-pub(super) fn split_rejected(rows: Vec<Vec<u8>>, row_src: Vec<usize>, rejected: &BTreeMap<usize, String>) -> SplitRows {
-    let mut kept = Vec::with_capacity(rows.len());
-    let mut kept_src = Vec::with_capacity(rows.len());
-    let mut refused = Vec::new();
+/// again with the messages they came from (and their CRCs, when `crcs` has one per
+/// row), and the refused rows' messages with the reason.
+pub(super) fn split_rejected(
+    rows: Vec<Vec<u8>>,
+    row_src: Vec<usize>,
+    crcs: Vec<u32>,
+    rejected: &BTreeMap<usize, String>,
+) -> SplitRows {
+    let with_crcs = crcs.len() == rows.len();
+    let mut out = SplitRows {
+        kept: Vec::with_capacity(rows.len()),
+        kept_src: Vec::with_capacity(rows.len()),
+        ..Default::default()
+    };
     for (i, (row, src)) in rows.into_iter().zip(row_src).enumerate() {
         match rejected.get(&i) {
-            Some(why) => refused.push((src, why.clone())),
+            Some(why) => out.refused.push((src, why.clone())),
             None => {
-                kept.push(row);
-                kept_src.push(src);
+                out.kept.push(row);
+                out.kept_src.push(src);
+                if with_crcs {
+                    out.kept_crcs.push(crcs[i]);
+                }
             }
         }
     }
-    (kept, kept_src, refused)
+    out
 }
 
 /// Encode the dead-letter row of message `m` of `cut` failing at `stage` with `error`.
@@ -442,12 +513,17 @@ mod tests {
         let rows = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()];
         let src = vec![0, 2, 3, 5];
         let rejected = BTreeMap::from([(1, "bad field".to_string()), (3, "too big".to_string())]);
-        let (kept, kept_src, refused) = split_rejected(rows, src, &rejected);
+        let crcs = vec![10, 11, 12, 13];
+        let SplitRows { kept, kept_src, kept_crcs, refused } =
+            split_rejected(rows.clone(), src.clone(), crcs, &rejected);
         assert_eq!(kept, vec![b"a".to_vec(), b"c".to_vec()]);
         assert_eq!(kept_src, vec![0, 3]);
+        assert_eq!(kept_crcs, vec![10, 12], "each kept row keeps its own CRC");
         assert_eq!(refused, vec![(2, "bad field".to_string()), (5, "too big".to_string())]);
-        let (kept, _, refused) = split_rejected(vec![b"x".to_vec()], vec![7], &BTreeMap::new());
-        assert_eq!((kept.len(), refused.len()), (1, 0));
+        let split = split_rejected(rows, src, Vec::new(), &rejected);
+        assert!(split.kept_crcs.is_empty() && split.kept.len() == 2, "rows without CRCs stay without");
+        let split = split_rejected(vec![b"x".to_vec()], vec![7], vec![1], &BTreeMap::new());
+        assert_eq!((split.kept.len(), split.refused.len()), (1, 0));
     }
 
     #[test]
@@ -460,6 +536,7 @@ mod tests {
                 rows: rows.len() as i64,
                 table: "p:d.t".into(),
                 digest: Some(rows_digest(rows)),
+                digest_kind: DigestKind::RowBytes,
                 requests: Vec::new(),
             })
         };
@@ -490,12 +567,14 @@ mod tests {
         let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
         let mut stages = StageSamples::default();
-        let out = map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default());
+        let out =
+            map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default(), true);
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
+        assert_eq!(out.row_crcs, out.rows.iter().map(|r| crc32c::crc32c(r)).collect::<Vec<_>>());
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();
         assert_eq!(transform.count, 3, "failed messages are timed too");
         assert!(transform.p50_ms > 0.0, "the mean is rounded up to at least 1 us: {transform:?}");
-        map_values(&mapper, std::iter::empty(), &mut stages, &mut RowPool::default());
+        map_values(&mapper, std::iter::empty(), &mut stages, &mut RowPool::default(), false);
         assert_eq!(stages.take().into_iter().find(|s| s.stage == "transform").unwrap().count, 0);
     }
 
@@ -506,5 +585,20 @@ mod tests {
         assert_ne!(a, rows_digest(&[b"a".to_vec(), b"bc".to_vec()]));
         assert_ne!(a, rows_digest(&[b"c".to_vec(), b"ab".to_vec()]));
         assert_ne!(rows_digest(&[]), rows_digest(&[Vec::new()]));
+        let by_crcs = |rows: &[Vec<u8>]| digest(DigestKind::RowCrcs, rows, &[]);
+        let b = by_crcs(&[b"ab".to_vec(), b"c".to_vec()]);
+        assert_ne!(b, by_crcs(&[b"a".to_vec(), b"bc".to_vec()]));
+        assert_ne!(b, by_crcs(&[b"c".to_vec(), b"ab".to_vec()]));
+        assert_ne!(by_crcs(&[]), by_crcs(&[Vec::new()]));
+        assert_ne!(b, by_crcs(&[b"ab".to_vec(), b"d".to_vec()]), "a changed byte changes it");
+    }
+
+    #[test]
+    fn a_digest_from_crcs_taken_while_mapping_equals_one_taken_after_and_old_kinds_still_verify() {
+        let rows: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; i as usize * 7]).collect();
+        let crcs: Vec<u32> = rows.iter().map(|r| crc32c::crc32c(r)).collect();
+        assert_eq!(digest(DigestKind::RowCrcs, &rows, &crcs), digest(DigestKind::RowCrcs, &rows, &[]));
+        assert_eq!(digest(DigestKind::RowBytes, &rows, &crcs), rows_digest(&rows), "an older entry's kind");
+        assert_ne!(digest(DigestKind::RowBytes, &rows, &crcs), digest(DigestKind::RowCrcs, &rows, &crcs));
     }
 }

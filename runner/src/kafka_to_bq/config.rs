@@ -5,7 +5,7 @@
 //! connects.
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
-use super::metadata::{parse_columns, MetaColumn, MetaField};
+use super::metadata::{parse_columns, MetaColumn};
 use super::topics::{TopicRoutes, Topics};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
@@ -430,15 +430,6 @@ impl KafkaToBqConfig {
         c
     }
 
-    /// Whether a shard copies each record's headers: for dead-letter rows (Google's
-    /// columns hold them), a `headers` metadata column, or CDC's change-type header.
-    /// librdkafka parses a record's header section on first access, with two
-    /// allocations per message even when it holds no header (BENCHMARKS.md, "Hot
-    /// path": 0.08 CPU-s/GB), so a job that needs none of these does not ask.
-    pub fn reads_headers(&self) -> bool {
-        self.dlq.is_some() || self.cdc.is_some() || self.metadata.iter().any(|m| m.field == MetaField::Headers)
-    }
-
     /// The number of shards (write streams) for a topic with `partitions` partitions.
     pub fn shard_count(&self, partitions: usize) -> usize {
         let want = if self.streams == 0 { AUTO_MAX_SHARDS } else { self.streams as usize };
@@ -488,15 +479,6 @@ mod tests {
         let c = cfg(&format!("{OK},useStorageWriteApiAtLeastOnce=true,numStorageWriteApiStreams=2")).unwrap();
         assert_eq!(c.delivery, Delivery::AtLeastOnce);
         assert_eq!(c.shard_count(8), 2);
-    }
-
-    #[test]
-    fn headers_are_read_only_when_a_dead_letter_row_a_column_or_cdc_needs_them() {
-        assert!(!cfg(OK).unwrap().reads_headers());
-        assert!(!cfg(&format!("{OK},kafkaMetadataColumns=topic|offset")).unwrap().reads_headers());
-        assert!(cfg(&format!("{OK},kafkaMetadataColumns=offset|headers")).unwrap().reads_headers());
-        assert!(cfg(&format!("{OK},outputDeadletterTable=p:d.dlq")).unwrap().reads_headers());
-        assert!(cfg(&format!("{OK},cdcPrimaryKey=id")).unwrap().reads_headers());
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! A batch's Kafka records, copied out of librdkafka into one byte buffer that a shard
-//! reuses batch after batch (issue 29). `BorrowedMessage::detach` allocates a key, a
-//! payload and a topic name per record and frees them after the batch; here a record
-//! costs one `memcpy` into a buffer whose capacity outlives the batch. Headers, rare on
-//! the hot path, are still copied into their own [`OwnedHeaders`].
+//! A batch's Kafka records. Those a shard takes from its queues are kept as librdkafka
+//! handed them ([`Held`]): the key and value are read where librdkafka fetched them,
+//! with no copy (issue 29, step 3), and a record's headers are parsed only when
+//! something asks for them (a dead-letter row, a `headers` metadata column, CDC).
+//! Records from elsewhere ([`Records::push`]) are copied into one byte buffer that the
+//! shard reuses batch after batch.
 //!
 //! ```
 //! use flexrun::kafka_to_bq::records::Records;
@@ -16,16 +17,21 @@
 //! assert_eq!(r.get(0).unwrap().payload(), Some(&b"v"[..]));
 //! ```
 
-use crate::kafka::shared::Fetched;
+use crate::kafka::shared::{Held, SharedConsumer};
 use rdkafka::message::{Headers, Message, OwnedHeaders, Timestamp};
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
-/// The records of one batch, in one buffer.
+/// The records of one batch.
 #[derive(Default)]
 pub struct Records {
     buf: Vec<u8>,
     items: Vec<Item>,
     topics: Vec<String>,
+    /// The consumer the held messages came from, dropped after them (`items` is
+    /// declared first, so it is dropped first): librdkafka requires every message to
+    /// be destroyed before its consumer is closed.
+    consumer: Option<Arc<SharedConsumer>>,
 }
 
 struct Item {
@@ -33,9 +39,17 @@ struct Item {
     partition: i32,
     offset: i64,
     timestamp: Timestamp,
-    key: Option<Range<usize>>,
-    payload: Option<Range<usize>>,
-    headers: Option<OwnedHeaders>,
+    body: Body,
+    /// The headers, read from a held message when first asked for.
+    headers: OnceLock<Option<OwnedHeaders>>,
+}
+
+/// Where a record's key and value are.
+enum Body {
+    /// In [`Records::buf`].
+    Copied { key: Option<Range<usize>>, payload: Option<Range<usize>> },
+    /// In librdkafka's fetch buffer.
+    Held(Held),
 }
 
 /// One record of [`Records`], read through rdkafka's [`Message`] trait.
@@ -49,13 +63,7 @@ pub struct Record<'a> {
 impl Records {
     /// Copy `m` in.
     pub fn push<M: Message>(&mut self, m: &M) {
-        let topic = match self.topics.iter().position(|t| t == m.topic()) {
-            Some(i) => i,
-            None => {
-                self.topics.push(m.topic().to_string());
-                self.topics.len() - 1
-            }
-        };
+        let topic = self.topic_index(m.topic());
         let key = m.key().map(|k| self.copy(k));
         let payload = m.payload().map(|p| self.copy(p));
         let headers = m.headers().map(|h| {
@@ -64,24 +72,50 @@ impl Records {
             })
         });
         let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
-        self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
+        let (body, headers) = (Body::Copied { key, payload }, OnceLock::from(headers));
+        self.items.push(Item { topic, partition, offset, timestamp, body, headers });
     }
 
-    /// Copy in a message of `topic` taken from a shard's queue, with its headers when
-    /// `headers` (asking makes librdkafka parse them: only when the job needs them).
-    pub fn push_fetched(&mut self, topic: &str, m: &Fetched<'_>, headers: bool) {
-        let topic = match self.topics.iter().position(|t| t == topic) {
+    /// Keep a message of `topic` taken from a shard's queue on `consumer`, as it is.
+    pub fn push_held(&mut self, topic: &str, m: Held, consumer: &Arc<SharedConsumer>) {
+        if self.consumer.as_ref().is_none_or(|c| !Arc::ptr_eq(c, consumer)) {
+            // Messages of another consumer (none in practice: a shard reads one) must
+            // still go before theirs: copy them out first.
+            self.copy_held_out();
+            self.consumer = Some(consumer.clone());
+        }
+        let topic = self.topic_index(topic);
+        let f = m.view();
+        let (partition, offset, timestamp) = (f.partition(), f.offset(), f.timestamp());
+        self.items.push(Item { topic, partition, offset, timestamp, body: Body::Held(m), headers: OnceLock::new() });
+    }
+
+    /// Copy every held record's key and value into the buffer, releasing the messages.
+    fn copy_held_out(&mut self) {
+        let mut items = std::mem::take(&mut self.items);
+        for item in &mut items {
+            if let Body::Held(h) = &item.body {
+                let f = h.view();
+                item.headers.get_or_init(|| f.headers());
+                let key = f.key().map(|k| self.copy(k));
+                let payload = f.payload().map(|p| self.copy(p));
+                item.body = Body::Copied { key, payload };
+            }
+        }
+        self.items = items;
+    }
+
+    fn topic_index(&mut self, topic: &str) -> usize {
+        if self.topics.last().is_some_and(|t| t == topic) {
+            return self.topics.len() - 1;
+        }
+        match self.topics.iter().position(|t| t == topic) {
             Some(i) => i,
             None => {
                 self.topics.push(topic.to_string());
                 self.topics.len() - 1
             }
-        };
-        let key = m.key().map(|k| self.copy(k));
-        let payload = m.payload().map(|p| self.copy(p));
-        let headers = if headers { m.headers() } else { None };
-        let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
-        self.items.push(Item { topic, partition, offset, timestamp, key, payload, headers });
+        }
     }
 
     fn copy(&mut self, bytes: &[u8]) -> Range<usize> {
@@ -124,7 +158,7 @@ impl Records {
         self.items.sort_by_key(|i| (i.partition, i.offset));
     }
 
-    /// Empty it, keeping its capacity for the next batch.
+    /// Empty it (releasing held messages), keeping its capacity for the next batch.
     pub fn clear(&mut self) {
         self.buf.clear();
         self.items.clear();
@@ -135,12 +169,18 @@ impl<'a> Record<'a> {
     /// The key, borrowed for as long as the batch (the trait's borrows last only as
     /// long as this view).
     pub fn key(&self) -> Option<&'a [u8]> {
-        self.item.key.clone().map(|r| &self.buf[r])
+        match &self.item.body {
+            Body::Copied { key, .. } => key.clone().map(|r| &self.buf[r]),
+            Body::Held(h) => h.view().key(),
+        }
     }
 
     /// The payload, borrowed for as long as the batch.
     pub fn payload(&self) -> Option<&'a [u8]> {
-        self.item.payload.clone().map(|r| &self.buf[r])
+        match &self.item.body {
+            Body::Copied { payload, .. } => payload.clone().map(|r| &self.buf[r]),
+            Body::Held(h) => h.view().payload(),
+        }
     }
 
     /// The topic, borrowed for as long as the batch.
@@ -150,7 +190,13 @@ impl<'a> Record<'a> {
 
     /// The headers, borrowed for as long as the batch.
     pub fn headers(&self) -> Option<&'a OwnedHeaders> {
-        self.item.headers.as_ref()
+        let item = self.item;
+        item.headers
+            .get_or_init(|| match &item.body {
+                Body::Held(h) => h.view().headers(),
+                Body::Copied { .. } => None,
+            })
+            .as_ref()
     }
 }
 

@@ -6,16 +6,16 @@
 //! protocol (log → append → commit, described in the module above) on the shard's
 //! [`super::writer`].
 
-use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, BadRecords, Cut, Mapped, RowPool};
+use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, MapOptions, Mapped, RowPool};
 use super::records::Records;
 use super::writer::{
-    append_both, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets, Plans,
-    SideOffsets, Step, Targets, Which, Writer,
+    append_both, digest_kind, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets,
+    Plans, SideOffsets, Step, Targets, Which, Writer,
 };
 use super::{JobCtx, Mapping};
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
-use crate::kafka::shared::{Fetched, Partitions, SharedConsumer};
+use crate::kafka::shared::{Held, Partitions, SharedConsumer};
 use crate::kafka_to_bq::config::{BadRecordPolicy, Delivery};
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, Recovery, ShardLog};
 use crate::scaling::WorkerSlot;
@@ -47,8 +47,6 @@ struct OpenBatch {
     max_rows: usize,
     max_bytes: usize,
     frequency: Duration,
-    /// Copy each record's headers ([`super::config::KafkaToBqConfig::reads_headers`]).
-    headers: bool,
 }
 
 impl OpenBatch {
@@ -62,17 +60,18 @@ impl OpenBatch {
             max_rows: run.batch_rows,
             max_bytes: run.batch_bytes,
             frequency: ctx.cfg.triggering_frequency,
-            headers: ctx.cfg.reads_headers(),
         }
     }
 
-    /// Add message `m`, read at `now_ms`, timing its read stage. True when the batch is full.
-    fn take(&mut self, ctx: &JobCtx, stages: &mut StageSamples, m: &Fetched<'_>, now_ms: i64) -> bool {
-        if let Some(ts) = m.timestamp().to_millis() {
+    /// Keep message `m` of `reader`, read at `now_ms`, timing its read stage. True when
+    /// the batch is full.
+    fn take(&mut self, ctx: &JobCtx, stages: &mut StageSamples, m: Held, reader: &Partitions, now_ms: i64) -> bool {
+        let f = m.view();
+        if let Some(ts) = f.timestamp().to_millis() {
             stages.record(Stage::Read, ((now_ms - ts).max(0) as u64) * 1000);
         }
-        self.bytes += m.payload().map_or(0, <[u8]>::len);
-        self.msgs.push_fetched(&ctx.cfg.source.topic, m, self.headers);
+        self.bytes += f.payload().map_or(0, <[u8]>::len);
+        self.msgs.push_held(&ctx.cfg.source.topic, m, reader.consumer());
         if self.deadline.is_none() {
             ctx.stats.mark_read();
             self.deadline = Some(tokio::time::Instant::now() + self.frequency);
@@ -259,7 +258,6 @@ impl Shard {
     async fn replay(&mut self, e: OffsetEntry) -> Result<()> {
         tracing::warn!(shard = self.id, batch = e.batch, ranges = ?e.ranges, "replaying a batch that was logged but not committed");
         let topic = self.ctx.cfg.source.topic.clone();
-        let headers = self.ctx.cfg.reads_headers();
         for (p, (a, _)) in &e.ranges {
             let floor = self.ctx.retention_floor(*p);
             if *a < floor {
@@ -276,14 +274,15 @@ impl Shard {
         let mut last_message = Instant::now();
         while !pending.is_empty() {
             let mut errors = Vec::new();
-            let n = self.reader.take_ready(BURST, |m| {
-                if let Some(e) = m.error() {
+            let reader = &self.reader;
+            let n = reader.take_ready(BURST, |m| {
+                if let Some(e) = m.view().error() {
                     return errors.push(e);
                 }
-                let (p, o) = (m.partition(), m.offset());
+                let (p, o) = (m.view().partition(), m.view().offset());
                 if let Some(end) = pending.get(&p).copied() {
                     if o < end {
-                        msgs.push_fetched(&topic, &m, headers);
+                        msgs.push_held(&topic, m, reader.consumer());
                     }
                     if o + 1 >= end {
                         pending.remove(&p);
@@ -382,9 +381,9 @@ impl Shard {
             let now = now_ms();
             let (mut full, mut errors) = (false, Vec::new());
             let (stages, reader) = (&mut self.stages, &self.reader);
-            let n = reader.take_ready(open.room(), |m| match m.error() {
+            let n = reader.take_ready(open.room(), |m| match m.view().error() {
                 Some(e) => errors.push(e),
-                None => full = open.take(&ctx, stages, &m, now),
+                None => full = open.take(&ctx, stages, m, reader, now),
             });
             for e in errors {
                 let moved = self.consumer_error(e, &open).await?;
@@ -464,7 +463,8 @@ impl Shard {
             };
         // A replay maps as it was logged; a new batch may change the table's schema first.
         let evolve = if replay.is_none() { ctx.cfg.schema_updates } else { Default::default() };
-        let mut bad = BadRecords { keep, evolve };
+        let row_crcs = ctx.cfg.delivery == Delivery::ExactlyOnce && matches!(self.writer, Writer::Bq(_));
+        let mut bad = MapOptions { keep, evolve, row_crcs };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
         ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
         let mut mapped = loop {
@@ -543,15 +543,16 @@ impl Shard {
         let mut x = main.next;
         let mut zs: SideOffsets = side.iter().map(|(t, target)| (t.clone(), target.next)).collect();
         let mut y = dlq.as_ref().map(|d| d.next);
+        let kind = digest_kind(exactly, replay);
         let mut attempted = replay.is_some();
         let mut first = true;
         let mut plans = Plans::new((main, side, dlq.as_ref()), mapped, replay).map_err(|e| {
             anyhow!("job {} shard {} batch {}: {e}; no row was written. Move the job's checkpoint directory aside to start over", ctx.cfg.job_name, self.id, entry.batch)
         })?;
         loop {
-            entry.main = Some(slot_of(main, x, &mapped.rows, &plans.main));
-            entry.side = side_slots(side, &zs, mapped, &plans);
-            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), &mapped.dlq_rows, &plans.dlq));
+            entry.main = Some(slot_of(main, x, (&mapped.rows, &mapped.row_crcs), &plans.main, kind));
+            entry.side = side_slots(side, &zs, mapped, &plans, kind);
+            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), (&mapped.dlq_rows, &[]), &plans.dlq, kind));
             let relog = !first;
             if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
                 verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;

@@ -1,15 +1,17 @@
 //! A shard's write side: the table's and dead-letter table's [`Target`]s, opened where
 //! the logs leave them, and one round of appends to both ([`append_both`]).
 
-use super::batch::{rows_digest, Mapped};
+use super::batch::{digest, Mapped};
 use super::config::Delivery;
 use super::context::JobCtx;
+use crate::bigquery::framed::SharedRows;
 use crate::bigquery::target::{with_retries, BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;
-use crate::progress::{OffsetEntry, StreamSlot};
+use crate::progress::{DigestKind, OffsetEntry, StreamSlot};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The write side of a shard.
 pub(super) enum Writer {
@@ -36,15 +38,42 @@ pub(super) enum Which {
     Dlq,
 }
 
-pub(super) fn slot_of(t: &Target, offset: i64, rows: &[Vec<u8>], plan: &Requests) -> StreamSlot {
+/// Where `rows` go on `t`, from `offset`, in `plan`'s requests, with their digest taken
+/// as `kind` says (from `crcs` when there is one per row; no digest without a kind).
+pub(super) fn slot_of(
+    t: &Target,
+    offset: i64,
+    (rows, crcs): (&[Vec<u8>], &[u32]),
+    plan: &Requests,
+    kind: Option<DigestKind>,
+) -> StreamSlot {
     StreamSlot {
         stream: t.stream.clone(),
         offset,
         rows: rows.len() as i64,
         table: t.table.to_string(),
-        digest: Some(rows_digest(rows)),
+        digest: kind.map(|k| digest(k, rows, crcs)),
+        digest_kind: kind.unwrap_or_default(),
         requests: plan.to_log(),
     }
+}
+
+/// The digest kind of a batch's entry: none at least once (nothing is logged), the
+/// logged entry's own in a replay, else [`DigestKind::RowCrcs`].
+pub(super) fn digest_kind(exactly: bool, replay: Option<&OffsetEntry>) -> Option<DigestKind> {
+    let logged = replay.and_then(|e| e.main.as_ref().or(e.dlq.as_ref())).map(|s| s.digest_kind);
+    exactly.then(|| logged.unwrap_or_else(new_entry_kind))
+}
+
+/// The kind new entries are logged with. Built with `--features failpoints`, the
+/// failpoint `eo::log_row_bytes_digest` makes it the kind binaries before issue 29
+/// logged, so a crash test can stand for an older binary's crash.
+fn new_entry_kind() -> DigestKind {
+    #[cfg(feature = "failpoints")]
+    if fail::eval("eo::log_row_bytes_digest", |_| ()).is_some() {
+        return DigestKind::RowBytes;
+    }
+    DigestKind::RowCrcs
 }
 
 /// The request split of every target's rows in one batch ([`Requests`]): fixed when
@@ -143,7 +172,7 @@ pub(super) struct Offsets<'a> {
 pub(super) async fn append_both(
     client: &WriteClient,
     t: Targets<'_>,
-    mapped: &Mapped,
+    mapped: &mut Mapped,
     plans: &mut Plans,
     at: Offsets<'_>,
     retry: &mut RetryCtl,
@@ -156,7 +185,7 @@ pub(super) async fn append_both(
     let Targets { main, side, dlq } = t;
     let mut already_existed = 0;
     if !mapped.rows.is_empty() {
-        match main.append_batch(client, &mapped.rows, &mut plans.main, x, retry).await {
+        match send(main, client, &mut mapped.rows, &mut plans.main, x, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
             Ok(BatchAppend::RowErrors { request, errors, already_existed: n }) => {
                 return Ok(Step::RowErrors {
@@ -169,11 +198,11 @@ pub(super) async fn append_both(
             Err(e) => return gone(Which::Main, e),
         }
     }
-    for (table, rows) in mapped.side.iter().filter(|(_, s)| !s.rows.is_empty()) {
+    for (table, rows) in mapped.side.iter_mut().filter(|(_, s)| !s.rows.is_empty()) {
         let target = side.get_mut(table).expect("a target is opened for every per-record table with rows");
         let z = zs.map(|zs| zs.get(table).copied().unwrap_or(target.next));
         let plan = plans.of(&Which::Side(table.clone()));
-        match target.append_batch(client, &rows.rows, plan, z, retry).await {
+        match send(target, client, &mut rows.rows, plan, z, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
             Ok(BatchAppend::RowErrors { request, errors, already_existed: n }) => {
                 let which = Which::Side(table.clone());
@@ -184,7 +213,7 @@ pub(super) async fn append_both(
     }
     crate::crash_point!("eo::after_main_append");
     if let (Some(d), false) = (dlq, mapped.dlq_rows.is_empty()) {
-        match d.append_batch(client, &mapped.dlq_rows, &mut plans.dlq, y, retry).await {
+        match send(d, client, &mut mapped.dlq_rows, &mut plans.dlq, y, retry).await {
             Ok(BatchAppend::Done { already_existed: n }) => already_existed += n,
             Ok(BatchAppend::RowErrors { errors: errs, .. }) => {
                 return Err(WriteError::Status {
@@ -198,6 +227,24 @@ pub(super) async fn append_both(
         }
     }
     Ok(Step::Done { already_existed })
+}
+
+/// Append `rows` to `target` as `plan` says, the requests sharing the rows
+/// ([`SharedRows`]) rather than copying them. The rows come back to the batch after:
+/// every request was answered, so tonic has dropped them, unless a connection was
+/// given up with a request still queued (then they are copied back).
+async fn send(
+    target: &mut Target,
+    client: &WriteClient,
+    rows: &mut Vec<Vec<u8>>,
+    plan: &mut Requests,
+    at: Option<i64>,
+    retry: &mut RetryCtl,
+) -> Result<BatchAppend, WriteError> {
+    let shared: SharedRows = Arc::new(std::mem::take(rows));
+    let r = target.append_batch(client, &shared, plan, at, retry).await;
+    *rows = Arc::try_unwrap(shared).unwrap_or_else(|still_queued| still_queued.as_ref().clone());
+    r
 }
 
 /// Open a target on every per-record table this batch has rows for and the shard has
@@ -229,12 +276,13 @@ pub(super) fn side_slots(
     zs: &SideOffsets,
     mapped: &Mapped,
     plans: &Plans,
+    kind: Option<DigestKind>,
 ) -> Vec<StreamSlot> {
     side.iter()
         .map(|(t, target)| {
             let rows = mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice());
             let plan = plans.side.get(t).cloned().unwrap_or_default();
-            slot_of(target, zs.get(t).copied().unwrap_or(target.next), rows, &plan)
+            slot_of(target, zs.get(t).copied().unwrap_or(target.next), (rows, &[]), &plan, kind)
         })
         .collect()
 }

@@ -56,16 +56,40 @@ pub struct StreamSlot {
     /// written before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub table: String,
-    /// CRC32C over the batch's rows (length-prefixed, in order): a replay re-sends
-    /// these rows only if it maps to the same digest.
+    /// A CRC32C over the batch's rows in order, taken as [`StreamSlot::digest_kind`]
+    /// says: a replay re-sends these rows only if it maps to the same digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<u32>,
+    /// How `digest` was taken (absent in entries written before issue 29: row bytes).
+    #[serde(default, skip_serializing_if = "DigestKind::is_row_bytes")]
+    pub digest_kind: DigestKind,
     /// Row count of each AppendRows request, when the batch goes out as several: a
     /// replay sends the same requests, so each one that landed answers ALREADY_EXISTS
     /// for exactly its own rows. Empty: one request (or an entry from before splits
     /// were logged).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<u32>,
+}
+
+/// How a [`StreamSlot`]'s digest is taken. Entries keep the kind they were logged with,
+/// so a batch logged by an older binary is replayed, verified and re-logged with its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DigestKind {
+    /// Over every row's length (u64, little-endian) and bytes: a second pass over the
+    /// rows (entries written before issue 29).
+    #[default]
+    RowBytes,
+    /// Over every row's length (u64, little-endian) and CRC32C (u32, little-endian),
+    /// each row's CRC taken as the row is written, while it is in cache (issue 29,
+    /// step 5).
+    RowCrcs,
+}
+
+impl DigestKind {
+    fn is_row_bytes(&self) -> bool {
+        *self == DigestKind::RowBytes
+    }
 }
 
 impl StreamSlot {
@@ -427,6 +451,7 @@ mod tests {
                 rows: 9,
                 table: "p.d.t".into(),
                 digest: Some(batch as u32),
+                digest_kind: DigestKind::RowCrcs,
                 requests: vec![4, 5],
             }),
             ..Default::default()
@@ -509,6 +534,18 @@ mod tests {
         fs::write(&p, "garbage\n{\"also\":1}\n").unwrap();
         let e = ShardLog::open(d.path()).unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn a_slot_says_how_its_digest_was_taken_and_older_slots_read_as_row_bytes() {
+        let old = r#"{"stream":"s","offset":0,"rows":2,"digest":7}"#;
+        let slot: StreamSlot = serde_json::from_str(old).unwrap();
+        assert_eq!((slot.digest, slot.digest_kind), (Some(7), DigestKind::RowBytes));
+        assert_eq!(serde_json::to_string(&slot).unwrap(), old, "an older slot is written back as it was");
+        let new = StreamSlot { digest_kind: DigestKind::RowCrcs, ..slot };
+        let line = serde_json::to_string(&new).unwrap();
+        assert!(line.contains(r#""digest_kind":"row_crcs""#), "{line}");
+        assert_eq!(serde_json::from_str::<StreamSlot>(&line).unwrap(), new);
     }
 
     #[test]

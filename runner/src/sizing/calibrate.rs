@@ -4,11 +4,12 @@
 //!
 //! The path measured is the runner's own, batch by batch as a shard runs it, through the
 //! same functions: map every message onto the table's schema as a protobuf row, timed
-//! per batch ([`crate::kafka_to_bq::batch::map_values`]), digest the rows
-//! ([`crate::kafka_to_bq::batch::rows_digest`]), split them into requests under the
+//! per batch, each row's CRC taken as it is written
+//! ([`crate::kafka_to_bq::batch::map_values`]), digest the rows from those CRCs
+//! ([`crate::kafka_to_bq::batch::crcs_digest`]), split them into requests under the
 //! 10 MB limit and build each `AppendRowsRequest`
 //! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::framed::frame`])
-//! and serialize it, and, for exactly-once, write the batch's offset-log and commit-log
+//! and write it into one buffer as tonic does, and, for exactly-once, write the batch's offset-log and commit-log
 //! entries ([`crate::progress::ShardLog`], purged inline so their CPU counts). Only the
 //! Kafka read and the network send are left out.
 //! Only this thread's CPU time is counted, so the figure is per core at 100% CPU,
@@ -20,9 +21,9 @@
 use crate::bigquery::framed::frame;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::write::{request_row_budget, split_requests, MAX_REQUEST_BYTES};
-use crate::kafka_to_bq::batch::{map_values, rows_digest, RowPool};
+use crate::kafka_to_bq::batch::{crcs_digest, map_values, RowPool};
 use crate::kafka_to_bq::transform::Mapper;
-use crate::progress::{CommitEntry, OffsetEntry, Purge, ShardLog, StreamSlot};
+use crate::progress::{CommitEntry, DigestKind, OffsetEntry, Purge, ShardLog, StreamSlot};
 use crate::stats::{BatchCounts, JobStats, StageSamples};
 use anyhow::{Context, Result};
 use flexrun_estimator::units::MIB;
@@ -30,6 +31,7 @@ use flexrun_estimator::{Baseline, BaselineFile, Mode};
 use prost::Message as _;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Rows per batch (the runner's `--batch-rows` default).
@@ -138,17 +140,20 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         messages += batch.len() as u64;
         bytes += batch_bytes as u64;
         // The shard's own transform, digest, log entries, request splitting and requests.
-        let mapped = map_values(&mapper, batch.into_iter().map(|v| (None, v, None)), &mut stages, &mut pool);
+        let exactly = matches!(mode, Mode::ExactlyOnce);
+        let values = batch.into_iter().map(|v| (None, v, None));
+        let mapped = map_values(&mapper, values, &mut stages, &mut pool, exactly);
         rejected += mapped.failed.len() as u64;
-        let rows = mapped.rows;
-        let n = rows.len() as i64;
+        let n = mapped.rows.len() as i64;
         let slot = StreamSlot {
             stream: "projects/p/datasets/d/tables/t/streams/calibrate".into(),
             offset,
             rows: n,
-            digest: log.is_some().then(|| rows_digest(&rows)),
+            digest: log.is_some().then(|| crcs_digest(&mapped.rows, &mapped.row_crcs)),
+            digest_kind: DigestKind::RowCrcs,
             ..Default::default()
         };
+        let rows = Arc::new(mapped.rows);
         if let Some(log) = log.as_mut() {
             let ranges = BTreeMap::from([(0, (first as i64, messages as i64))]);
             let positions = BTreeMap::from([(0, messages as i64)]);
@@ -160,14 +165,14 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
                 ..Default::default()
             })?;
         }
-        let exactly = matches!(mode, Mode::ExactlyOnce);
         for (k, range) in split_requests(&rows, budget).into_iter().enumerate() {
             let at = exactly.then_some(offset + range.start as i64);
             let schema = (batch_id == 0 && k == 0).then_some(&descriptor);
-            // Framed as the writer frames it, then copied as tonic copies it into its buffer.
-            let req = frame(&slot.stream, at, schema, &rows[range]);
+            // Framed as the writer frames it, written into one buffer as tonic's codec does.
+            let req = frame(&slot.stream, at, schema, &rows, range);
             std::hint::black_box(req.encode_to_vec());
         }
+        let rows = Arc::try_unwrap(rows).expect("every request was dropped");
         if let Some(log) = log.as_mut() {
             log.log_commit(&CommitEntry { batch: batch_id, positions: BTreeMap::from([(0, messages as i64)]) })?;
         }

@@ -23,14 +23,15 @@ struct Outcome {
 /// Crash at `point` the `skip + 1`-th time it is reached, restart (with `then` as the
 /// failpoints of the second run, if any), finish, and count.
 async fn crash_then_recover(name: &str, point: &str, skip: u32, then: Option<&str>) -> Outcome {
-    crash_alter_recover(name, point, skip, then, |_| {}).await
+    crash_alter_recover(name, (point, ""), skip, then, |_| {}).await
 }
 
 /// [`crash_then_recover`], with `alter` applied to the checkpoint directory between the
-/// crash and the restart (to stand for what a power cut can lose).
+/// crash and the restart (to stand for what a power cut can lose), and `also` (more
+/// failpoints, `;name=action` each) on the first run.
 async fn crash_alter_recover(
     name: &str,
-    point: &str,
+    (point, also): (&str, &str),
     skip: u32,
     then: Option<&str>,
     alter: impl FnOnce(&std::path::Path),
@@ -42,7 +43,7 @@ async fn crash_alter_recover(
     let params = f.params(&s, &format!("outputDeadletterTable={}", f.dlq));
     let extra = ["--batch-rows", "100"];
     let crash = job_cmd(name, ck.path(), &params, "2s", &extra)
-        .env("FAILPOINTS", format!("{point}={skip}*off->return"))
+        .env("FAILPOINTS", format!("{point}={skip}*off->return{also}"))
         .bounded();
     assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "the job did not die at {point}: {}", text(&crash));
     assert!(
@@ -370,7 +371,7 @@ fn lose_the_last_commit_entry(ck: &std::path::Path) -> u64 {
 async fn a_commit_entry_lost_after_the_commit_costs_a_replay_answered_already_exists() {
     // Batch 2 committed, then its commit entry lost: the restart replays batch 2, and
     // both its table and dead-letter requests are answered ALREADY_EXISTS.
-    let o = crash_alter_recover("cp_lost_commit", "eo::after_commit_log", 1, None, |ck| {
+    let o = crash_alter_recover("cp_lost_commit", ("eo::after_commit_log", ""), 1, None, |ck| {
         lose_the_last_commit_entry(ck);
     })
     .await;
@@ -383,10 +384,66 @@ async fn a_commit_entry_lost_behind_a_later_offset_entry_loses_and_repeats_nothi
     // by a batch. The restart replays batch 2 from its logged stream offsets and does not
     // read batch 1 again, whose rows had all landed before batch 2 was logged.
     let lost = std::sync::Mutex::new(None);
-    let o = crash_alter_recover("cp_lost_commit_behind", "eo::after_offset_log", 1, None, |ck| {
+    let o = crash_alter_recover("cp_lost_commit_behind", ("eo::after_offset_log", ""), 1, None, |ck| {
         *lost.lock().unwrap() = Some(lose_the_last_commit_entry(ck));
     })
     .await;
     assert!(lost.lock().unwrap().is_some());
     assert_eq!((o.replayed, o.already_existed), (1, 0), "only the logged batch is replayed; nothing of it had landed");
+}
+
+/// The newest offset-log entry of the job's shard 0, as JSON.
+fn last_offset_entry(ck: &std::path::Path) -> serde_json::Value {
+    let shard = std::fs::read_dir(ck)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find_map(|job| std::fs::read_dir(&job).ok()?.map(|e| e.unwrap().path()).find(|p| p.ends_with("shard-000")))
+        .expect("the job's shard-000 directory");
+    let segment = std::fs::read_dir(&shard)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("offsets.log"))
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .max()
+        .expect("an offset log segment with entries");
+    let text = std::fs::read_to_string(&segment).unwrap();
+    let last = text.lines().last().expect("an entry");
+    serde_json::from_str(last.split_once(' ').map_or(last, |(_, j)| j)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_logged_by_an_older_binary_is_verified_with_its_own_digest() {
+    // The first run logs digests over the rows' bytes, as binaries before issue 29 did
+    // (failpoint eo::log_row_bytes_digest), and dies after batch 2's table append. The
+    // restart takes row digests from CRCs for new batches, but must verify the logged
+    // batch the old way: a mismatch would stop the job instead of replaying it.
+    let logged = std::sync::Mutex::new(serde_json::Value::Null);
+    let o = crash_alter_recover(
+        "cp_older_digest",
+        ("eo::after_main_append", ";eo::log_row_bytes_digest=return"),
+        1,
+        None,
+        |ck| *logged.lock().unwrap() = last_offset_entry(ck),
+    )
+    .await;
+    let e = logged.into_inner().unwrap();
+    for slot in [&e["main"], &e["dlq"]] {
+        assert!(slot["digest"].is_u64(), "the crashed batch was logged with a digest: {e}");
+        assert!(slot.get("digest_kind").is_none(), "and it is the older kind (no digest_kind): {e}");
+    }
+    assert_eq!((o.replayed, o.already_existed), (1, 1), "the replay was verified and its table rows already existed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_entries_take_their_digest_from_row_crcs() {
+    let logged = std::sync::Mutex::new(serde_json::Value::Null);
+    let o = crash_alter_recover("cp_crc_digest", ("eo::after_main_append", ""), 1, None, |ck| {
+        *logged.lock().unwrap() = last_offset_entry(ck)
+    })
+    .await;
+    let e = logged.into_inner().unwrap();
+    for slot in [&e["main"], &e["dlq"]] {
+        assert!(slot["digest"].is_u64() && slot["digest_kind"] == "row_crcs", "{e}");
+    }
+    assert_eq!((o.replayed, o.already_existed), (1, 1));
 }

@@ -22,6 +22,7 @@ async fn read(parts: &Partitions, n: usize) -> Vec<(i32, i64, String)> {
     let mut out = Vec::new();
     while out.len() < n {
         let taken = parts.take_ready(n - out.len(), |m| {
+            let m = m.view();
             assert!(m.error().is_none(), "{:?}", m.error());
             out.push((
                 m.partition(),
@@ -88,4 +89,64 @@ async fn shards_on_one_consumer_read_only_their_partitions_and_can_be_moved() {
     drop(b);
     let b2 = shared.take(&BTreeMap::from([(2, 0)])).expect("partition 2 again");
     assert_eq!(read(&b2, PER_PARTITION as usize).await, expected(2, 0));
+}
+
+/// A batch keeps the messages librdkafka handed out (issue 29, step 3): their keys,
+/// values and headers read back after the shard's partitions were moved and after the
+/// shard and its consumer were dropped, with the batch the last to hold the consumer.
+#[tokio::test]
+async fn held_records_outlive_a_reassignment_and_keep_their_consumer_open() {
+    use flexrun::kafka_to_bq::records::Records;
+    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+    let s = stack();
+    let topic = unique("held_records");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 2).await.expect("create topic");
+    let producer: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    for o in 0..20i32 {
+        let (k, v) = (format!("k{o}"), format!("v{o}"));
+        let h = OwnedHeaders::new().insert(Header { key: "n", value: Some(&format!("h{o}")) });
+        let r = FutureRecord::to(&topic).key(&k).payload(&v).partition(o % 2).headers(h);
+        answer("produce", producer.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).expect("produce");
+    }
+    let settings = SourceSettings {
+        conn: Connection::plaintext(&s.kafka),
+        topic: topic.clone(),
+        group_id: unique("held_records_group"),
+        start_earliest: true,
+        gap_policy: Default::default(),
+        isolation: Isolation::ReadCommitted,
+    };
+    let shared = SharedConsumer::new(&settings, 0).expect("a consumer");
+    let parts = shared.take(&BTreeMap::from([(0, 0), (1, 0)])).expect("a shard");
+    let mut records = Records::default();
+    while records.len() < 20 {
+        let taken = parts.take_ready(20 - records.len(), |m| {
+            assert!(m.view().error().is_none());
+            records.push_held(&topic, m, parts.consumer());
+        });
+        if taken == 0 {
+            assert!(answer("a message", parts.wait(Duration::from_secs(30))).await, "no message for 30 s");
+        }
+    }
+    // Move the partitions (a replay does), then drop the shard and the worker's handle:
+    // the records still read what librdkafka fetched.
+    parts.assign(&BTreeMap::from([(0, 5)])).expect("move");
+    drop(parts);
+    drop(shared);
+    records.sort_by_position();
+    let got: Vec<(i32, i64, String, String, String)> = records
+        .iter()
+        .map(|m| {
+            let h = m.headers().expect("headers");
+            let hv = h.iter().map(|x| String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned()).collect();
+            let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+            (m.partition(), m.offset(), text(m.key()), text(m.payload()), hv)
+        })
+        .collect();
+    let mut want: Vec<_> =
+        (0..20).map(|o: i32| (o % 2, (o / 2) as i64, format!("k{o}"), format!("v{o}"), format!("h{o}"))).collect();
+    want.sort_by_key(|w| (w.0, w.1));
+    assert_eq!(got, want);
+    // The last holder of the consumer: dropping it destroys the messages, then closes it.
+    drop(records);
 }

@@ -486,6 +486,7 @@ impl Batches<'_> {
             rows: rows.len() as i64,
             table: t.table.to_string(),
             digest: Some(super::batch::rows_digest(rows)),
+            digest_kind: crate::progress::DigestKind::RowBytes,
             requests: Vec::new(),
         };
         OffsetEntry {
@@ -507,7 +508,7 @@ impl Batches<'_> {
         let mut rejected = logged.as_ref().map(|e| e.rejected.clone()).unwrap_or_default();
         let mut first = true;
         let rows = loop {
-            let (rows, ledger) = (b.rows(), self.ledger_rows(b));
+            let (rows, ledger) = (Arc::new(b.rows()), self.ledger_rows(b));
             let entry = self.entry(id, b, &rows, &ledger, &rejected);
             match (&logged, first) {
                 (Some(l), true) => same_as_logged(l, &entry)?,
@@ -530,7 +531,7 @@ impl Batches<'_> {
             }
         };
         crate::crash_point!("replay::between_tables");
-        let ledger = self.ledger_rows(b);
+        let ledger = Arc::new(self.ledger_rows(b));
         let mut plan = Requests::split(&ledger, budget(self.cfg));
         let at = Some(self.targets.ledger.next);
         match self.targets.ledger.append_batch(&self.w, &ledger, &mut plan, at, &mut ctl).await? {
