@@ -6,7 +6,7 @@
 //! transform writes each row's wire bytes directly with the helpers below.
 
 use crate::bigquery::schema::{ColumnType, Mode, Schema};
-use prost::encoding::{encode_key, encode_varint, WireType};
+use prost::encoding::{encode_key, WireType};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
 
@@ -48,22 +48,43 @@ pub fn descriptor(schema: &Schema, name: &str) -> DescriptorProto {
 /// Field `tag` as a length-delimited byte string.
 #[inline]
 pub fn put_bytes(tag: u32, v: &[u8], buf: &mut Vec<u8>) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(v.len() as u64, buf);
+    put_key(tag, WireType::LengthDelimited, buf);
+    put_raw_varint(v.len() as u64, buf);
     buf.extend_from_slice(v);
 }
 
 /// Field `tag` as a varint (int64, int32, bool).
 #[inline]
 pub fn put_varint(tag: u32, v: u64, buf: &mut Vec<u8>) {
-    encode_key(tag, WireType::Varint, buf);
-    encode_varint(v, buf);
+    put_key(tag, WireType::Varint, buf);
+    put_raw_varint(v, buf);
+}
+
+/// A field key: one byte for the first 15 fields, as prost writes it.
+#[inline]
+fn put_key(tag: u32, wire: WireType, buf: &mut Vec<u8>) {
+    if tag < 16 {
+        buf.push(((tag << 3) | wire as u32) as u8);
+    } else {
+        encode_key(tag, wire, buf);
+    }
+}
+
+/// A varint written straight into a `Vec` (prost's `encode_varint` goes through
+/// `BufMut` a byte at a time and is not inlined: 1.8% of a job's profile).
+#[inline]
+pub fn put_raw_varint(mut v: u64, buf: &mut Vec<u8>) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
 }
 
 /// Field `tag` as a double.
 #[inline]
 pub fn put_double(tag: u32, v: f64, buf: &mut Vec<u8>) {
-    encode_key(tag, WireType::SixtyFourBit, buf);
+    put_key(tag, WireType::SixtyFourBit, buf);
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
@@ -91,6 +112,22 @@ mod tests {
         put_double(3, 2.5, &mut buf);
         let p = Probe::decode(buf.as_slice()).unwrap();
         assert_eq!(p, Probe { a: Some(-5), b: Some("hi".into()), c: Some(2.5) });
+    }
+
+    proptest::proptest! {
+        /// The hand-written key and varint give prost's bytes for any field and value.
+        #[test]
+        fn keys_and_varints_are_what_prost_writes(tag in 1u32..(1 << 29), v in proptest::num::u64::ANY, bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            put_varint(tag, v, &mut ours);
+            put_bytes(tag, &bytes, &mut ours);
+            put_double(tag, v as f64, &mut ours);
+            prost::encoding::encode_key(tag, WireType::Varint, &mut theirs);
+            prost::encoding::encode_varint(v, &mut theirs);
+            prost::encoding::bytes::encode(tag, &bytes, &mut theirs);
+            prost::encoding::double::encode(tag, &(v as f64), &mut theirs);
+            proptest::prop_assert_eq!(ours, theirs);
+        }
     }
 
     #[test]

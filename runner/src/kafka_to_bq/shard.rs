@@ -131,13 +131,29 @@ impl OpenBatch {
     }
 }
 
+/// The newest event time of each partition among `msgs`, which are sorted by
+/// partition: one map entry per partition, not per message.
+fn newest_event_times(msgs: &Records) -> Vec<(i32, i64)> {
+    let mut out: Vec<(i32, i64)> = Vec::new();
+    for m in msgs.iter() {
+        let Some(ts) = m.timestamp().to_millis() else { continue };
+        match out.last_mut() {
+            Some((p, t)) if *p == m.partition() => *t = (*t).max(ts),
+            _ => out.push((m.partition(), ts)),
+        }
+    }
+    out
+}
+
 /// Where a replay starts reading: the first offset of each logged range.
 fn replay_start(e: &OffsetEntry) -> BTreeMap<i32, i64> {
     e.ranges.iter().map(|(p, (a, _))| (*p, *a)).collect()
 }
 
+/// Milliseconds since the epoch (the system clock: chrono's `Utc::now` builds a calendar
+/// date each call, which showed in the hot path's profile).
 fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A shard's running state.
@@ -686,12 +702,11 @@ impl Shard {
         counts.udf_dropped = mapped.dropped;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
+        let newest = newest_event_times(&cut.msgs);
         let mut times = ctx.event_times.lock().expect("event times lock");
-        for m in cut.msgs.iter() {
-            if let Some(ts) = m.timestamp().to_millis() {
-                let t = times.entry(m.partition()).or_insert(ts);
-                *t = (*t).max(ts);
-            }
+        for (p, ts) in newest {
+            let t = times.entry(p).or_insert(ts);
+            *t = (*t).max(ts);
         }
         drop(times);
         self.positions = cut.positions;
