@@ -345,18 +345,7 @@ async fn at_least_once_resends_only_the_refused_requests_good_rows() {
 /// What a power cut can take from the commit log, which is not fsynced (issue 29, step
 /// 7): its last entry, written to the page cache and lost. Returns the batch it named.
 fn lose_the_last_commit_entry(ck: &std::path::Path) -> u64 {
-    let shard = std::fs::read_dir(ck)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find_map(|job| std::fs::read_dir(&job).ok()?.map(|e| e.unwrap().path()).find(|p| p.ends_with("shard-000")))
-        .expect("the job's shard-000 directory");
-    let segment = std::fs::read_dir(&shard)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("commits.log"))
-        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
-        .max()
-        .expect("a commit log segment with entries");
+    let segment = newest_segment(ck, "commits.log");
     let text = std::fs::read_to_string(&segment).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     let last = lines.pop().expect("an entry");
@@ -365,6 +354,23 @@ fn lose_the_last_commit_entry(ck: &std::path::Path) -> u64 {
     let kept: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(&segment, kept).unwrap();
     batch
+}
+
+/// The newest non-empty segment of log `name` (`commits.log`, `offsets.log`) of the job's
+/// shard 0.
+fn newest_segment(ck: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let shard = std::fs::read_dir(ck)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find_map(|job| std::fs::read_dir(&job).ok()?.map(|e| e.unwrap().path()).find(|p| p.ends_with("shard-000")))
+        .expect("the job's shard-000 directory");
+    std::fs::read_dir(&shard)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(name))
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .max()
+        .unwrap_or_else(|| panic!("a {name} segment with entries"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,19 +400,7 @@ async fn a_commit_entry_lost_behind_a_later_offset_entry_loses_and_repeats_nothi
 
 /// The newest offset-log entry of the job's shard 0, as JSON.
 fn last_offset_entry(ck: &std::path::Path) -> serde_json::Value {
-    let shard = std::fs::read_dir(ck)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find_map(|job| std::fs::read_dir(&job).ok()?.map(|e| e.unwrap().path()).find(|p| p.ends_with("shard-000")))
-        .expect("the job's shard-000 directory");
-    let segment = std::fs::read_dir(&shard)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("offsets.log"))
-        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
-        .max()
-        .expect("an offset log segment with entries");
-    let text = std::fs::read_to_string(&segment).unwrap();
+    let text = std::fs::read_to_string(newest_segment(ck, "offsets.log")).unwrap();
     let last = text.lines().last().expect("an entry");
     serde_json::from_str(last.split_once(' ').map_or(last, |(_, j)| j)).unwrap()
 }

@@ -37,6 +37,19 @@ async fn read(parts: &Partitions, n: usize) -> Vec<(i32, i64, String)> {
     out
 }
 
+/// A worker consumer on `topic`, read from the earliest offsets, in a group of its own.
+fn consumer(kafka: &str, topic: &str) -> std::sync::Arc<SharedConsumer> {
+    let settings = SourceSettings {
+        conn: Connection::plaintext(kafka),
+        topic: topic.to_string(),
+        group_id: unique(&format!("{topic}_group")),
+        start_earliest: true,
+        gap_policy: Default::default(),
+        isolation: Isolation::ReadCommitted,
+    };
+    SharedConsumer::new(&settings, 0).expect("a consumer")
+}
+
 /// What partition `p` holds from `from` on: `p{p}-{offset}`, in order.
 fn expected(p: i32, from: i64) -> Vec<(i32, i64, String)> {
     (from..PER_PARTITION).map(|o| (p, o, format!("p{p}-{o}"))).collect()
@@ -61,15 +74,7 @@ async fn shards_on_one_consumer_read_only_their_partitions_and_can_be_moved() {
         }
     }
     producer.flush(CALL_LIMIT).expect("flush");
-    let settings = SourceSettings {
-        conn: Connection::plaintext(&s.kafka),
-        topic: topic.clone(),
-        group_id: unique("shared_consumer_group"),
-        start_earliest: true,
-        gap_policy: Default::default(),
-        isolation: Isolation::ReadCommitted,
-    };
-    let shared = SharedConsumer::new(&settings, 0).expect("a consumer");
+    let shared = consumer(&s.kafka, &topic);
 
     // Two shards: partitions 0 and 1 from the start, partitions 2 (from 5) and 3.
     let a = shared.take(&BTreeMap::from([(0, 0), (1, 0)])).expect("shard a");
@@ -108,15 +113,7 @@ async fn held_records_outlive_a_reassignment_and_keep_their_consumer_open() {
         let r = FutureRecord::to(&topic).key(&k).payload(&v).partition(o % 2).headers(h);
         answer("produce", producer.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).expect("produce");
     }
-    let settings = SourceSettings {
-        conn: Connection::plaintext(&s.kafka),
-        topic: topic.clone(),
-        group_id: unique("held_records_group"),
-        start_earliest: true,
-        gap_policy: Default::default(),
-        isolation: Isolation::ReadCommitted,
-    };
-    let shared = SharedConsumer::new(&settings, 0).expect("a consumer");
+    let shared = consumer(&s.kafka, &topic);
     let parts = shared.take(&BTreeMap::from([(0, 0), (1, 0)])).expect("a shard");
     let mut records = Records::default();
     while records.len() < 20 {
