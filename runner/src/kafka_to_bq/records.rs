@@ -28,10 +28,10 @@ pub struct Records {
     buf: Vec<u8>,
     items: Vec<Item>,
     topics: Vec<String>,
-    /// The consumer the held messages came from, dropped after them (`items` is
-    /// declared first, so it is dropped first): librdkafka requires every message to
-    /// be destroyed before its consumer is closed.
-    consumer: Option<Arc<SharedConsumer>>,
+    /// The consumers the held messages came from (one, as a shard reads one), dropped
+    /// after them (`items` is declared first, so it is dropped first): librdkafka
+    /// requires every message to be destroyed before its consumer is closed.
+    consumers: Vec<Arc<SharedConsumer>>,
 }
 
 struct Item {
@@ -78,31 +78,13 @@ impl Records {
 
     /// Keep a message of `topic` taken from a shard's queue on `consumer`, as it is.
     pub fn push_held(&mut self, topic: &str, m: Held, consumer: &Arc<SharedConsumer>) {
-        if self.consumer.as_ref().is_none_or(|c| !Arc::ptr_eq(c, consumer)) {
-            // Messages of another consumer (none in practice: a shard reads one) must
-            // still go before theirs: copy them out first.
-            self.copy_held_out();
-            self.consumer = Some(consumer.clone());
+        if !self.consumers.iter().any(|c| Arc::ptr_eq(c, consumer)) {
+            self.consumers.push(consumer.clone());
         }
         let topic = self.topic_index(topic);
         let f = m.view();
         let (partition, offset, timestamp) = (f.partition(), f.offset(), f.timestamp());
         self.items.push(Item { topic, partition, offset, timestamp, body: Body::Held(m), headers: OnceLock::new() });
-    }
-
-    /// Copy every held record's key and value into the buffer, releasing the messages.
-    fn copy_held_out(&mut self) {
-        let mut items = std::mem::take(&mut self.items);
-        for item in &mut items {
-            if let Body::Held(h) = &item.body {
-                let f = h.view();
-                item.headers.get_or_init(|| f.headers());
-                let key = f.key().map(|k| self.copy(k));
-                let payload = f.payload().map(|p| self.copy(p));
-                item.body = Body::Copied { key, payload };
-            }
-        }
-        self.items = items;
     }
 
     fn topic_index(&mut self, topic: &str) -> usize {

@@ -546,6 +546,10 @@ mod tests {
         let line = serde_json::to_string(&new).unwrap();
         assert!(line.contains(r#""digest_kind":"row_crcs""#), "{line}");
         assert_eq!(serde_json::from_str::<StreamSlot>(&line).unwrap(), new);
+        // A kind this binary does not know (a newer binary's log) is refused, and says
+        // which kinds it knows, rather than verified the wrong way.
+        let e = serde_json::from_str::<StreamSlot>(&line.replace("row_crcs", "xxh3")).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `xxh3`") && e.contains("row_bytes") && e.contains("row_crcs"), "{e}");
     }
 
     #[test]
