@@ -12,7 +12,11 @@
 //! p % K through rdkafka's streams; `async1` is one consumer read through its tokio
 //! stream; `batch1` is one consumer read up to 256 messages per call with
 //! `rd_kafka_consume_batch_queue`, as kafka-to-bq's shards take them (issue 29's
-//! step 2), and `batch1h` the same asking for each message's headers, as a shard does. Prints one JSON line: messages, bytes, active seconds and process CPU
+//! step 2), and `batch1h` the same asking for each message's headers, as a shard does.
+//! `shardsK` is kafka-to-bq's own reader with no processing: one worker consumer whose
+//! partitions K tokio tasks take as a worker's K shards do (`kafka::shared`);
+//! `shardsKv` also validates each payload as UTF-8 (simdutf8), the mapping's first read
+//! of its bytes, so the cost of that first touch is measured where the job pays it. Prints one JSON line: messages, bytes, active seconds and process CPU
 //! seconds.
 
 use flexrun::kafka::source::SHARD_CONSUMER;
@@ -139,6 +143,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         read_batched(&conn, &topic, &parts, want, k == "batch1h", &counts)?;
         return report(&counts);
     }
+    if let Some(shards) = k.strip_prefix("shards") {
+        let (shards, touch) = shards.strip_suffix('v').map_or((shards, false), |s| (s, true));
+        read_shards(&conn, &topic, &parts, want, shards.parse()?, touch, &counts)?;
+        return report(&counts);
+    }
     let k = k.parse::<usize>()?.max(1);
     let threads: Vec<_> = (0..k)
         .map(|i| {
@@ -192,6 +201,70 @@ fn read_batched(
         rdsys::rd_kafka_queue_destroy(q);
     }
     Ok(())
+}
+
+/// kafka-to-bq's own reader with no processing: one
+/// [`flexrun::kafka::shared::SharedConsumer`], its partitions taken by `k` tokio tasks
+/// as a worker's shards take them ([`flexrun::kafka::shared::Partitions`]), each task
+/// taking what is ready (up to 1,024) and waiting on librdkafka's queue callback when
+/// nothing is, as `Shard::collect` does. The messages are counted and dropped.
+fn read_shards(
+    conn: &Connection,
+    topic: &str,
+    parts: &[i32],
+    want: u64,
+    k: usize,
+    touch: bool,
+    counts: &Arc<Counts>,
+) -> Result<(), String> {
+    use flexrun::kafka::shared::SharedConsumer;
+    use flexrun::kafka::SourceSettings;
+    let source = SourceSettings {
+        conn: conn.clone(),
+        topic: topic.to_string(),
+        group_id: "flexrun-bare-consumer".into(),
+        start_earliest: true,
+        gap_policy: Default::default(),
+        isolation: Default::default(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let shared = SharedConsumer::new(&source, 0).map_err(|e| e.to_string())?;
+        let mut tasks = Vec::new();
+        for i in 0..k.max(1) {
+            let mine: std::collections::BTreeMap<i32, i64> =
+                parts.iter().filter(|p| **p as usize % k.max(1) == i).map(|p| (*p, 0)).collect();
+            let reader = shared.take(&mine).map_err(|e| e.to_string())?;
+            let counts = counts.clone();
+            tasks.push(tokio::spawn(async move {
+                while counts.messages.load(Ordering::Relaxed) < want {
+                    let mut bytes = 0;
+                    let n = reader.take_ready(1024, |m| {
+                        let payload = m.view().payload().unwrap_or_default();
+                        if touch {
+                            std::hint::black_box(simdutf8::basic::from_utf8(payload).is_ok());
+                        }
+                        bytes += payload.len() as u64
+                    });
+                    if n > 0 {
+                        counts.first.get_or_init(Instant::now);
+                        counts.bytes.fetch_add(bytes, Ordering::Relaxed);
+                        counts.messages.fetch_add(n as u64, Ordering::Relaxed);
+                    } else {
+                        reader.wait(Duration::from_millis(200)).await;
+                    }
+                }
+            }));
+        }
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while counts.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+        Ok(())
+    })
 }
 
 /// Print the JSON line.
