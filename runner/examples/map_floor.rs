@@ -138,7 +138,7 @@ fn tight(_: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
 }
 
 fn flexrun_map(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
-    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, false, Vec::new());
+    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, false);
     let n = out.rows.len() as u64;
     s.pool.give_all(out.rows);
     s.stages = StageSamples::default();
@@ -146,7 +146,7 @@ fn flexrun_map(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
 }
 
 fn flexrun_batch(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
-    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true, Vec::new());
+    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true);
     let digest = crcs_digest(&out.rows, &out.row_crcs);
     let rows = Arc::new(out.rows);
     let req = frame("projects/p/datasets/d/tables/t/streams/s", Some(0), None, &rows, 0..rows.len());

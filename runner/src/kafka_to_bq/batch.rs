@@ -5,9 +5,8 @@
 
 use super::context::{JobCtx, Mapping};
 use super::dlq::{self, Payload, RecordRef, TimestampType};
-use super::early::EarlyMapping;
 use super::metadata::KafkaMeta;
-use super::records::{EarlyRow, Record, Records};
+use super::records::{Record, Records};
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
@@ -59,8 +58,6 @@ pub(super) struct Cut {
     /// When the batch was first processed (dead-letter rows' `timestamp`); a replay
     /// takes it from the log (None for entries written before it was logged).
     pub(super) processed_ms: Option<i64>,
-    /// How the records were mapped as they were taken, if they were (never in a replay).
-    pub(super) early: Option<EarlyMapping>,
 }
 
 /// CRC32C over rows, each prefixed by its length ([`DigestKind::RowBytes`]): what a log
@@ -216,33 +213,21 @@ pub struct MappedValues {
 /// Map messages (key, value) to rows with `mapper`, taking each row's CRC32C as it is
 /// written when `crcs` (for an exactly-once log entry's [`digest`]). This is the
 /// transform of every batch a shard processes, and what `flexrun calibrate` measures.
-/// `early` holds, in the messages' order, rows already mapped with `mapper` when the
-/// messages were taken (`kafka_to_bq::early`): those are used as they are.
 ///
-/// The batch is timed as a whole: each message mapped here is recorded in `stages` at
-/// the batch's mean, rounded up to 1 µs, so the hot path reads the clock twice per batch
-/// rather than twice per message.
+/// The batch is timed as a whole: each message is recorded in `stages` at the batch's
+/// mean, rounded up to 1 µs, so the hot path reads the clock twice per batch rather than
+/// twice per message.
 pub fn map_values<'a>(
     mapper: &Mapper,
     messages: impl Iterator<Item = (Option<&'a [u8]>, &'a [u8], Option<KafkaMeta<'a>>)>,
     stages: &mut StageSamples,
     pool: &mut RowPool,
     crcs: bool,
-    early: Vec<Option<EarlyRow>>,
 ) -> MappedValues {
     let t = Instant::now();
     let mut out = MappedValues::default();
     let mut n = 0u64;
-    let mut early = early.into_iter();
     for (i, (key, value, meta)) in messages.enumerate() {
-        if let Some(Some(e)) = early.next() {
-            if crcs {
-                out.row_crcs.push(e.crc.unwrap_or_else(|| crc32c::crc32c(&e.row)));
-            }
-            out.rows.push(e.row);
-            out.row_src.push(i);
-            continue;
-        }
         n += 1;
         let mut row = pool.take(value.len() + 16);
         let r = mapper.map_message(key, value, meta.as_ref(), &mut row);
@@ -333,24 +318,21 @@ pub(super) fn asks_for_change(e: &RecordError, u: SchemaUpdates) -> bool {
 /// Map every message of a batch (sorted by partition and offset) to a table row or a
 /// dead-letter row. Without a dead-letter table, a bad record stops the job unless
 /// `bad.keep`. A record that asks for a schema change `bad.evolve` allows stops the
-/// mapping instead ([`Mapped::evolve`]). Rows mapped when the messages were taken
-/// are used, once, if they were mapped with `mapping` ([`super::early`]).
+/// mapping instead ([`Mapped::evolve`]).
 pub(super) fn map_batch(
     ctx: &JobCtx,
     mapping: &Mapping,
-    cut: &mut Cut,
+    cut: &Cut,
     bad: MapOptions,
     stages: &mut StageSamples,
     counts: &mut BatchCounts,
     pool: &mut RowPool,
 ) -> Result<Mapped> {
-    let early = early_rows(cut, mapping, pool);
-    let cut = &*cut;
     let keep_bad = bad.keep;
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
     let MappedValues { rows, row_src, row_crcs, mut failed, dropped } =
-        map_values(&mapping.mapper, values, stages, pool, bad.row_crcs, early);
+        map_values(&mapping.mapper, values, stages, pool, bad.row_crcs);
     if bad.evolve.any() && failed.iter().any(|(_, e)| asks_for_change(e, bad.evolve)) {
         pool.give_all(rows);
         failed.retain(|(_, e)| asks_for_change(e, bad.evolve));
@@ -381,19 +363,6 @@ pub(super) fn map_batch(
     }
     let dlq_rows = dead_letters(ctx, cut, dead, keep_bad, counts)?;
     Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, side, evolve: Vec::new() })
-}
-
-/// The rows `cut`'s records were mapped to as they were taken, in the records' order,
-/// taken from them; none, and each back to `pool`, unless they were mapped with `mapping`.
-fn early_rows(cut: &mut Cut, mapping: &Mapping, pool: &mut RowPool) -> Vec<Option<EarlyRow>> {
-    if cut.early.is_none() {
-        return Vec::new();
-    }
-    let mut early = cut.msgs.take_early();
-    if !cut.early.as_ref().is_some_and(|e| e.is_for(mapping)) {
-        early.drain(..).flatten().for_each(|r| pool.give(r.row));
-    }
-    early
 }
 
 /// The dead-letter rows of records that cannot be written; without a dead-letter table
@@ -598,20 +567,14 @@ mod tests {
         let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
         let mut stages = StageSamples::default();
-        let out = map_values(
-            &mapper,
-            values.iter().map(|v| (None, *v, None)),
-            &mut stages,
-            &mut RowPool::default(),
-            true,
-            Vec::new(),
-        );
+        let out =
+            map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default(), true);
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
         assert_eq!(out.row_crcs, out.rows.iter().map(|r| crc32c::crc32c(r)).collect::<Vec<_>>());
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();
         assert_eq!(transform.count, 3, "failed messages are timed too");
         assert!(transform.p50_ms > 0.0, "the mean is rounded up to at least 1 us: {transform:?}");
-        map_values(&mapper, std::iter::empty(), &mut stages, &mut RowPool::default(), false, Vec::new());
+        map_values(&mapper, std::iter::empty(), &mut stages, &mut RowPool::default(), false);
         assert_eq!(stages.take().into_iter().find(|s| s.stage == "transform").unwrap().count, 0);
     }
 

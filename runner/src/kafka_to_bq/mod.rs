@@ -107,7 +107,6 @@ pub mod cdc;
 pub mod config;
 pub mod context;
 pub mod dlq;
-mod early;
 pub mod evolve;
 pub mod fan_out;
 pub mod format;

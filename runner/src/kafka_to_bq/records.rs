@@ -42,18 +42,6 @@ struct Item {
     body: Body,
     /// The headers, read from a held message when first asked for.
     headers: OnceLock<Option<OwnedHeaders>>,
-    /// The row mapped when the message was taken ([`Records::set_early`]).
-    early: Option<EarlyRow>,
-}
-
-/// A record's table row, mapped when its message was taken (`kafka_to_bq::early`),
-/// with its CRC32C when the batch takes row CRCs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EarlyRow {
-    /// The encoded row.
-    pub row: Vec<u8>,
-    /// Its CRC32C, if one was taken.
-    pub crc: Option<u32>,
 }
 
 /// Where a record's key and value are.
@@ -85,7 +73,7 @@ impl Records {
         });
         let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
         let (body, headers) = (Body::Copied { key, payload }, OnceLock::from(headers));
-        self.items.push(Item { topic, partition, offset, timestamp, body, headers, early: None });
+        self.items.push(Item { topic, partition, offset, timestamp, body, headers });
     }
 
     /// Keep a message of `topic` taken from a shard's queue on `consumer`, as it is.
@@ -96,8 +84,7 @@ impl Records {
         let topic = self.topic_index(topic);
         let f = m.view();
         let (partition, offset, timestamp) = (f.partition(), f.offset(), f.timestamp());
-        let (body, headers) = (Body::Held(m), OnceLock::new());
-        self.items.push(Item { topic, partition, offset, timestamp, body, headers, early: None });
+        self.items.push(Item { topic, partition, offset, timestamp, body: Body::Held(m), headers: OnceLock::new() });
     }
 
     fn topic_index(&mut self, topic: &str) -> usize {
@@ -146,16 +133,6 @@ impl Records {
     /// The records in order.
     pub fn iter(&self) -> impl Iterator<Item = Record<'_>> + '_ {
         self.items.iter().map(|item| self.record(item))
-    }
-
-    /// Keep `row` as record `i`'s mapped row; it moves with the record when sorted.
-    pub fn set_early(&mut self, i: usize, row: EarlyRow) {
-        self.items[i].early = Some(row);
-    }
-
-    /// Take every record's early row, in the records' order (None where there is none).
-    pub fn take_early(&mut self) -> Vec<Option<EarlyRow>> {
-        self.items.iter_mut().map(|i| i.early.take()).collect()
     }
 
     /// Sort by partition, then offset (only the index moves, not the bytes).

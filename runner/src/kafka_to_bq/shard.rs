@@ -7,7 +7,6 @@
 //! [`super::writer`].
 
 use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, MapOptions, Mapped, RowPool};
-use super::early::EarlyMapping;
 use super::records::Records;
 use super::writer::{
     append_both, digest_kind, new_stream, open_side_targets, open_writer, side_slots, slot_of, BqWriter, Offsets,
@@ -43,8 +42,6 @@ const BURST: usize = 256;
 /// The batch [`Shard::collect`] is filling, and when it must be cut.
 struct OpenBatch {
     msgs: Records,
-    /// Maps the messages as they are taken, when the mapping allows it.
-    early: Option<EarlyMapping>,
     bytes: usize,
     deadline: Option<tokio::time::Instant>,
     max_rows: usize,
@@ -54,11 +51,10 @@ struct OpenBatch {
 
 impl OpenBatch {
     /// An empty batch that fills `msgs` (emptied, its capacity kept from the last batch).
-    fn new(ctx: &JobCtx, msgs: Records, crcs: bool) -> OpenBatch {
+    fn new(ctx: &JobCtx, msgs: Records) -> OpenBatch {
         let run = &ctx.cfg.run;
         OpenBatch {
             msgs,
-            early: EarlyMapping::for_batch(ctx, crcs),
             bytes: 0,
             deadline: None,
             max_rows: run.batch_rows,
@@ -131,7 +127,7 @@ impl OpenBatch {
             r.0 = r.0.min(m.offset());
             r.1 = r.1.max(m.offset() + 1);
         }
-        Cut { msgs: self.msgs, ranges, positions, processed_ms: Some(now_ms()), early: self.early }
+        Cut { msgs: self.msgs, ranges, positions, processed_ms: Some(now_ms()) }
     }
 }
 
@@ -334,8 +330,7 @@ impl Shard {
             }
         }
         crate::crash_point!("eo::replay_before_append");
-        let (ranges, positions) = (e.ranges.clone(), e.positions.clone());
-        let cut = Cut { msgs, ranges, positions, processed_ms: e.processed_ms, early: None };
+        let cut = Cut { msgs, ranges: e.ranges.clone(), positions: e.positions.clone(), processed_ms: e.processed_ms };
         self.process(e.batch, cut, Some(&e)).await
     }
 
@@ -394,20 +389,18 @@ impl Shard {
     /// timeout, for the next one.
     async fn collect(&mut self, cancel: &mut watch::Receiver<bool>) -> Result<Cut> {
         let ctx = self.ctx.clone();
-        let mut open = OpenBatch::new(&ctx, std::mem::take(&mut self.spare), self.row_crcs());
+        let mut open = OpenBatch::new(&ctx, std::mem::take(&mut self.spare));
         loop {
             if *cancel.borrow() {
                 break;
             }
             let now = now_ms();
             let (mut full, mut errors) = (false, Vec::new());
-            let before = open.msgs.len();
             let (stages, reader) = (&mut self.stages, &self.reader);
             let n = reader.take_ready(open.room(), |m| match m.view().error() {
                 Some(e) => errors.push(e),
                 None => full = open.take(&ctx, stages, m, reader, now),
             });
-            self.map_early(&mut open, before).await;
             for e in errors {
                 let moved = self.consumer_error(e, &open).await?;
                 self.positions.extend(moved);
@@ -435,22 +428,6 @@ impl Shard {
             }
         }
         Ok(open.cut(&self.positions))
-    }
-
-    /// Map the messages just taken (`open`'s records `from..`) on the worker's CPU, if
-    /// the batch maps early ([`super::early`]).
-    async fn map_early(&mut self, open: &mut OpenBatch, from: usize) {
-        let (Some(early), true) = (open.early.as_mut(), open.msgs.len() > from) else { return };
-        let records = (open.msgs.len() - from) as u64;
-        let bytes = open.msgs.iter().skip(from).map(|m| m.payload().map_or(0, <[u8]>::len) as u64).sum();
-        let (stages, pool, msgs) = (&mut self.stages, &mut self.spare_rows, &mut open.msgs);
-        self.slot.work(records, bytes, || early.map(msgs, from, stages, pool)).await;
-    }
-
-    /// Whether each table row's CRC32C is taken (exactly-once into BigQuery: a log
-    /// entry's digest is built from them).
-    fn row_crcs(&self) -> bool {
-        self.ctx.cfg.delivery == Delivery::ExactlyOnce && matches!(self.writer, Writer::Bq(_))
     }
 
     /// A consumer error while collecting. AUTO_OFFSET_RESET means a partition's next
@@ -502,22 +479,17 @@ impl Shard {
             };
         // A replay maps as it was logged; a new batch may change the table's schema first.
         let evolve = if replay.is_none() { ctx.cfg.schema_updates } else { Default::default() };
-        let mut bad = MapOptions { keep, evolve, row_crcs: self.row_crcs() };
+        let row_crcs = ctx.cfg.delivery == Delivery::ExactlyOnce && matches!(self.writer, Writer::Bq(_));
+        let mut bad = MapOptions { keep, evolve, row_crcs };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
         ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
-        // Messages mapped as they were taken were counted on the worker then.
-        let (mut records, mut bytes) = match &cut.early {
-            Some(e) => (counts.read.saturating_sub(e.records), counts.bytes.saturating_sub(e.bytes)),
-            None => (counts.read, counts.bytes),
-        };
         let mut mapped = loop {
             let (slot, stages) = (self.slot.clone(), &mut self.stages);
             let mapped = slot
-                .work(records, bytes, || {
-                    map_batch(&ctx, &mapping, &mut cut, bad, stages, &mut counts, &mut self.spare_rows)
+                .work(counts.read, counts.bytes, || {
+                    map_batch(&ctx, &mapping, &cut, bad, stages, &mut counts, &mut self.spare_rows)
                 })
                 .await?;
-            (records, bytes) = (counts.read, counts.bytes);
             if mapped.evolve.is_empty() {
                 break mapped;
             }

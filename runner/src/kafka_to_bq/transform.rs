@@ -134,18 +134,6 @@ impl Mapper {
         self.record.as_deref()
     }
 
-    /// Whether a row depends on nothing but the message's key and value, so it can be
-    /// mapped the moment the message is taken (`kafka_to_bq::early`): no UDF, no
-    /// metadata or CDC columns, no per-record tables, and no Schema Registry lookups
-    /// (JSON, or Avro with a schema file).
-    pub fn maps_alone(&self) -> bool {
-        let no_lookups = match &self.input {
-            Input::Json => true,
-            Input::Avro(d) => d.schema_file().is_some(),
-        };
-        no_lookups && self.udf.is_none() && self.record.is_none() && !self.wants_meta()
-    }
-
     /// The UDF, if any.
     pub fn udf(&self) -> Option<&Arc<Udf>> {
         self.udf.as_ref()

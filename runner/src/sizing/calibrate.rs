@@ -142,7 +142,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         // The shard's own transform, digest, log entries, request splitting and requests.
         let exactly = matches!(mode, Mode::ExactlyOnce);
         let values = batch.into_iter().map(|v| (None, v, None));
-        let mapped = map_values(&mapper, values, &mut stages, &mut pool, exactly, Vec::new());
+        let mapped = map_values(&mapper, values, &mut stages, &mut pool, exactly);
         rejected += mapped.failed.len() as u64;
         let n = mapped.rows.len() as i64;
         let slot = StreamSlot {
