@@ -15,6 +15,9 @@
 #             read through rdkafka's streams, a message at a time
 #   bare-batch   one consumer read up to 256 messages per call
 #             (rd_kafka_consume_batch_queue), as kafka-to-bq's shards take them now
+#   bare-shards8 kafka-to-bq's own reader with no processing: one worker consumer
+#             (kafka::shared) whose 8 partitions 8 tokio tasks take as 8 shards do
+#   bare-shards8v the same, with a UTF-8 pass over each payload as it is taken
 #   eo-stats  kafka-to-bq exactly-once, stats sink (map, encode, offset+commit logs)
 #   alo-stats kafka-to-bq at-least-once, stats sink
 #   eo-quoted kafka-to-bq exactly-once, stats sink, on a second topic of the same
@@ -75,6 +78,8 @@ for r in $(seq 1 "$ROUNDS"); do
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" 8 > "$OUT/bare-8-$r.json"
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" split8 > "$OUT/bare-split8-$r.json"
   $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" batch1 > "$OUT/bare-batch-$r.json"
+  $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" shards8 > "$OUT/bare-shards8-$r.json"
+  $BARE "$FLEXRUN_KAFKA" "$TOPIC" "$N" shards8v > "$OUT/bare-shards8v-$r.json"
   job eo-stats "$r"
   job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
   job eo-quoted "$r" "" "$F" "${TOPIC}_q"
@@ -115,7 +120,7 @@ def load(name, r):
 rows, last = {}, {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'to last commit':>15} {'CPU-s/GB (each round)':>30}")
-names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
+names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "bare-shards8", "bare-shards8v", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
 if os.path.exists(os.path.join(out, "eo-old-1.json")):
     names.append("eo-old")
 for name in names:
