@@ -7,16 +7,18 @@
 //! `scripts/check_layers.py` (run by `scripts/test.sh`) reads this list and fails
 //! otherwise. Items at the crate root ([`usage`], `crash_point!`) are open to all.
 //!
-//! 1. `stats`, `record`, `retry`, `progress`, `udf`, `malloc`, `gcp_auth`
-//! 2. `kafka`, `bigquery`, `control`, `store`
-//! 3. `state`
-//! 4. `avro`, `local`
-//! 5. `scaling`
-//! 6. `kafka_to_bq`, `kafka_to_gcs`, `microbatch`, `data_generator`
-//! 7. `sizing`
-//! 8. `cli`
+//! 1. `checksum`
+//! 2. `stats`, `record`, `retry`, `progress`, `udf`, `malloc`, `gcp_auth`
+//! 3. `kafka`, `bigquery`, `control`, `store`
+//! 4. `state`
+//! 5. `avro`, `local`
+//! 6. `scaling`
+//! 7. `kafka_to_bq`, `kafka_to_gcs`, `microbatch`, `data_generator`
+//! 8. `sizing`
+//! 9. `cli`
 //!
 //! # Layout (lower layers first)
+//! - [`checksum`]: CRC-32C, the one checksum of rows, log lines and checkpoint files.
 //! - [`malloc`]: glibc malloc settings applied at start-up (fewer page faults per batch).
 //! - [`gcp_auth`]: Application Default Credentials for flexrun's own Google HTTP calls.
 //! - [`stats`]: per-stage latency histograms ([`stats::Stage`]) and job counters.
@@ -59,6 +61,7 @@
 
 pub mod avro;
 pub mod bigquery;
+pub mod checksum;
 pub mod cli;
 pub mod control;
 pub mod data_generator;

@@ -143,7 +143,7 @@ impl Schema {
 
     /// A short fingerprint of the schema (CRC32C of its JSON form, 8 hex digits).
     pub fn fingerprint(&self) -> String {
-        format!("{:08x}", crc32c::crc32c(self.to_json().to_string().as_bytes()))
+        format!("{:08x}", crate::checksum::crc32c(self.to_json().to_string().as_bytes()))
     }
 
     /// Parse BigQuery's JSON schema form: a list of fields or `{"fields": [...]}`.

@@ -10,6 +10,7 @@ use super::records::{Record, Records};
 use super::transform::{Mapper, RecordError};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
+use crate::checksum::{crc32c, Crc32c};
 use crate::progress::{DigestKind, OffsetEntry};
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{bail, Result};
@@ -63,7 +64,12 @@ pub(super) struct Cut {
 /// CRC32C over rows, each prefixed by its length ([`DigestKind::RowBytes`]): what a log
 /// entry recorded before issue 29 so that a replay can prove it re-sends the same rows.
 pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
-    rows.iter().fold(0, |c, r| crc32c::crc32c_append(crc32c::crc32c_append(c, &(r.len() as u64).to_le_bytes()), r))
+    let mut c = Crc32c::new();
+    for r in rows {
+        c.update(&(r.len() as u64).to_le_bytes());
+        c.update(r);
+    }
+    c.finish()
 }
 
 /// CRC32C over each row's length and CRC32C ([`DigestKind::RowCrcs`]), from the CRCs
@@ -72,17 +78,19 @@ pub fn rows_digest(rows: &[Vec<u8>]) -> u32 {
 /// ```
 /// use flexrun::kafka_to_bq::batch::crcs_digest;
 /// let rows = [b"ab".to_vec(), b"c".to_vec()];
-/// let crcs: Vec<u32> = rows.iter().map(|r| crc32c::crc32c(r)).collect();
+/// let crcs: Vec<u32> = rows.iter().map(|r| flexrun::checksum::crc32c(r)).collect();
 /// assert_ne!(crcs_digest(&rows, &crcs), crcs_digest(&rows[..1], &crcs[..1]));
 /// ```
 pub fn crcs_digest(rows: &[Vec<u8>], crcs: &[u32]) -> u32 {
     assert_eq!(rows.len(), crcs.len(), "one CRC per row");
+    let mut c = Crc32c::new();
     let mut pair = [0u8; 12];
-    rows.iter().zip(crcs).fold(0, |c, (r, crc)| {
+    for (r, crc) in rows.iter().zip(crcs) {
         pair[..8].copy_from_slice(&(r.len() as u64).to_le_bytes());
         pair[8..].copy_from_slice(&crc.to_le_bytes());
-        crc32c::crc32c_append(c, &pair)
-    })
+        c.update(&pair);
+    }
+    c.finish()
 }
 
 /// The digest of `rows` taken as `kind` says, from `crcs` when there is one per row
@@ -91,7 +99,7 @@ pub fn digest(kind: DigestKind, rows: &[Vec<u8>], crcs: &[u32]) -> u32 {
     match kind {
         DigestKind::RowBytes => rows_digest(rows),
         DigestKind::RowCrcs if crcs.len() == rows.len() => crcs_digest(rows, crcs),
-        DigestKind::RowCrcs => crcs_digest(rows, &rows.iter().map(|r| crc32c::crc32c(r)).collect::<Vec<_>>()),
+        DigestKind::RowCrcs => crcs_digest(rows, &rows.iter().map(|r| crc32c(r)).collect::<Vec<_>>()),
     }
 }
 
@@ -234,7 +242,7 @@ pub fn map_values<'a>(
         match r {
             Ok(()) => {
                 if crcs {
-                    out.row_crcs.push(crc32c::crc32c(&row));
+                    out.row_crcs.push(crc32c(&row));
                 }
                 out.rows.push(row);
                 out.row_src.push(i);
@@ -570,7 +578,7 @@ mod tests {
         let out =
             map_values(&mapper, values.iter().map(|v| (None, *v, None)), &mut stages, &mut RowPool::default(), true);
         assert_eq!((out.rows.len(), out.row_src, out.failed.len()), (2, vec![0, 2], 1));
-        assert_eq!(out.row_crcs, out.rows.iter().map(|r| crc32c::crc32c(r)).collect::<Vec<_>>());
+        assert_eq!(out.row_crcs, out.rows.iter().map(|r| crc32c(r)).collect::<Vec<_>>());
         let transform = stages.take().into_iter().find(|s| s.stage == "transform").unwrap();
         assert_eq!(transform.count, 3, "failed messages are timed too");
         assert!(transform.p50_ms > 0.0, "the mean is rounded up to at least 1 us: {transform:?}");
@@ -596,7 +604,7 @@ mod tests {
     #[test]
     fn a_digest_from_crcs_taken_while_mapping_equals_one_taken_after_and_old_kinds_still_verify() {
         let rows: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; i as usize * 7]).collect();
-        let crcs: Vec<u32> = rows.iter().map(|r| crc32c::crc32c(r)).collect();
+        let crcs: Vec<u32> = rows.iter().map(|r| crc32c(r)).collect();
         assert_eq!(digest(DigestKind::RowCrcs, &rows, &crcs), digest(DigestKind::RowCrcs, &rows, &[]));
         assert_eq!(digest(DigestKind::RowBytes, &rows, &crcs), rows_digest(&rows), "an older entry's kind");
         assert_ne!(digest(DigestKind::RowBytes, &rows, &crcs), digest(DigestKind::RowCrcs, &rows, &crcs));

@@ -67,7 +67,7 @@ pub fn shard_of(partition: i32, offset: i64, shards: u32) -> u32 {
     let mut b = [0u8; 12];
     b[..4].copy_from_slice(&partition.to_le_bytes());
     b[4..].copy_from_slice(&offset.to_le_bytes());
-    crc32c::crc32c(&b) % shards.max(1)
+    crate::checksum::crc32c(&b) % shards.max(1)
 }
 
 /// Parse `windowDuration`: `Ns`, `Nm` or `Nh`, at least one second.

@@ -22,7 +22,7 @@ use std::path::Path;
 /// Encode one entry as a checksummed line.
 pub fn encode_line<T: Serialize>(e: &T) -> Vec<u8> {
     let json = serde_json::to_vec(e).expect("log entries serialize");
-    let mut line = format!("{:08x} ", crc32c::crc32c(&json)).into_bytes();
+    let mut line = format!("{:08x} ", crate::checksum::crc32c(&json)).into_bytes();
     line.extend_from_slice(&json);
     line.push(b'\n');
     line
@@ -39,7 +39,7 @@ pub fn decode_line<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, Optio
         _ => return Err(None),
     };
     let want = std::str::from_utf8(sum).ok().and_then(|h| u32::from_str_radix(h, 16).ok());
-    if want != Some(crc32c::crc32c(json)) {
+    if want != Some(crate::checksum::crc32c(json)) {
         return Err(None);
     }
     serde_json::from_slice(json).map_err(Some)

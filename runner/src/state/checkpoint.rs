@@ -148,7 +148,7 @@ impl Checkpointer {
         .try_collect()
         .await?;
         for (f, b) in &files {
-            if b.len() as u64 != f.size || crc32c::crc32c(b) != f.crc32c {
+            if b.len() as u64 != f.size || crate::checksum::crc32c(b) != f.crc32c {
                 return Err(corrupt(id, format!("{} does not match its size and checksum", f.object)));
             }
         }
@@ -228,7 +228,7 @@ impl Checkpointer {
                     continue;
                 }
                 let object = if shared { format!("shared/{lineage}-{name}") } else { format!("chk-{id:010}/{name}") };
-                let crc = crc32c::crc32c(&bytes);
+                let crc = crate::checksum::crc32c(&bytes);
                 refs.push(FileRef { name, object: object.clone(), size: bytes.len() as u64, crc32c: crc, shared });
                 send.push((object, bytes));
             }

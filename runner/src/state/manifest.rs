@@ -97,7 +97,7 @@ impl Manifest {
     /// The text, sealed with its checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
         let body = serde_json::to_vec(self).expect("manifests serialize");
-        let sealed = Sealed { manifest: self.clone(), crc32c: crc32c::crc32c(&body) };
+        let sealed = Sealed { manifest: self.clone(), crc32c: crate::checksum::crc32c(&body) };
         serde_json::to_vec_pretty(&sealed).expect("manifests serialize")
     }
 
@@ -106,7 +106,7 @@ impl Manifest {
         let s: Sealed = serde_json::from_slice(b)
             .map_err(|e| StateError::Corrupt(format!("the manifest is not valid JSON: {e}")))?;
         let body = serde_json::to_vec(&s.manifest).expect("manifests serialize");
-        if crc32c::crc32c(&body) != s.crc32c {
+        if crate::checksum::crc32c(&body) != s.crc32c {
             return Err(StateError::Corrupt("the manifest's checksum does not match its content".into()));
         }
         Ok(s.manifest)
