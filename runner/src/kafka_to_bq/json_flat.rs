@@ -129,7 +129,7 @@ fn has_control(s: &[u8]) -> bool {
 
 /// A value starting at `i`: its raw text, its contents if it is a plain string, and the
 /// index after it. Only strings, integers, `true`, `false` and `null`.
-fn value(text: &str, i: usize) -> Option<(&str, Option<&str>, usize)> {
+pub(super) fn value(text: &str, i: usize) -> Option<(&str, Option<&str>, usize)> {
     let b = text.as_bytes();
     let end = match *b.get(i)? {
         b'"' => {

@@ -74,7 +74,7 @@ pub(super) fn encode_borrowed<'a>(
 /// Write a plain string into a STRING column, or an integer (as a literal or a plain
 /// string, as [`encode_scalar`] reads them) into an INT64 column, without serde_json;
 /// false (and nothing written) for everything else, which takes [`encode_field`].
-fn encode_plain(col: &Column, idx: usize, f: &Field<'_>, out: &mut Vec<u8>) -> bool {
+pub(super) fn encode_plain(col: &Column, idx: usize, f: &Field<'_>, out: &mut Vec<u8>) -> bool {
     let tag = idx as u32 + 1;
     match (col.typ, f.plain) {
         (ColumnType::String | ColumnType::StringLike, Some(s)) => put_bytes(tag, s.as_bytes(), out),

@@ -113,6 +113,7 @@ pub mod format;
 pub mod job;
 pub mod json_flat;
 pub mod json_row;
+pub mod json_shaped;
 pub mod metadata;
 pub mod pool;
 pub mod positions;

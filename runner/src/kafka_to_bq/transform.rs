@@ -9,6 +9,7 @@
 //! depends on that: a replayed batch must map to the very same rows.
 
 use super::json_row::{encode_borrowed, encode_object, kind, serde_fields};
+use super::json_shaped::Shapes;
 use super::metadata::{KafkaMeta, MetaPlan};
 use crate::avro::fast::Plan;
 use crate::avro::table::KAFKA_KEY_FIELD;
@@ -54,6 +55,8 @@ pub struct Mapper {
     meta: Option<Arc<MetaPlan>>,
     /// CDC's pseudo-columns (`cdcPrimaryKey`), if any.
     cdc: Option<Arc<super::cdc::CdcPlan>>,
+    /// The JSON layout learned from the messages (the shaped path), shared by clones.
+    shapes: Arc<Shapes>,
 }
 
 impl Mapper {
@@ -74,6 +77,7 @@ impl Mapper {
             plans: Arc::default(),
             meta: None,
             cdc: None,
+            shapes: Arc::default(),
         }
     }
 
@@ -94,6 +98,7 @@ impl Mapper {
             plans: Arc::default(),
             meta: None,
             cdc: None,
+            shapes: Arc::default(),
         })
     }
 
@@ -274,7 +279,8 @@ impl Mapper {
 
     /// Map one message value into `out` (cleared first) as protobuf row bytes.
     ///
-    /// The usual message takes a fast path: its top level is parsed into borrowed
+    /// A message with the layout learned from earlier ones takes the shaped path
+    /// ([`super::json_shaped`]). Otherwise the usual message takes a fast path: its top level is parsed into borrowed
     /// `(key, raw value)` pairs and string values are copied straight from the message
     /// into the row, with no `serde_json::Value` in between. Anything else (a key with
     /// escapes, a value that is not a plain string, a message that is not an object)
@@ -284,8 +290,15 @@ impl Mapper {
     pub fn map_into(&self, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         out.clear();
         let text = utf8(value)?;
+        if let Some(shape) = self.shapes.get() {
+            if shape.map(&self.schema, text, out).is_some() {
+                return self.check_size(out);
+            }
+            out.clear();
+        }
         if let Some(fields) = super::json_flat::scan(text) {
             encode_borrowed(&self.schema, fields.iter(), out)?;
+            self.shapes.offer(&self.schema, text, &fields);
         } else {
             match serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
                 Ok(obj) => encode_borrowed(&self.schema, serde_fields(&obj).iter(), out)?,
@@ -448,6 +461,39 @@ mod tests {
         }
     }
 
+    /// Columns `a`, `b` and `c`: each a (type index into `types`, REQUIRED?) pair.
+    fn abc_schema(cols: &[(usize, usize)], types: &[&str]) -> Schema {
+        let modes = ["NULLABLE", "REQUIRED"];
+        let fields: Vec<serde_json::Value> = cols
+            .iter()
+            .zip(["a", "b", "c"])
+            .map(|((t, m), name)| serde_json::json!({"name": name, "type": types[*t], "mode": modes[*m]}))
+            .collect();
+        Schema::from_json(&serde_json::Value::Array(fields)).expect("three distinct columns")
+    }
+
+    #[test]
+    fn the_seeds_layout_is_learned_and_later_messages_take_the_shaped_path() {
+        let schema = Schema::from_json(&json!([
+            {"name": "logStreamId", "type": "INTEGER"}, {"name": "message", "type": "STRING"}
+        ]))
+        .unwrap();
+        for make in [crate::local::seed_shape_message, crate::local::seed_quoted_message] {
+            let m = Mapper::new(schema.clone(), 10_000);
+            let first = m.map(&make(0, 7, 40)).unwrap();
+            let shape = m.shapes.get().expect("the first message's layout is learned");
+            for id in 1..50 {
+                let msg = make(id, 7, 40);
+                let (mut shaped, mut lean) = (Vec::new(), Vec::new());
+                assert!(shape.map(m.schema(), std::str::from_utf8(&msg).unwrap(), &mut shaped).is_some());
+                Mapper::new(schema.clone(), 10_000).map_into(&msg, &mut lean).unwrap();
+                assert_eq!(shaped, lean);
+                assert_eq!(m.map(&msg).unwrap(), lean);
+            }
+            assert_eq!(m.map(&make(0, 7, 40)).unwrap(), first);
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
@@ -550,14 +596,7 @@ mod tests {
             ),
             tail in proptest::prop_oneof![6 => proptest::strategy::Just(String::new()), 1 => r"[,x}]|[ \n]{1,2}".prop_map(String::from)],
         ) {
-            let types = ["STRING", "INTEGER", "FLOAT", "BOOLEAN", "JSON"];
-            let modes = ["NULLABLE", "REQUIRED"];
-            let fields: Vec<serde_json::Value> = cols
-                .iter()
-                .zip(["a", "b", "c"])
-                .map(|((t, m), name)| serde_json::json!({"name": name, "type": types[*t], "mode": modes[*m]}))
-                .collect();
-            let schema = Schema::from_json(&serde_json::Value::Array(fields)).expect("three distinct columns");
+            let schema = abc_schema(&cols, &["STRING", "INTEGER", "FLOAT", "BOOLEAN", "JSON"]);
             let pairs: Vec<String> = body.iter().map(|(k, v, w)| format!("{w}\"{k}\"{w}:{w}{v}{w}")).collect();
             let text = format!("{{{}}}{tail}", pairs.join(","));
             let m = Mapper::new(schema, 10_000);
@@ -570,6 +609,57 @@ mod tests {
             let c = m.map_via_value(&text, &mut slow).map(|()| slow);
             proptest::prop_assert_eq!(&a, &b, "{}", text);
             proptest::prop_assert_eq!(&a, &c, "{}", text);
+        }
+
+        /// The shaped path ([`super::super::json_shaped`]) against the value path: a
+        /// mapper maps a first message (and may learn its layout), then a second with the
+        /// same keys and spacing and other values, or another layout. Same rows, same
+        /// errors, whichever path the second took.
+        #[test]
+        fn the_shaped_path_matches_serde_json_byte_for_byte(
+            cols in proptest::collection::vec(
+                (proptest::prop_oneof![4 => 0usize..2, 1 => proptest::strategy::Just(2usize)], proptest::prop_oneof![4 => proptest::strategy::Just(0usize), 1 => proptest::strategy::Just(1usize)]),
+                3,
+            ),
+            keys in proptest::collection::vec(
+                ("[a-cA-C]|a\\\\u0062", proptest::prop_oneof![8 => "", 2 => "[ \t\n]{1,2}"]),
+                1..5,
+            ),
+            values in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![6 => r#""[a-z ]{0,6}"|-?[1-9][0-9]{0,19}|" -?[0-9]{1,3} ""#, 1 => r#""x\\ty"|"x\x01y"|-?0[0-9]?|[0-9]\.[0-9]|true|null"#],
+                    proptest::prop_oneof![6 => r#""[a-z ]{0,6}"|-?[1-9][0-9]{0,19}|" -?[0-9]{1,3} ""#, 1 => r#""x\\ty"|"x\x01y"|-?0[0-9]?|[0-9]\.[0-9]|true|null"#],
+                ),
+                5,
+            ),
+            plain_first in proptest::prop_oneof![proptest::strategy::Just(true), proptest::strategy::Just(false)],
+            tail in proptest::prop_oneof![6 => proptest::strategy::Just(String::new()), 1 => r"[ ]|,".prop_map(String::from)],
+        ) {
+            let schema = abc_schema(&cols, &["STRING", "INTEGER", "FLOAT"]);
+            let text = |second: bool| {
+                let pairs: Vec<String> = keys
+                    .iter()
+                    .zip(&values)
+                    .map(|((k, w), (v1, v2))| {
+                        // The first message's values are plain more often, so layouts are learned.
+                        let v = match (second, plain_first) {
+                            (true, _) => v2.clone(),
+                            (false, true) if v1.starts_with('"') && !v1.contains('\\') => v1.clone(),
+                            (false, true) => "7".to_string(),
+                            (false, false) => v1.clone(),
+                        };
+                        format!("{w}\"{k}\"{w}:{w}{v}")
+                    })
+                    .collect();
+                format!("{{{}}}{}", pairs.join(","), if second { tail.as_str() } else { "" })
+            };
+            let m = Mapper::new(schema, 10_000);
+            let _ = m.map(text(false).as_bytes());
+            let second = text(true);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            let a = m.map_into(second.as_bytes(), &mut got).map(|()| got);
+            let b = m.map_via_value(&second, &mut want).map(|()| want);
+            proptest::prop_assert_eq!(a, b, "{} after {}", second, text(false));
         }
     }
 }
