@@ -5,7 +5,8 @@
 //! - [`config`]: the job's settings from template parameters and run flags;
 //!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
 //! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
-//!   or the reason it cannot be ([`json_flat`]: the lean parser of the usual flat object;
+//!   or the reason it cannot be ([`json_shaped`]: the layout learned from earlier messages;
+//!   [`json_flat`]: the lean parser of the usual flat object;
 //!   [`json_row`]: a JSON object's row; [`metadata`]: the
 //!   Kafka metadata columns; [`cdc`]: CDC's change type and sequence number); [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
