@@ -7,7 +7,8 @@
 //!   CRC-32C that exactly-once logs;
 //! - `tight`: a hand-written path for this one shape only (validate, scan, write the
 //!   row straight into one request buffer, CRC of the row): the best this machine does;
-//! - flexrun's path: `map_values` (the lean parser and row encoding a shard runs), then
+//! - flexrun's path: `map_values` (the row encoding a shard runs: the shaped path once the
+//!   first message's layout is learned, else the lean parser), then
 //!   with each row's CRC taken as it is written, the digest over them, and the request
 //!   framed into the buffer tonic sends (what calibrate times).
 //!
@@ -205,7 +206,7 @@ fn main() {
         ("CRC-32C of each message (checksum: crc-fast)", crc),
         ("CRC-32C of each message (the crc32c crate, before)", crc_crate),
         ("tight: this shape only, validate + scan + framed row + CRC", tight),
-        ("flexrun map_values (lean parser, row encoding)", flexrun_map),
+        ("flexrun map_values (shaped path, row encoding)", flexrun_map),
         ("flexrun map_values + row CRCs + digest + framed into tonic's buffer", flexrun_batch),
     ];
     println!("messages of {mean} bytes; CPU-ns per byte, medians of {rounds} rounds\n");
