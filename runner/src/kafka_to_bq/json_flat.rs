@@ -1,20 +1,30 @@
 //! The lean parser for the usual message: a flat JSON object whose values are plain
-//! strings (no escapes), integers, `true`, `false` or `null`, read in one pass with
-//! `memchr` and no allocation. It only ever *accepts* what it fully understands: any
-//! other input (an escape, a float, a nested value, a syntax error, more than
-//! [`MAX_FIELDS`] keys) returns `None`, and the caller takes the serde_json paths,
-//! which give the reason. So for every input both give the same row and the same
-//! error; `transform`'s property tests compare them byte for byte. Pure.
+//! strings (no escapes), integers, `true`, `false` or `null`, read in one pass with no
+//! allocation, straight from the message's bytes. It only ever *accepts* what it fully
+//! understands: any other input (an escape, a float, a nested value, a syntax error,
+//! invalid UTF-8, more than [`MAX_FIELDS`] keys) returns `None`, and the caller takes
+//! the serde_json paths, which give the reason. So for every input both give the same
+//! row and the same error; `transform`'s property tests compare them byte for byte. Pure.
+//!
+//! A string is read by one pass that stops at the first byte that is a quote, a
+//! backslash, a control character or not ASCII ([`super::ascii_run`]); in the usual (ASCII)
+//! string that byte is its closing quote, and that one pass has found its end, checked
+//! it for control characters and proved it valid UTF-8. Only a string with other bytes
+//! takes a second look (`memchr` for its end, simdutf8 for its UTF-8). Every byte
+//! outside strings is checked against JSON's ASCII syntax, so a message the parser
+//! accepts is valid UTF-8 without a separate pass over it.
 //!
 //! ```
 //! use flexrun::kafka_to_bq::json_flat::scan;
-//! let f = scan(r#"{"b": 1, "a": "x", "b": 2}"#).unwrap();
+//! let f = scan(br#"{"b": 1, "a": "x", "b": 2}"#).unwrap();
 //! // Sorted by key, the last of duplicate keys winning, as serde_json's map keeps them.
 //! let pairs: Vec<_> = f.iter().map(|f| (f.key, f.raw)).collect();
 //! assert_eq!(pairs, [("a", "\"x\""), ("b", "2")]);
-//! assert!(scan(r#"{"a": 1.5}"#).is_none()); // a float: the full path
+//! assert!(scan(br#"{"a": 1.5}"#).is_none()); // a float: the full path
+//! assert!(scan(b"{\"a\": \"\xff\"}").is_none()); // not UTF-8: the full path names it
 //! ```
 
+use super::ascii_run::ascii_run;
 use memchr::memchr2;
 
 /// Keys the lean parser takes; a wider object goes to the full path.
@@ -73,9 +83,8 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Scan `text` (valid UTF-8) as a flat JSON object; `None` for anything else.
-pub fn scan(text: &str) -> Option<Fields<'_>> {
-    let b = text.as_bytes();
+/// Scan `b` as a flat JSON object; `None` for anything else, invalid UTF-8 included.
+pub fn scan(b: &[u8]) -> Option<Fields<'_>> {
     let mut fields = Fields { items: [Field::default(); MAX_FIELDS], len: 0 };
     let mut i = ws(b, 0);
     (b.get(i) == Some(&b'{')).then_some(())?;
@@ -84,11 +93,11 @@ pub fn scan(text: &str) -> Option<Fields<'_>> {
         return (ws(b, i + 1) == b.len()).then_some(fields);
     }
     loop {
-        let (key, end) = string(text, i)?;
+        let (_, key, end) = string(b, i)?;
         i = ws(b, end);
         (b.get(i) == Some(&b':')).then_some(())?;
         i = ws(b, i + 1);
-        let (raw, plain, end) = value(text, i)?;
+        let (raw, plain, end) = value(b, i)?;
         fields.push(Field { key, raw, plain })?;
         i = ws(b, end);
         match b.get(i)? {
@@ -110,15 +119,30 @@ fn ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// A string without escapes or control characters starting at `i` (its opening quote):
-/// its contents and the index after its closing quote.
-fn string(text: &str, i: usize) -> Option<(&str, usize)> {
-    let b = text.as_bytes();
+/// A string without escapes or control characters starting at `i` (its opening quote),
+/// checked to be UTF-8: its text with the quotes, its contents, and the index after it.
+fn string(b: &[u8], i: usize) -> Option<(&str, &str, usize)> {
     (b.get(i) == Some(&b'"')).then_some(())?;
-    let len = memchr2(b'"', b'\\', &b[i + 1..])?;
-    let end = i + 1 + len;
-    (b[end] == b'"' && !has_control(&b[i + 1..end])).then_some(())?;
-    Some((&text[i + 1..end], end + 1))
+    let at = i + 1 + ascii_run(&b[i + 1..]);
+    let raw = match *b.get(at)? {
+        b'"' => ascii(&b[i..=at]),
+        c if c >= 0x80 => {
+            let end = at + memchr2(b'"', b'\\', &b[at..])?;
+            (b[end] == b'"' && !has_control(&b[at..end])).then_some(())?;
+            simdutf8::basic::from_utf8(&b[i..=end]).ok()?
+        }
+        _ => return None, // an escape or a control character
+    };
+    Some((raw, &raw[1..raw.len() - 1], i + raw.len()))
+}
+
+/// `b` as text, for bytes the caller has checked are all ASCII.
+fn ascii(b: &[u8]) -> &str {
+    debug_assert!(b.is_ascii());
+    // SAFETY: every caller passes bytes it has checked one by one to be below 0x80
+    // (`ascii_run`'s printable ASCII and the quotes around it, an integer's digits and
+    // sign, or `true`/`false`/`null` matched byte for byte), and ASCII is valid UTF-8.
+    unsafe { std::str::from_utf8_unchecked(b) }
 }
 
 /// Whether any byte is a control character, which JSON forbids unescaped in a string.
@@ -129,12 +153,11 @@ fn has_control(s: &[u8]) -> bool {
 
 /// A value starting at `i`: its raw text, its contents if it is a plain string, and the
 /// index after it. Only strings, integers, `true`, `false` and `null`.
-pub(super) fn value(text: &str, i: usize) -> Option<(&str, Option<&str>, usize)> {
-    let b = text.as_bytes();
+pub(super) fn value(b: &[u8], i: usize) -> Option<(&str, Option<&str>, usize)> {
     let end = match *b.get(i)? {
         b'"' => {
-            let (s, end) = string(text, i)?;
-            return Some((&text[i..end], Some(s), end));
+            let (raw, s, end) = string(b, i)?;
+            return Some((raw, Some(s), end));
         }
         b'-' | b'0'..=b'9' => integer(b, i)?,
         b't' => word(b, i, b"true")?,
@@ -142,7 +165,7 @@ pub(super) fn value(text: &str, i: usize) -> Option<(&str, Option<&str>, usize)>
         b'n' => word(b, i, b"null")?,
         _ => return None,
     };
-    Some((&text[i..end], None, end))
+    Some((ascii(&b[i..end]), None, end))
 }
 
 /// A JSON integer (`-?(0|[1-9][0-9]*)`, not followed by a fraction or an exponent):
@@ -164,7 +187,7 @@ mod tests {
     use super::*;
 
     fn pairs(s: &str) -> Option<Vec<(&str, &str)>> {
-        scan(s).map(|f| f.iter().map(|f| (f.key, f.raw)).collect())
+        scan(s.as_bytes()).map(|f| f.iter().map(|f| (f.key, f.raw)).collect())
     }
 
     #[test]
@@ -194,6 +217,30 @@ mod tests {
             "{a:1}",
         ] {
             assert_eq!(pairs(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn strings_are_checked_as_utf8_on_either_side_of_a_chunk_boundary() {
+        for at in [0, 1, 31, 32, 33, 63, 64, 100] {
+            let pad = "x".repeat(at);
+            let ok = format!("{{\"k\":\"{pad}é{pad}\",\"é\":\"{pad}\"}}");
+            let f = scan(ok.as_bytes()).unwrap_or_else(|| panic!("{ok}"));
+            let got: Vec<_> = f.iter().map(|f| (f.key, f.plain.unwrap())).collect();
+            assert_eq!(got, [("k", format!("{pad}é{pad}").as_str()), ("é", pad.as_str())], "{at}");
+            for bad in [&[0xff][..], &[0xc3], &[0xc0, 0x80], &[0xed, 0xa0, 0x80], &[0xe9, b'"'], &[0x1f], b"\\n"] {
+                let mut msg = format!("{{\"k\":\"{pad}").into_bytes();
+                msg.extend_from_slice(bad);
+                msg.extend_from_slice(format!("{pad}\"}}").as_bytes());
+                assert!(scan(&msg).is_none(), "{at} {bad:?}");
+            }
+        }
+        assert_eq!(ascii_run(b""), 0);
+        assert_eq!(ascii_run(&[b'a'; 70]), 70);
+        for (i, stop) in [(0, b'"'), (5, b'\\'), (31, 0x1f), (32, 0x7f + 1), (45, b'"')] {
+            let mut b = vec![b'a'; 70];
+            b[i] = stop;
+            assert_eq!(ascii_run(&b), i, "{stop} at {i}");
         }
     }
 

@@ -23,12 +23,12 @@
 //! let schema = Schema::from_json(&serde_json::json!([
 //!     {"name": "id", "type": "INTEGER", "mode": "REQUIRED"}, {"name": "m", "type": "STRING"}
 //! ])).unwrap();
-//! let first = r#"{"id":1,"m":"a"}"#;
+//! let first = br#"{"id":1,"m":"a"}"#;
 //! let shape = Shape::learn(&schema, first, &scan(first).unwrap()).unwrap();
 //! let mut row = Vec::new();
-//! assert!(shape.map(&schema, r#"{"id":22,"m":"bc"}"#, &mut row).is_some());
+//! assert!(shape.map(&schema, br#"{"id":22,"m":"bc"}"#, &mut row).is_some());
 //! assert_eq!(row, b"\x08\x16\x12\x02bc");
-//! assert!(shape.map(&schema, r#"{"id": 22,"m":"bc"}"#, &mut Vec::new()).is_none()); // other spacing
+//! assert!(shape.map(&schema, br#"{"id": 22,"m":"bc"}"#, &mut Vec::new()).is_none()); // other spacing
 //! ```
 
 use super::json_flat::{self, Field, Fields, MAX_FIELDS};
@@ -66,7 +66,9 @@ impl Shape {
     /// that appears twice, a value other than a plain string in a STRING column or an
     /// integer (or a plain string) in an INT64 column, a REQUIRED column it lacks, or no
     /// key at all.
-    pub fn learn(schema: &Schema, text: &str, fields: &Fields<'_>) -> Option<Shape> {
+    pub fn learn(schema: &Schema, text: &[u8], fields: &Fields<'_>) -> Option<Shape> {
+        // The lean parser accepted `text`, so it is UTF-8.
+        let text = std::str::from_utf8(text).ok()?;
         let mut found: Vec<(usize, Field<'_>)> = fields.iter().map(|f| (offset(text, f.raw), *f)).collect();
         found.sort_by_key(|(at, _)| *at);
         let (mut steps, mut pos) = (Vec::with_capacity(found.len()), 0);
@@ -90,13 +92,15 @@ impl Shape {
 
     /// Write `text`'s row into `out` when `text` has this layout (then `out` holds what
     /// the lean parser would write); None otherwise, with `out` possibly half written.
-    pub fn map(&self, schema: &Schema, text: &str, out: &mut Vec<u8>) -> Option<()> {
+    /// `text` need not have been checked as UTF-8: the learned text between values is,
+    /// and every value is read by the lean parser's reader, which checks it.
+    pub fn map(&self, schema: &Schema, text: &[u8], out: &mut Vec<u8>) -> Option<()> {
         if self.sorted {
             return self.map_in_order(schema, text, out);
         }
         let mut held = [Field::default(); MAX_FIELDS];
         let end = self.read(text, |i, f| held[i] = f)?;
-        (text.as_bytes()[end..] == *self.tail).then_some(())?;
+        (text[end..] == *self.tail).then_some(())?;
         for &i in &self.order {
             let col = self.steps[i].col;
             encode_plain(&schema.columns[col], col, &held[i], out).then_some(())?;
@@ -105,24 +109,23 @@ impl Shape {
     }
 
     /// [`Shape::map`] for keys that appear in key order: each field is written as it is read.
-    fn map_in_order(&self, schema: &Schema, text: &str, out: &mut Vec<u8>) -> Option<()> {
+    fn map_in_order(&self, schema: &Schema, text: &[u8], out: &mut Vec<u8>) -> Option<()> {
         let mut written = true;
         let end = self.read(text, |i, f| {
             let col = self.steps[i].col;
             written &= encode_plain(&schema.columns[col], col, &f, out);
         })?;
-        (written && text.as_bytes()[end..] == *self.tail).then_some(())
+        (written && text[end..] == *self.tail).then_some(())
     }
 
     /// Read `text`'s values step by step, handing each to `each`; the index after the
     /// last value, or None where `text` leaves the layout.
-    fn read<'a>(&'a self, text: &'a str, mut each: impl FnMut(usize, Field<'a>)) -> Option<usize> {
-        let b = text.as_bytes();
+    fn read<'a>(&'a self, b: &'a [u8], mut each: impl FnMut(usize, Field<'a>)) -> Option<usize> {
         let mut pos = 0;
         for (i, step) in self.steps.iter().enumerate() {
             b[pos..].starts_with(&step.lead).then_some(())?;
             pos += step.lead.len();
-            let (raw, plain, end) = json_flat::value(text, pos)?;
+            let (raw, plain, end) = json_flat::value(b, pos)?;
             each(i, Field { key: &step.key, raw, plain });
             pos = end;
         }
@@ -181,8 +184,10 @@ impl Shapes {
     }
 
     /// Offer a message the lean parser mapped (as `fields`) onto `schema`.
-    pub fn offer(&self, schema: &Schema, text: &str, fields: &Fields<'_>) {
-        if self.learned.get().is_some() || self.tries.fetch_add(1, Ordering::Relaxed) >= LEARN_TRIES {
+    /// Once it has learned or given up, this only reads: no write to the shared count.
+    pub fn offer(&self, schema: &Schema, text: &[u8], fields: &Fields<'_>) {
+        let given_up = || self.tries.load(Ordering::Relaxed) >= LEARN_TRIES;
+        if self.learned.get().is_some() || given_up() || self.tries.fetch_add(1, Ordering::Relaxed) >= LEARN_TRIES {
             return;
         }
         if let Some(shape) = Shape::learn(schema, text, fields) {
@@ -207,7 +212,7 @@ mod tests {
     }
 
     fn learn(text: &str) -> Option<Shape> {
-        Shape::learn(&schema(), text, &json_flat::scan(text).unwrap())
+        Shape::learn(&schema(), text.as_bytes(), &json_flat::scan(text.as_bytes()).unwrap())
     }
 
     #[test]
@@ -227,7 +232,7 @@ mod tests {
         let s = schema();
         let shape = learn(r#"{"m":"a","id":1}"#).unwrap();
         let mut row = Vec::new();
-        assert!(shape.map(&s, r#"{"m":"xyz","id":-5}"#, &mut row).is_some());
+        assert!(shape.map(&s, br#"{"m":"xyz","id":-5}"#, &mut row).is_some());
         // Written in key order (id, then m), as the lean parser writes them.
         let mut want = Vec::new();
         crate::bigquery::proto::put_varint(1, -5i64 as u64, &mut want);
@@ -243,7 +248,7 @@ mod tests {
             r#"{"m":"a","ID":1}"#,
             r#"{"m":"a"}"#,
         ] {
-            assert!(shape.map(&s, other, &mut Vec::new()).is_none(), "{other}");
+            assert!(shape.map(&s, other.as_bytes(), &mut Vec::new()).is_none(), "{other}");
         }
     }
 
@@ -252,13 +257,13 @@ mod tests {
         let (s, shapes) = (schema(), Shapes::default());
         for _ in 0..LEARN_TRIES {
             let text = r#"{"id":1,"f":2}"#;
-            shapes.offer(&s, text, &json_flat::scan(text).unwrap());
+            shapes.offer(&s, text.as_bytes(), &json_flat::scan(text.as_bytes()).unwrap());
         }
         let text = r#"{"id":1,"m":"a"}"#;
-        shapes.offer(&s, text, &json_flat::scan(text).unwrap());
+        shapes.offer(&s, text.as_bytes(), &json_flat::scan(text.as_bytes()).unwrap());
         assert!(shapes.get().is_none(), "past the bound");
         let fresh = Shapes::default();
-        fresh.offer(&s, text, &json_flat::scan(text).unwrap());
+        fresh.offer(&s, text.as_bytes(), &json_flat::scan(text.as_bytes()).unwrap());
         assert!(fresh.get().is_some());
     }
 }

@@ -6,7 +6,7 @@
 //!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
 //! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
 //!   or the reason it cannot be ([`json_shaped`]: the layout learned from earlier messages;
-//!   [`json_flat`]: the lean parser of the usual flat object;
+//!   [`json_flat`]: the lean parser of the usual flat object, its strings read by [`ascii_run`];
 //!   [`json_row`]: a JSON object's row; [`metadata`]: the
 //!   Kafka metadata columns; [`cdc`]: CDC's change type and sequence number); [`dlq`]: dead-letter rows; [`table`]: the
 //!   destination table's schema at start (read, or created from the Avro schema).
@@ -102,6 +102,7 @@
 //! it holds through step 4 and the job exits 0. A restart with the same job name
 //! resumes from the logs.
 
+pub mod ascii_run;
 pub mod autoscale;
 pub mod batch;
 pub mod cdc;

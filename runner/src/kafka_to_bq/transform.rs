@@ -289,17 +289,19 @@ impl Mapper {
     /// key, the last of duplicate keys winning), and a property test compares the two.
     pub fn map_into(&self, value: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         out.clear();
-        let text = utf8(value)?;
+        // The shaped path and the lean parser check UTF-8 as they read (each accepts
+        // only valid UTF-8); the serde_json tiers after them check it first.
         if let Some(shape) = self.shapes.get() {
-            if shape.map(&self.schema, text, out).is_some() {
+            if shape.map(&self.schema, value, out).is_some() {
                 return self.check_size(out);
             }
             out.clear();
         }
-        if let Some(fields) = super::json_flat::scan(text) {
+        if let Some(fields) = super::json_flat::scan(value) {
             encode_borrowed(&self.schema, fields.iter(), out)?;
-            self.shapes.offer(&self.schema, text, &fields);
+            self.shapes.offer(&self.schema, value, &fields);
         } else {
+            let text = utf8(value)?;
             match serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
                 Ok(obj) => encode_borrowed(&self.schema, serde_fields(&obj).iter(), out)?,
                 Err(_) => return self.map_via_value(text, out),
@@ -485,7 +487,7 @@ mod tests {
             for id in 1..50 {
                 let msg = make(id, 7, 40);
                 let (mut shaped, mut lean) = (Vec::new(), Vec::new());
-                assert!(shape.map(m.schema(), std::str::from_utf8(&msg).unwrap(), &mut shaped).is_some());
+                assert!(shape.map(m.schema(), &msg, &mut shaped).is_some());
                 Mapper::new(schema.clone(), 10_000).map_into(&msg, &mut lean).unwrap();
                 assert_eq!(shaped, lean);
                 assert_eq!(m.map(&msg).unwrap(), lean);
@@ -609,6 +611,52 @@ mod tests {
             let c = m.map_via_value(&text, &mut slow).map(|()| slow);
             proptest::prop_assert_eq!(&a, &b, "{}", text);
             proptest::prop_assert_eq!(&a, &c, "{}", text);
+        }
+
+        /// Bytes that are not ASCII, valid UTF-8 or not, inside the seed's string, its
+        /// key and anywhere in the message, after a mapper has learned the seed's layout
+        /// (the number plain or quoted): the shaped path and the lean parser, which check
+        /// UTF-8 as they read, give the same row or the same error (`not_utf8` at the
+        /// same position) as checking it first and taking the value path.
+        #[test]
+        fn the_paths_that_check_utf8_as_they_read_match_checking_it_first(
+            quoted in proptest::bool::ANY,
+            id in 0u64..100_000,
+            body in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => "[a-z ]{0,40}".prop_map(String::into_bytes),
+                    1 => proptest::strategy::Just("é".as_bytes().to_vec()),
+                    1 => proptest::strategy::Just("日本".as_bytes().to_vec()),
+                    1 => proptest::strategy::Just("😀".as_bytes().to_vec()),
+                    1 => proptest::collection::vec(proptest::num::u8::ANY, 1..3),
+                    1 => proptest::strategy::Just(vec![0xed, 0xa0, 0x80]),
+                    1 => proptest::strategy::Just(br#"\n"#.to_vec()),
+                ],
+                0..8,
+            ),
+            key in proptest::prop_oneof![4 => proptest::strategy::Just("message"), 1 => proptest::strategy::Just("méssage")],
+            stray in proptest::option::of((proptest::num::usize::ANY, 0x80u8..=0xff)),
+        ) {
+            let schema = Schema::from_json(&json!([
+                {"name": "logStreamId", "type": "INTEGER"}, {"name": "message", "type": "STRING"}
+            ]))
+            .unwrap();
+            let m = Mapper::new(schema, 10_000);
+            let make = if quoted { crate::local::seed_quoted_message } else { crate::local::seed_shape_message };
+            m.map(&make(0, 7, 40)).unwrap();
+            proptest::prop_assert!(m.shapes.get().is_some(), "the layout is learned");
+            let id = if quoted { format!("\"{id}\"") } else { id.to_string() };
+            let mut msg = format!(r#"{{"logStreamId":{id},"{key}":""#).into_bytes();
+            msg.extend(body.concat());
+            msg.extend_from_slice(b"\"}");
+            if let Some((at, byte)) = stray {
+                msg.insert(at % (msg.len() + 1), byte);
+            }
+            let mut got = Vec::new();
+            let a = m.map_into(&msg, &mut got).map(|()| got);
+            let mut want = Vec::new();
+            let b = utf8(&msg).and_then(|text| m.map_via_value(text, &mut want)).map(|()| want);
+            proptest::prop_assert_eq!(a, b, "{}", String::from_utf8_lossy(&msg));
         }
 
         /// The shaped path ([`super::super::json_shaped`]) against the value path: a
