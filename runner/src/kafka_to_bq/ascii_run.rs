@@ -18,11 +18,11 @@
 /// character or a byte that is not ASCII. (As a signed byte, a control character and a
 /// byte past ASCII are both below 0x20.)
 #[inline(always)]
-pub fn stops(c: u8) -> bool {
+fn stops(c: u8) -> bool {
     (c == b'"') | (c == b'\\') | ((c as i8) < 0x20)
 }
 
-/// The length of the run of bytes at the start of `b` at which [`stops`] is false.
+/// How many bytes at the start of `b` are printable ASCII other than a quote or a backslash.
 pub fn ascii_run(b: &[u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     if b.len() >= 32 && std::arch::is_x86_feature_detected!("avx2") {
