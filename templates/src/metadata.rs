@@ -87,18 +87,53 @@ pub enum TemplateError {
     },
 }
 
-const BUILTIN_SOURCES: &[(&str, &str)] = &[
-    ("kafka-to-bq.yaml", include_str!("../kafka-to-bq.yaml")),
-    ("streaming-data-generator.yaml", include_str!("../streaming-data-generator.yaml")),
-    ("kafka-to-kafka.yaml", include_str!("../kafka-to-kafka.yaml")),
-    ("rate-to-stats.yaml", include_str!("../rate-to-stats.yaml")),
-    ("kafka-to-gcs.yaml", include_str!("../kafka-to-gcs.yaml")),
+/// A built-in template's source and the names it answers to. The names are repeated
+/// here so that [`find`] parses only the template asked for: a job's start-up then reads
+/// one YAML file, not five, and compiles no regex it will not use (a test checks that the
+/// names match the files and that every regex compiles).
+struct Builtin {
+    file: &'static str,
+    name: &'static str,
+    google_template_id: Option<&'static str>,
+    yaml: &'static str,
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        file: "kafka-to-bq.yaml",
+        name: "kafka-to-bq",
+        google_template_id: Some("Kafka_to_BigQuery_Flex"),
+        yaml: include_str!("../kafka-to-bq.yaml"),
+    },
+    Builtin {
+        file: "streaming-data-generator.yaml",
+        name: "streaming-data-generator",
+        google_template_id: Some("Streaming_Data_Generator"),
+        yaml: include_str!("../streaming-data-generator.yaml"),
+    },
+    Builtin {
+        file: "kafka-to-kafka.yaml",
+        name: "kafka-to-kafka",
+        google_template_id: Some("Kafka_to_Kafka"),
+        yaml: include_str!("../kafka-to-kafka.yaml"),
+    },
+    Builtin {
+        file: "rate-to-stats.yaml",
+        name: "rate-to-stats",
+        google_template_id: None,
+        yaml: include_str!("../rate-to-stats.yaml"),
+    },
+    Builtin {
+        file: "kafka-to-gcs.yaml",
+        name: "kafka-to-gcs",
+        google_template_id: Some("Kafka_to_Gcs_Flex"),
+        yaml: include_str!("../kafka-to-gcs.yaml"),
+    },
 ];
 
 /// Parse one template from YAML text and check that its regexes compile.
 pub fn parse_template(file: &str, yaml: &str) -> Result<Template, TemplateError> {
-    let t: Template =
-        serde_yaml::from_str(yaml).map_err(|source| TemplateError::Yaml { file: file.to_string(), source })?;
+    let t = read_template(file, yaml)?;
     for p in &t.parameters {
         for r in &p.regexes {
             regex::Regex::new(r).map_err(|source| TemplateError::Regex {
@@ -112,22 +147,31 @@ pub fn parse_template(file: &str, yaml: &str) -> Result<Template, TemplateError>
     Ok(t)
 }
 
+/// Parse one template from YAML text, without compiling its regexes.
+fn read_template(file: &str, yaml: &str) -> Result<Template, TemplateError> {
+    serde_yaml::from_str(yaml).map_err(|source| TemplateError::Yaml { file: file.to_string(), source })
+}
+
+/// Built-in template `i`, parsed on first use. Its regexes are compiled where a value is
+/// checked against them ([`crate::params::validate`]), and by this module's tests.
+fn builtin_at(i: usize) -> &'static Template {
+    static CELLS: [OnceLock<Template>; BUILTINS.len()] = [const { OnceLock::new() }; BUILTINS.len()];
+    CELLS[i].get_or_init(|| {
+        let b = &BUILTINS[i];
+        read_template(b.file, b.yaml).unwrap_or_else(|e| panic!("built-in template is broken: {e}"))
+    })
+}
+
 /// All built-in templates, parsed once.
 pub fn builtin() -> &'static [Template] {
     static CELL: OnceLock<Vec<Template>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        BUILTIN_SOURCES
-            .iter()
-            .map(|(file, yaml)| {
-                parse_template(file, yaml).unwrap_or_else(|e| panic!("built-in template is broken: {e}"))
-            })
-            .collect()
-    })
+    CELL.get_or_init(|| (0..BUILTINS.len()).map(|i| builtin_at(i).clone()).collect())
 }
 
 /// The built-in template with this name (flexrun's or Google's id).
 pub fn find(name: &str) -> Option<&'static Template> {
-    builtin().iter().find(|t| t.name == name || t.google_template_id.as_deref() == Some(name))
+    let i = BUILTINS.iter().position(|b| b.name == name || b.google_template_id == Some(name))?;
+    Some(builtin_at(i))
 }
 
 /// Map a `--template-file-gcs-location` such as
@@ -140,7 +184,8 @@ pub fn find_by_gcs_path(path: &str) -> Option<&'static Template> {
         return None;
     }
     let id = object.rsplit('/').next()?;
-    builtin().iter().find(|t| t.google_template_id.as_deref() == Some(id))
+    let i = BUILTINS.iter().position(|b| b.google_template_id == Some(id))?;
+    Some(builtin_at(i))
 }
 
 #[cfg(test)]
@@ -149,7 +194,15 @@ mod tests {
 
     #[test]
     fn builtins_load_and_have_unique_parameter_names() {
-        for t in builtin() {
+        for (b, t) in BUILTINS.iter().zip(builtin()) {
+            let checked = parse_template(b.file, b.yaml).expect("every built-in regex compiles");
+            assert_eq!(&checked, t);
+            assert_eq!(
+                (b.name, b.google_template_id),
+                (t.name.as_str(), t.google_template_id.as_deref()),
+                "{}",
+                b.file
+            );
             let mut names: Vec<_> = t.parameters.iter().map(|p| &p.name).collect();
             let n = names.len();
             names.sort();

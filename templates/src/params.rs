@@ -371,8 +371,9 @@ pub fn validate(template: &Template, pairs: &[(String, String)]) -> Result<Resol
         }
         let mut ok = true;
         for r in &p.regexes {
-            // The template loader already checked that the regexes compile.
-            let re = regex::Regex::new(r).expect("template regexes are checked at load");
+            // Built-in regexes are checked by the metadata tests, a template file's by
+            // `parse_template` as it loads.
+            let re = regex::Regex::new(r).expect("template regexes are checked before use");
             if !re.is_match(value) {
                 errors.push(ParamError::Invalid {
                     name: name.clone(),
