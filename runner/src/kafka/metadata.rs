@@ -5,6 +5,7 @@
 use super::connection::Connection;
 use super::KafkaError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +24,45 @@ pub struct Metadata {
 impl Metadata {
     /// A client for `topic`.
     pub fn new(conn: &Connection, topic: &str) -> Result<Metadata, KafkaError> {
-        let client: BaseConsumer = conn.client("a metadata client", &[])?;
+        Self::with(conn, topic, &[])
+    }
+
+    /// A client for `topic` that can also read `group`'s committed offsets
+    /// ([`Metadata::committed`]). It only asks: it joins no group and commits nothing.
+    pub fn for_group(conn: &Connection, topic: &str, group: &str) -> Result<Metadata, KafkaError> {
+        Self::with(conn, topic, &[("group.id", group), ("enable.auto.commit", "false")])
+    }
+
+    fn with(conn: &Connection, topic: &str, extra: &[(&str, &str)]) -> Result<Metadata, KafkaError> {
+        let client: BaseConsumer = conn.client("a metadata client", extra)?;
         Ok(Metadata { client: Arc::new(client), bootstrap: conn.bootstrap.clone(), topic: topic.to_string() })
+    }
+
+    /// The offsets the client's consumer group has committed for these partitions,
+    /// where it has one. Empty when the client has no group or the broker does not
+    /// answer: the group's offsets are a hint ([`crate::kafka::source::commit_positions`]),
+    /// and a job without them starts at `kafkaReadOffset`.
+    pub async fn committed(&self, partitions: &[i32]) -> BTreeMap<i32, i64> {
+        let m = self.clone();
+        let partitions = partitions.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            for p in &partitions {
+                tpl.add_partition(&m.topic, *p);
+            }
+            let Ok(committed) = m.client.committed_offsets(tpl, Duration::from_secs(10)) else {
+                return BTreeMap::new();
+            };
+            partitions
+                .into_iter()
+                .filter_map(|p| match committed.find_partition(&m.topic, p)?.offset() {
+                    Offset::Offset(o) if o >= 0 => Some((p, o)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .await
+        .expect("committed offsets task")
     }
 
     fn err(&self, message: String) -> KafkaError {
@@ -76,32 +114,64 @@ impl Metadata {
         .expect("metadata task")
     }
 
-    /// The low watermark (earliest offset still stored) of every partition.
+    /// The low watermark (earliest offset still stored) of every partition, in one
+    /// ListOffsets request.
     pub async fn low_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        Ok(self.watermarks(partitions).await?.into_iter().map(|(p, (lo, _))| (p, lo)).collect())
+        self.offsets_at(partitions, Offset::Beginning).await
     }
 
-    /// The high watermark (next offset to be written) of every partition.
+    /// The high watermark (next offset to be written) of every partition, in one
+    /// ListOffsets request.
     pub async fn high_watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        Ok(self.watermarks(partitions).await?.into_iter().map(|(p, (_, hi))| (p, hi)).collect())
+        self.offsets_at(partitions, Offset::End).await
     }
 
-    /// Low and high watermarks of every partition.
+    async fn offsets_at(&self, partitions: &[i32], at: Offset) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        let m = self.clone();
+        let partitions = partitions.to_vec();
+        tokio::task::spawn_blocking(move || m.list_offsets(&partitions, at)).await.expect("watermark task")
+    }
+
+    /// Low and high watermarks of every partition: two ListOffsets requests for all of
+    /// them (earliest, then latest), where asking partition by partition costs two each.
+    /// Both are asked at the client's isolation level, as librdkafka's own watermark query
+    /// asks them.
     pub async fn watermarks(&self, partitions: &[i32]) -> Result<BTreeMap<i32, (i64, i64)>, KafkaError> {
         let m = self.clone();
         let partitions = partitions.to_vec();
         tokio::task::spawn_blocking(move || {
-            partitions
-                .into_iter()
-                .map(|p| {
-                    m.client
-                        .fetch_watermarks(&m.topic, p, Duration::from_secs(10))
-                        .map(|w| (p, w))
-                        .map_err(|e| m.err(format!("watermarks of partition {p}: {e}")))
-                })
-                .collect()
+            let low = m.list_offsets(&partitions, Offset::Beginning)?;
+            let high = m.list_offsets(&partitions, Offset::End)?;
+            Ok(partitions.iter().map(|p| (*p, (low[p], high[p]))).collect())
         })
         .await
         .expect("watermark task")
+    }
+
+    /// Each partition's offset at `at` (`Beginning` or `End`), in one ListOffsets request
+    /// per leader (librdkafka's `offsets_for_times`, whose timestamps -2 and -1 are
+    /// Kafka's "earliest" and "latest").
+    fn list_offsets(&self, partitions: &[i32], at: Offset) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for p in partitions {
+            tpl.add_partition_offset(&self.topic, *p, at).map_err(|e| self.err(format!("partition {p}: {e}")))?;
+        }
+        let found = self
+            .client
+            .offsets_for_times(tpl, Duration::from_secs(10))
+            .map_err(|e| self.err(format!("watermarks of partitions {partitions:?}: {e}")))?;
+        partitions
+            .iter()
+            .map(|p| {
+                let e = found
+                    .find_partition(&self.topic, *p)
+                    .ok_or_else(|| self.err(format!("watermarks of partition {p}: not in the answer")))?;
+                e.error().map_err(|e| self.err(format!("watermarks of partition {p}: {e}")))?;
+                match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Ok((*p, o)),
+                    other => Err(self.err(format!("watermarks of partition {p}: the broker answered {other:?}"))),
+                }
+            })
+            .collect()
     }
 }

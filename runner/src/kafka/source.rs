@@ -4,10 +4,9 @@
 use super::connection::Connection;
 use super::metadata::Metadata;
 use super::KafkaError;
-use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// Where the source reads from.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,9 +117,10 @@ impl SourceSettings {
         c
     }
 
-    /// A metadata client for this topic (one per job; see [`Metadata`]).
+    /// A metadata client for this topic in this consumer group (one per job; see
+    /// [`Metadata`]).
     pub fn metadata(&self) -> Result<Metadata, KafkaError> {
-        Metadata::new(&self.conn, &self.topic)
+        Metadata::for_group(&self.conn, &self.topic, &self.group_id)
     }
 
     /// The topic's partitions, sorted (a short-lived metadata client).
@@ -132,52 +132,29 @@ impl SourceSettings {
         KafkaError::Broker { bootstrap: self.conn.bootstrap.clone(), topic: self.topic.clone(), message }
     }
 
-    fn with_topic(&self, e: KafkaError) -> KafkaError {
-        match e {
-            KafkaError::Broker { message, .. } => self.broker_err(message),
-            other => other,
-        }
-    }
-
     /// Where partitions without a checkpoint start: the group's committed offset if it
-    /// has one, else the earliest or latest offset (`kafkaReadOffset`).
-    pub async fn initial_positions(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        let s = self.clone();
-        let partitions = partitions.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let group = [("group.id", s.group_id.as_str()), ("enable.auto.commit", "false")];
-            let c: BaseConsumer = s.conn.client("a client", &group).map_err(|e| s.with_topic(e))?;
-            let mut tpl = TopicPartitionList::new();
-            for p in &partitions {
-                tpl.add_partition(&s.topic, *p);
-            }
-            let committed = c.committed_offsets(tpl, Duration::from_secs(10)).ok();
-            let mut out = BTreeMap::new();
-            for p in partitions {
-                let from_group =
-                    committed.as_ref().and_then(|t| t.find_partition(&s.topic, p)).and_then(|e| match e.offset() {
-                        Offset::Offset(o) if o >= 0 => Some(o),
-                        _ => None,
-                    });
-                let pos = match from_group {
-                    Some(o) => o,
-                    None => {
-                        let (lo, hi) = c
-                            .fetch_watermarks(&s.topic, p, Duration::from_secs(10))
-                            .map_err(|e| s.broker_err(format!("watermarks of partition {p}: {e}")))?;
-                        if s.start_earliest {
-                            lo
-                        } else {
-                            hi
-                        }
-                    }
-                };
-                out.insert(p, pos);
-            }
-            Ok(out)
-        })
-        .await
-        .expect("offsets task")
+    /// has one, else the earliest or latest offset (`kafkaReadOffset`), from `marks`
+    /// (partition → low and high watermark). Asked on the job's metadata client, which
+    /// carries the group ([`SourceSettings::metadata`]), so start-up opens no client
+    /// of its own for it.
+    pub async fn initial_positions(
+        &self,
+        metadata: &Metadata,
+        partitions: &[i32],
+        marks: &BTreeMap<i32, (i64, i64)>,
+    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        let committed = metadata.committed(partitions).await;
+        partitions
+            .iter()
+            .map(|p| match committed.get(p) {
+                Some(o) => Ok((*p, *o)),
+                None => {
+                    let (lo, hi) =
+                        marks.get(p).ok_or_else(|| self.broker_err(format!("no watermarks for partition {p}")))?;
+                    Ok((*p, if self.start_earliest { *lo } else { *hi }))
+                }
+            })
+            .collect()
     }
 }
 

@@ -103,8 +103,9 @@ async fn start_positions(
     let checkpoint = positions::checkpoint_positions(job_dir)?;
     let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
     let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
-    let initial = crate::kafka::starts::overlay(cfg.source.initial_positions(partitions).await?, &saved);
     let marks = metadata.watermarks(partitions).await?;
+    let initial =
+        crate::kafka::starts::overlay(cfg.source.initial_positions(metadata, partitions, &marks).await?, &saved);
     let lows = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
     let mut plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &marks);
     let skipped = plan.settle(cfg.source.gap_policy, &cfg.job_name, &cfg.source.topic).map_err(anyhow::Error::msg)?;

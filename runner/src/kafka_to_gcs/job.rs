@@ -175,7 +175,7 @@ async fn start_positions(
 ) -> Result<(RestoredStart, crate::kafka::gaps::Skipped, u64)> {
     let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
     let marks = metadata.watermarks(partitions).await?;
-    let mut initial = cfg.source.initial_positions(partitions).await?;
+    let mut initial = cfg.source.initial_positions(metadata, partitions, &marks).await?;
     let mut discovered = 0;
     if !saved.is_empty() {
         for p in partitions.iter().filter(|p| !saved.contains_key(p)) {

@@ -302,6 +302,64 @@ async fn an_idle_job_started_at_latest_restarts_where_it_began() {
     assert_eq!(s.count(&f.table).await, (100, 100));
 }
 
+/// The job's one metadata client answers every start-up question: each partition's
+/// watermarks in one ListOffsets request per end (checked against librdkafka's own
+/// per-partition query), and the consumer group's committed offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_client_reads_watermarks_and_the_groups_committed_offsets() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let s = stack();
+    let f = s.fixture("md_marks", 3).await;
+    f.produce(&s, 0, 300, None).await;
+    let conn = flexrun::kafka::Connection::plaintext(&s.kafka);
+    let group = unique("md_group");
+    let md = flexrun::kafka::Metadata::for_group(&conn, &f.topic, &group).unwrap();
+    let parts = md.partitions().await.unwrap();
+    let marks = md.watermarks(&parts).await.unwrap();
+    let direct: BaseConsumer = conn.client("a test client", &[]).unwrap();
+    for p in &parts {
+        let want = direct.fetch_watermarks(&f.topic, *p, Duration::from_secs(10)).unwrap();
+        assert_eq!(marks[p], want, "partition {p}");
+    }
+    assert_eq!(marks.values().map(|(lo, hi)| hi - lo).sum::<i64>(), 300);
+    let high = md.high_watermarks(&parts).await.unwrap();
+    let low = md.low_watermarks(&parts).await.unwrap();
+    assert_eq!(marks, parts.iter().map(|p| (*p, (low[p], high[p]))).collect());
+    assert!(md.committed(&parts).await.is_empty(), "a new group has committed nothing");
+    let committer: BaseConsumer = conn.client("a test committer", &[("group.id", group.as_str())]).unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&f.topic, parts[0], rdkafka::Offset::Offset(high[&parts[0]] / 2)).unwrap();
+    committer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    let committed = md.committed(&parts).await;
+    assert_eq!(committed, std::collections::BTreeMap::from([(parts[0], high[&parts[0]] / 2)]));
+}
+
+/// A job with no checkpoint starts a partition at its consumer group's committed offset
+/// where the group has one, and at `kafkaReadOffset` elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_a_checkpoint_starts_at_its_groups_committed_offsets() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let s = stack();
+    let f = s.fixture("grp_start", 2).await;
+    f.produce(&s, 0, 200, None).await;
+    let conn = flexrun::kafka::Connection::plaintext(&s.kafka);
+    let group = unique("grp_start_group");
+    let md = flexrun::kafka::Metadata::new(&conn, &f.topic).unwrap();
+    let high = md.high_watermarks(&[0, 1]).await.unwrap();
+    let committer: BaseConsumer = conn.client("a test committer", &[("group.id", group.as_str())]).unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    let skip = high[&0] / 2;
+    tpl.add_partition_offset(&f.topic, 0, rdkafka::Offset::Offset(skip)).unwrap();
+    committer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let sj = ck.path().join("summary.json");
+    let params = f.params(&s, &format!("consumerGroupId={group}"));
+    let o = run_job("grp", ck.path(), &params, "2s", &["--summary-json", sj.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sj)["summary"]["messages_read"], 200 - skip, "partition 0 starts at the group's offset {skip}");
+    assert_eq!(s.count(&f.table).await, (200 - skip, 200 - skip));
+}
+
 /// `--stop-when-caught-up` drains once the end offsets read at start are committed, long
 /// before a 60 s idle timeout would, and says which of the two ended the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
