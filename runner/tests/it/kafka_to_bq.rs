@@ -302,6 +302,16 @@ async fn an_idle_job_started_at_latest_restarts_where_it_began() {
     assert_eq!(s.count(&f.table).await, (100, 100));
 }
 
+/// Commit `offset` for `partition` of `topic` to consumer group `group`, as another
+/// consumer of the group would, and wait for the broker to take it.
+fn commit_group_offset(conn: &flexrun::kafka::Connection, group: &str, topic: &str, partition: i32, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let committer: BaseConsumer = conn.client("a test committer", &[("group.id", group)]).unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset)).unwrap();
+    committer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+}
+
 /// The job's one metadata client answers every start-up question: each partition's
 /// watermarks in one ListOffsets request per end (checked against librdkafka's own
 /// per-partition query), and the consumer group's committed offsets.
@@ -326,10 +336,7 @@ async fn the_metadata_client_reads_watermarks_and_the_groups_committed_offsets()
     let low = md.low_watermarks(&parts).await.unwrap();
     assert_eq!(marks, parts.iter().map(|p| (*p, (low[p], high[p]))).collect());
     assert!(md.committed(&parts).await.is_empty(), "a new group has committed nothing");
-    let committer: BaseConsumer = conn.client("a test committer", &[("group.id", group.as_str())]).unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&f.topic, parts[0], rdkafka::Offset::Offset(high[&parts[0]] / 2)).unwrap();
-    committer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    commit_group_offset(&conn, &group, &f.topic, parts[0], high[&parts[0]] / 2);
     let committed = md.committed(&parts).await;
     assert_eq!(committed, std::collections::BTreeMap::from([(parts[0], high[&parts[0]] / 2)]));
 }
@@ -338,7 +345,6 @@ async fn the_metadata_client_reads_watermarks_and_the_groups_committed_offsets()
 /// where the group has one, and at `kafkaReadOffset` elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_without_a_checkpoint_starts_at_its_groups_committed_offsets() {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     let s = stack();
     let f = s.fixture("grp_start", 2).await;
     f.produce(&s, 0, 200, None).await;
@@ -346,11 +352,8 @@ async fn a_job_without_a_checkpoint_starts_at_its_groups_committed_offsets() {
     let group = unique("grp_start_group");
     let md = flexrun::kafka::Metadata::new(&conn, &f.topic).unwrap();
     let high = md.high_watermarks(&[0, 1]).await.unwrap();
-    let committer: BaseConsumer = conn.client("a test committer", &[("group.id", group.as_str())]).unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
     let skip = high[&0] / 2;
-    tpl.add_partition_offset(&f.topic, 0, rdkafka::Offset::Offset(skip)).unwrap();
-    committer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap();
+    commit_group_offset(&conn, &group, &f.topic, 0, skip);
     let ck = tempfile::tempdir().unwrap();
     let sj = ck.path().join("summary.json");
     let params = f.params(&s, &format!("consumerGroupId={group}"));
