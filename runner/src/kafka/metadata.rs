@@ -1,6 +1,9 @@
-//! [`Metadata`]: one long-lived librdkafka client per job for the topic's partitions and
-//! watermarks. The autoscaler, partition discovery and the dashboard read these every
-//! few seconds; a new client each time would open new broker connections each time.
+//! [`Metadata`]: one long-lived librdkafka client per job for the topic's partitions,
+//! watermarks and (at start-up) the consumer group's committed offsets. The autoscaler,
+//! partition discovery and the dashboard read these every few seconds; a new client each
+//! time would open new broker connections each time. A second client that start-up once
+//! opened for the group's offsets alone took about 45 of 711 samples in a profile of a
+//! 1,000-message job (BENCHMARKS.md, "Hot path").
 
 use super::connection::Connection;
 use super::KafkaError;
