@@ -152,8 +152,15 @@ impl Metadata {
     }
 
     /// Each partition's offset at `at` (`Beginning` or `End`), in one ListOffsets request
-    /// per leader (librdkafka's `offsets_for_times`, whose timestamps -2 and -1 are
-    /// Kafka's "earliest" and "latest").
+    /// per leader (librdkafka's `offsets_for_times`, which sends `at` as the timestamp).
+    /// Kafka's protocol guide, ListOffsets ("Offset API"): the timestamp is "Used to ask
+    /// for all messages before a certain time (ms). There are two special values. Specify
+    /// -1 to receive the latest offset (i.e. the offset of the next coming message) and -2
+    /// to receive the earliest available offset."
+    /// (<https://cwiki.apache.org/confluence/display/KAFKA/A+Guide+To+The+Kafka+Protocol>).
+    /// librdkafka's own watermark query sends the same two values; the integration test
+    /// `the_metadata_client_reads_watermarks_and_the_groups_committed_offsets` checks that
+    /// the local broker answers both alike.
     fn list_offsets(&self, partitions: &[i32], at: Offset) -> Result<BTreeMap<i32, i64>, KafkaError> {
         let mut tpl = TopicPartitionList::new();
         for p in partitions {
