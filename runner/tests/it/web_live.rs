@@ -150,7 +150,10 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
 async fn a_running_kafka_to_gcs_job_publishes_latencies_and_state() {
     let s = stack();
     let f = s.fixture("webgcs", 2).await;
-    f.produce(&s, 0, 5_000, None).await;
+    // Traffic throughout: a point carries the stages measured in its own second, and
+    // a backlog read in one go may close its last window seconds later (CI failed on
+    // that once), so keep reads and window closes happening in every interval.
+    let traffic = BackgroundProducer::start(&s, &f);
     let addr = free_addr();
     let ck = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
@@ -171,15 +174,50 @@ async fn a_running_kafka_to_gcs_job_publishes_latencies_and_state() {
     let (_, point) = wait_for_point(&addr, "webgcs", |p| has(p, "read") && has(p, "end_to_end"));
     assert!(point.is_object(), "no point with read and end-to-end latencies within 60 s");
     assert!(point["state"]["backend"] == "heap", "the default backend's state is on the point: {point}");
-    let metrics = http_get(&addr, "/metrics").unwrap();
-    for want in [
+    let wanted = [
         "job_stage_end_to_end_latencies{job=\"webgcs\",quantile=\"0.99\",stage=\"read\"}",
+        "job_stage_end_to_end_latencies{job=\"webgcs\",quantile=\"0.99\",stage=\"end_to_end\"}",
         "job_data_watermark_age{job=\"webgcs\"}",
         "job_system_lag{job=\"webgcs\"}",
-    ] {
+    ];
+    // /metrics shows the latest point only, so poll for one that has every line.
+    let metrics = wait_for_metrics_text(&addr, |m| wanted.iter().all(|w| m.contains(w)));
+    for want in wanted {
         assert!(metrics.contains(want), "missing {want}:\n{metrics}");
     }
+    assert!(traffic.stop().await > 0, "the background producer produced");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A producer that keeps adding 200 messages to a fixture's topic every 200 ms until
+/// stopped, so that a job has something to read in every interval of its points.
+struct BackgroundProducer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl BackgroundProducer {
+    fn start(s: &Stack, f: &Fixture) -> BackgroundProducer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kafka, topic, partitions, flag) = (s.kafka.clone(), f.topic.clone(), f.partitions, stop.clone());
+        let task = tokio::spawn(async move {
+            let mut next = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let call = flexrun::local::produce(&kafka, &topic, partitions, next, 200, None, 962);
+                answer("produce", call).await.expect("produce");
+                next += 200;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            next
+        });
+        BackgroundProducer { stop, task }
+    }
+
+    /// Stop producing; how many messages were produced.
+    async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("the producer task")
+    }
 }
