@@ -7,8 +7,9 @@
 //! Records are stamped half an hour ahead (inside the 1 h `maxTimestampSkew`, so
 //! kept), all within one 1 s window, so that window cannot close before the drain (the
 //! watermark is the newest timestamp read, inside the window, and then the wall clock,
-//! half an hour before it): the state holds every record while checkpoints are taken, and a restart must rebuild it from a checkpoint (each
-//! test asserts which one) to put every record in exactly one file.
+//! half an hour before it): the state holds every record while checkpoints are taken,
+//! and a restart must rebuild it from a checkpoint (each test asserts which one) to put
+//! every record in exactly one file.
 
 // Needs the local stack (scripts/test.sh starts it and turns this feature on).
 #![cfg(feature = "integration")]
