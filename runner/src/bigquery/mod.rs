@@ -4,7 +4,8 @@
 //!   creation, and the helpers the local stack and tests use).
 //! - [`write`]: the crate's generated `BigQueryWriteClient` on a channel built here:
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
-//! - [`framed`]: an AppendRows request framed straight from a batch's rows.
+//! - [`rows`]: a batch's rows, written once in the wire form a request carries.
+//! - [`framed`]: AppendRows requests framed from a batch's rows, and the call's body.
 //! - [`proto`]: the run-time row descriptor and wire-format helpers.
 //! - [`schema`]: a table's schema (columns, modes, fingerprint).
 //! - [`evolution`]: the schema changes BigQuery allows (a NULLABLE column added, a
@@ -23,6 +24,7 @@ pub mod framed;
 pub mod layout;
 pub mod proto;
 pub mod rest;
+pub mod rows;
 pub mod schema;
 pub mod target;
 pub mod write;

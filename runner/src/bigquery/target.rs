@@ -18,6 +18,7 @@
 //! ends the wait; the batch then stays in the offset log for the next owner.
 
 use crate::bigquery::framed::SharedRows;
+use crate::bigquery::rows::Rows;
 use crate::bigquery::write::{split_requests, AppendConnection, AppendOutcome, WriteClient, WriteError};
 use crate::bigquery::TableRef;
 use crate::retry::{wait_unless_stopped, Backoff};
@@ -73,15 +74,15 @@ pub enum BatchAppend {
 /// and how many of those requests have landed in this process.
 ///
 /// ```
-/// use flexrun::bigquery::target::Requests;
-/// let rows = vec![vec![0u8; 30_000], vec![1u8; 30_000], vec![2u8; 1_000]];
+/// use flexrun::bigquery::{rows::Rows, target::Requests};
+/// let rows = Rows::from(vec![vec![0u8; 30_000], vec![1u8; 30_000], vec![2u8; 1_000]]);
 /// let mut plan = Requests::split(&rows, 50_000);
 /// assert_eq!(plan.sizes(), &[1, 2]);
 /// // Request 1 was refused for its first row, which leaves the batch: request 0 stays
 /// // as it landed and only the rest is split again. (Split from scratch, the two
 /// // remaining rows would fit one request at the batch's offset, which BigQuery would
 /// // answer ALREADY_EXISTS, and the second row would never be written.)
-/// let rows = vec![rows[0].clone(), rows[2].clone()];
+/// let rows: Rows = [&rows[0], &rows[2]].into_iter().collect();
 /// plan.after_rejection(1, &rows, 50_000);
 /// assert_eq!((plan.sizes(), plan.landed()), (&[1, 1][..], 1));
 /// ```
@@ -93,7 +94,7 @@ pub struct Requests {
 
 impl Requests {
     /// A new split of `rows` into requests of at most `budget` row bytes.
-    pub fn split(rows: &[Vec<u8>], budget: usize) -> Requests {
+    pub fn split<'a>(rows: impl IntoIterator<Item = &'a [u8]>, budget: usize) -> Requests {
         let sizes = split_requests(rows, budget).into_iter().map(|r| r.len() as u32).collect();
         Requests { sizes, landed: 0 }
     }
@@ -139,11 +140,11 @@ impl Requests {
     /// After request `request` was refused and its refused rows removed (`rows` is the
     /// batch now): the requests before it landed and keep their rows and offsets; the
     /// rows from there on are split again.
-    pub fn after_rejection(&mut self, request: usize, rows: &[Vec<u8>], budget: usize) {
+    pub fn after_rejection(&mut self, request: usize, rows: &Rows, budget: usize) {
         let request = request.min(self.sizes.len());
         let prefix: usize = self.sizes[..request].iter().map(|n| *n as usize).sum();
         self.sizes.truncate(request);
-        let rest = Requests::split(&rows[prefix.min(rows.len())..], budget);
+        let rest = Requests::split(rows.iter().skip(prefix), budget);
         self.sizes.extend(rest.sizes);
         self.landed = request;
     }
@@ -200,7 +201,7 @@ impl Target {
     }
 
     /// A new split of `rows` under this target's request budget.
-    pub fn plan(&self, rows: &[Vec<u8>]) -> Requests {
+    pub fn plan(&self, rows: &Rows) -> Requests {
         Requests::split(rows, self.request_budget)
     }
 

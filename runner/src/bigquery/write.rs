@@ -8,11 +8,11 @@
 //! [`WriteError`]s that say what they mean for the caller.
 
 pub use super::framed::framed_len;
-use super::framed::{frame, FramedAppend, FramedCodec, SharedRows};
+use super::framed::{frame, AppendBody, FramedAppend, ResponseDecoder, SharedRows};
 use super::{Endpoints, TableRef};
 use futures::future::BoxFuture;
 use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
-    append_rows_request::{ProtoData, Rows},
+    append_rows_request::{ProtoData, Rows as RequestRows},
     append_rows_response::Response,
     big_query_write_client::BigQueryWriteClient,
     storage_error::StorageErrorCode,
@@ -23,7 +23,8 @@ use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
 use prost_types::DescriptorProto;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http;
+use tonic::codegen::Service;
 use tonic::transport::{Channel, ClientTlsConfig};
 use tonic::{Code, Request, Streaming};
 
@@ -66,23 +67,24 @@ pub fn request_row_budget(request_bytes: usize) -> usize {
 /// (the caller keeps such rows out; see [`MAX_REQUEST_ROW_BYTES`]).
 ///
 /// ```
-/// use flexrun::bigquery::write::split_requests;
-/// let rows = vec![vec![0u8; 40], vec![0u8; 40], vec![0u8; 40]];
+/// use flexrun::bigquery::{rows::Rows, write::split_requests};
+/// let rows = Rows::from(vec![vec![0u8; 40], vec![0u8; 40], vec![0u8; 40]]);
 /// assert_eq!(split_requests(&rows, 100), vec![0..2, 2..3]);
 /// ```
-pub fn split_requests(rows: &[Vec<u8>], budget: usize) -> Vec<std::ops::Range<usize>> {
+pub fn split_requests<'a>(rows: impl IntoIterator<Item = &'a [u8]>, budget: usize) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    for (i, r) in rows.iter().enumerate() {
-        let n = framed_len(r);
-        if i > start && bytes + n > budget {
+    let (mut start, mut bytes, mut n) = (0, 0, 0);
+    for (i, r) in rows.into_iter().enumerate() {
+        let len = framed_len(r);
+        if i > start && bytes + len > budget {
             out.push(start..i);
             (start, bytes) = (i, 0);
         }
-        bytes += n;
+        bytes += len;
+        n = i + 1;
     }
-    if start < rows.len() {
-        out.push(start..rows.len());
+    if start < n {
+        out.push(start..n);
     }
     out
 }
@@ -290,8 +292,8 @@ type TokenFn = Arc<dyn Fn() -> BoxFuture<'static, Result<String, WriteError>> + 
 #[derive(Clone)]
 pub struct WriteClient {
     client: BigQueryWriteClient<Channel>,
-    /// The same channel for AppendRows, whose requests flexrun frames itself.
-    grpc: tonic::client::Grpc<Channel>,
+    /// The same channel for AppendRows, whose request bodies flexrun frames itself.
+    channel: Channel,
     endpoint: String,
     token: Option<TokenFn>,
 }
@@ -349,13 +351,10 @@ impl WriteClient {
             .connect()
             .await
             .map_err(|e| connect_err(&e))?;
-        let grpc = tonic::client::Grpc::new(channel.clone())
+        let client = BigQueryWriteClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let client = BigQueryWriteClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(WriteClient { client, grpc, endpoint: endpoints.grpc.clone(), token })
+        Ok(WriteClient { client, channel, endpoint: endpoints.grpc.clone(), token })
     }
 
     async fn request<T>(&self, msg: T, routing: &str) -> Result<Request<T>, WriteError> {
@@ -409,19 +408,30 @@ impl WriteClient {
     }
 
     /// Open an AppendRows connection to `stream` for rows described by `descriptor`.
+    ///
+    /// This is the generated client's `append_rows`, with a body flexrun frames
+    /// ([`AppendBody`]): the call is made on the channel as tonic's `Grpc::streaming`
+    /// makes it (`POST` to the method's path, `content-type: application/grpc`,
+    /// `te: trailers`, the metadata as headers), and the responses are read as
+    /// `Grpc::create_response` reads them ([`response_stream`]).
     pub async fn open(&self, stream: &str, descriptor: DescriptorProto) -> Result<AppendConnection, WriteError> {
         let (tx, rx) = mpsc::channel::<FramedAppend>(4);
-        let req = self.request(ReceiverStream::new(rx), &format!("write_stream={stream}")).await?;
-        let mut grpc = self.grpc.clone();
+        let (metadata, _, ()) = self.request((), &format!("write_stream={stream}")).await?.into_parts();
+        let mut req = http::Request::new(tonic::body::Body::new(AppendBody::new(rx)));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static(APPEND_ROWS_PATH);
+        *req.version_mut() = http::Version::HTTP_2;
+        *req.headers_mut() = metadata.into_headers();
+        req.headers_mut().insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+        req.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+        let mut channel = self.channel.clone();
         // The call only completes once the first request is sent, so send it concurrently.
-        // It is the generated client's `append_rows` with [`FramedAppend`] as the request.
         let responses = tokio::spawn(async move {
-            grpc.ready().await.map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
-            let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-                "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows",
-            );
-            let codec = FramedCodec;
-            grpc.streaming(req, path, codec).await
+            std::future::poll_fn(|cx| channel.poll_ready(cx))
+                .await
+                .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+            let resp = channel.call(req).await.map_err(|e| tonic::Status::from_error(Box::new(e)))?;
+            response_stream(resp)
         });
         Ok(AppendConnection {
             tx,
@@ -433,6 +443,24 @@ impl WriteClient {
             endpoint: self.endpoint.clone(),
         })
     }
+}
+
+/// AppendRows' path on the channel.
+const APPEND_ROWS_PATH: &str = "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows";
+
+/// The responses of an AppendRows call, read as tonic's client reads them
+/// (`Grpc::create_response`): a `grpc-status` already in the headers is a
+/// trailers-only response, an error unless OK; else the messages follow, and the
+/// status comes in the trailers (or from the HTTP status when they are missing).
+fn response_stream(resp: http::Response<tonic::body::Body>) -> Result<Streaming<AppendRowsResponse>, tonic::Status> {
+    if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
+        if status.code() != Code::Ok {
+            return Err(status);
+        }
+        return Ok(Streaming::new_empty(ResponseDecoder, resp.into_body()));
+    }
+    let code = resp.status();
+    Ok(Streaming::new_response(ResponseDecoder, resp.into_body(), code, None, Some(MAX_MESSAGE_BYTES)))
 }
 
 /// The AppendRows request for `rows` on `stream`, at `offset` when given, carrying
@@ -450,7 +478,10 @@ pub fn append_request(
         // BigQuery needs the stream name only on the first request; the emulator on every one.
         write_stream: stream.to_string(),
         offset,
-        rows: Some(Rows::ProtoRows(ProtoData { writer_schema, rows: Some(ProtoRows { serialized_rows: rows }) })),
+        rows: Some(RequestRows::ProtoRows(ProtoData {
+            writer_schema,
+            rows: Some(ProtoRows { serialized_rows: rows }),
+        })),
         ..Default::default()
     }
 }
@@ -458,7 +489,7 @@ pub fn append_request(
 /// One open AppendRows call: requests go in, responses come back in order.
 pub struct AppendConnection {
     tx: mpsc::Sender<FramedAppend>,
-    pending: Option<tokio::task::JoinHandle<Result<tonic::Response<Streaming<AppendRowsResponse>>, tonic::Status>>>,
+    pending: Option<tokio::task::JoinHandle<Result<Streaming<AppendRowsResponse>, tonic::Status>>>,
     responses: Option<Streaming<AppendRowsResponse>>,
     stream: String,
     descriptor: DescriptorProto,
@@ -475,12 +506,12 @@ impl AppendConnection {
     /// Append `rows` (encoded per the descriptor), at `offset` when given, from a copy
     /// of them (for one-off appends; a batch's go through [`AppendConnection::append_shared`]).
     pub async fn append(&mut self, rows: &[Vec<u8>], offset: Option<i64>) -> Result<AppendOutcome, WriteError> {
-        self.append_shared(&std::sync::Arc::new(rows.to_vec()), 0..rows.len(), offset).await
+        self.append_shared(&Arc::new(rows.iter().collect()), 0..rows.len(), offset).await
     }
 
     /// Append `rows[range]` (encoded per the descriptor), at `offset` when given. The
-    /// request shares the batch's rows ([`super::framed`]): each is copied once, into
-    /// the buffer tonic sends.
+    /// request carries a slice of the batch's buffer ([`super::framed`]): no row is
+    /// copied on its way out.
     pub async fn append_shared(
         &mut self,
         rows: &SharedRows,
@@ -508,8 +539,7 @@ impl AppendConnection {
                 let r = p
                     .await
                     .map_err(|e| WriteError::Connect { endpoint: self.endpoint.clone(), message: e.to_string() })?;
-                self.responses =
-                    Some(r.map_err(|s| WriteError::from_status("AppendRows", s, Some(&self.stream)))?.into_inner());
+                self.responses = Some(r.map_err(|s| WriteError::from_status("AppendRows", s, Some(&self.stream)))?);
             }
             let responses = self.responses.as_mut().ok_or_else(closed)?;
             match responses.message().await {
@@ -567,6 +597,7 @@ impl AppendConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bigquery::rows::Rows;
     use prost::Message;
 
     fn any(e: StorageError) -> prost_types::Any {
@@ -610,15 +641,16 @@ mod tests {
 
     #[test]
     fn requests_split_greedily_from_the_front_and_a_prefix_splits_the_same() {
-        let rows: Vec<Vec<u8>> = (0..50).map(|i| vec![0u8; 10 + (i * 37) % 90]).collect();
+        let vecs: Vec<Vec<u8>> = (0..50).map(|i| vec![0u8; 10 + (i * 37) % 90]).collect();
+        let rows = Rows::from(vecs.clone());
         let all = split_requests(&rows, 400);
-        assert!(all.iter().all(|r| rows[r.clone()].iter().map(|x| framed_len(x)).sum::<usize>() <= 400));
+        assert!(all.iter().all(|r| rows.framed(r.clone()).len() <= 400));
         assert_eq!(all.first().unwrap().start, 0);
         assert_eq!(all.last().unwrap().end, 50);
-        let prefix = split_requests(&rows[..30], 400);
+        let prefix = split_requests(&Rows::from(vecs[..30].to_vec()), 400);
         assert_eq!(prefix[..prefix.len() - 1], all[..prefix.len() - 1]);
-        assert_eq!(split_requests(&[vec![0u8; 1000]], 400), vec![0..1]);
-        assert!(split_requests(&[], 400).is_empty());
+        assert_eq!(split_requests(&Rows::from(vec![vec![0u8; 1000]]), 400), vec![0..1]);
+        assert!(split_requests(&Rows::new(), 400).is_empty());
         assert_eq!(framed_len(&[0u8; 127]), 129);
         assert_eq!(framed_len(&[0u8; 128]), 131);
     }
@@ -640,11 +672,10 @@ mod tests {
             );
             let schema = with_schema.then_some(&d);
             let lo = from.min(rows.len());
-            let shared = std::sync::Arc::new(rows.clone());
+            let shared = Arc::new(Rows::from(rows.clone()));
             let ours = frame(&stream, offset, schema, &shared, lo..rows.len());
             let theirs = append_request(&stream, offset, schema, rows[lo..].to_vec()).encode_to_vec();
-            proptest::prop_assert_eq!(ours.encoded_len(), theirs.len());
-            proptest::prop_assert_eq!(ours.encode_to_vec(), theirs);
+            proptest::prop_assert_eq!(ours.encoded(), theirs);
         }
     }
 }

@@ -13,6 +13,7 @@ use super::writer::{
     Plans, SideOffsets, Step, Targets, Which, Writer,
 };
 use super::{JobCtx, Mapping};
+use crate::bigquery::rows::Rows;
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
 use crate::kafka::shared::{Held, Partitions, SharedConsumer};
@@ -605,10 +606,10 @@ impl Shard {
                     reject_rows(&ctx, cut, mapped, table.as_deref(), &errs, entry, counts)?;
                     let (rows, budget) = match &table {
                         Some(t) => (
-                            mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice()),
+                            mapped.side.get(t).map_or(Rows::empty(), |s| &s.rows),
                             side.get(t).map_or(main.request_budget(), |t| t.request_budget()),
                         ),
-                        None => (mapped.rows.as_slice(), main.request_budget()),
+                        None => (&mapped.rows, main.request_budget()),
                     };
                     plans.of(&which).after_rejection(request, rows, budget);
                     // The refused rows joined the dead-letter rows, none of which were
@@ -712,7 +713,7 @@ impl Shard {
         self.positions = cut.positions;
         self.spare = cut.msgs;
         self.spare.clear();
-        self.spare_rows.give_all(mapped.rows);
+        self.spare_rows.give(mapped.rows);
         self.next_batch = batch + 1;
         Ok(())
     }

@@ -5,6 +5,7 @@ use super::batch::{digest, Mapped};
 use super::config::Delivery;
 use super::context::JobCtx;
 use crate::bigquery::framed::SharedRows;
+use crate::bigquery::rows::Rows;
 use crate::bigquery::target::{with_retries, BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;
@@ -43,7 +44,7 @@ pub(super) enum Which {
 pub(super) fn slot_of(
     t: &Target,
     offset: i64,
-    (rows, crcs): (&[Vec<u8>], &[u32]),
+    (rows, crcs): (&Rows, &[u32]),
     plan: &Requests,
     kind: Option<DigestKind>,
 ) -> StreamSlot {
@@ -93,7 +94,7 @@ impl Plans {
         mapped: &Mapped,
         replay: Option<&OffsetEntry>,
     ) -> Result<Plans, String> {
-        let pick = |target: &Target, rows: &[Vec<u8>], logged: Option<&StreamSlot>| {
+        let pick = |target: &Target, rows: &Rows, logged: Option<&StreamSlot>| {
             let logged = match logged {
                 Some(s) => Requests::logged(&s.requests, rows.len())
                     .map_err(|e| format!("{} (stream {}, offset {})", e, s.stream, s.offset))?,
@@ -104,7 +105,7 @@ impl Plans {
         let main = pick(main, &mapped.rows, replay.and_then(|e| e.main.as_ref()))?;
         let mut sides = BTreeMap::new();
         for (table, target) in side {
-            let rows = mapped.side.get(table).map_or(&[][..], |s| s.rows.as_slice());
+            let rows = mapped.side.get(table).map_or(Rows::empty(), |s| &s.rows);
             let logged = replay.and_then(|e| e.side.iter().find(|s| s.stream == target.stream));
             sides.insert(table.clone(), pick(target, rows, logged)?);
         }
@@ -231,12 +232,12 @@ pub(super) async fn append_both(
 
 /// Append `rows` to `target` as `plan` says, the requests sharing the rows
 /// ([`SharedRows`]) rather than copying them. The rows come back to the batch after:
-/// every request was answered, so tonic has dropped them, unless a connection was
+/// every request was answered, so HTTP/2 has dropped them, unless a connection was
 /// given up with a request still queued (then they are copied back).
 async fn send(
     target: &mut Target,
     client: &WriteClient,
-    rows: &mut Vec<Vec<u8>>,
+    rows: &mut Rows,
     plan: &mut Requests,
     at: Option<i64>,
     retry: &mut RetryCtl,
@@ -280,7 +281,7 @@ pub(super) fn side_slots(
 ) -> Vec<StreamSlot> {
     side.iter()
         .map(|(t, target)| {
-            let rows = mapped.side.get(t).map_or(&[][..], |s| s.rows.as_slice());
+            let rows = mapped.side.get(t).map_or(Rows::empty(), |s| &s.rows);
             let plan = plans.side.get(t).cloned().unwrap_or_default();
             slot_of(target, zs.get(t).copied().unwrap_or(target.next), (rows, &[]), &plan, kind)
         })

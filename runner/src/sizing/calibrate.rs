@@ -8,8 +8,9 @@
 //! ([`crate::kafka_to_bq::batch::map_values`]), digest the rows from those CRCs
 //! ([`crate::kafka_to_bq::batch::crcs_digest`]), split them into requests under the
 //! 10 MB limit and build each `AppendRowsRequest`
-//! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::framed::frame`])
-//! and write it into one buffer as tonic does, and, for exactly-once, write the batch's offset-log and commit-log
+//! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::framed::frame`]),
+//! whose rows are a slice of the batch's buffer as the writer sends them, and, for
+//! exactly-once, write the batch's offset-log and commit-log
 //! entries ([`crate::progress::ShardLog`], purged inline so their CPU counts). Only the
 //! Kafka read and the network send are left out.
 //! Only this thread's CPU time is counted, so the figure is per core at 100% CPU,
@@ -28,7 +29,6 @@ use crate::stats::{BatchCounts, JobStats, StageSamples};
 use anyhow::{Context, Result};
 use flexrun_estimator::units::MIB;
 use flexrun_estimator::{Baseline, BaselineFile, Mode};
-use prost::Message as _;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -165,12 +165,11 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
                 ..Default::default()
             })?;
         }
-        for (k, range) in split_requests(&rows, budget).into_iter().enumerate() {
+        for (k, range) in split_requests(rows.as_ref(), budget).into_iter().enumerate() {
             let at = exactly.then_some(offset + range.start as i64);
             let schema = (batch_id == 0 && k == 0).then_some(&descriptor);
-            // Framed as the writer frames it, written into one buffer as tonic's codec does.
-            let req = frame(&slot.stream, at, schema, &rows, range);
-            std::hint::black_box(req.encode_to_vec());
+            // Framed as the writer frames it; HTTP/2 sends its pieces as they are.
+            std::hint::black_box(frame(&slot.stream, at, schema, &rows, range));
         }
         let rows = Arc::try_unwrap(rows).expect("every request was dropped");
         if let Some(log) = log.as_mut() {
@@ -184,7 +183,7 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
             ..Default::default()
         };
         stats.add_batch(&counts, &mut stages);
-        pool.give_all(rows);
+        pool.give(rows);
         offset += n;
         batch_id += 1;
         progress(((thread_cpu_s() - cpu0) / seconds).min(1.0));

@@ -28,6 +28,7 @@ pub mod record;
 use super::config::KafkaToBqConfig;
 use super::dlq::Payload;
 use super::transform::{Input, Mapper};
+use crate::bigquery::rows::Rows;
 use crate::bigquery::target::{BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{framed_len, request_row_budget, WriteClient};
 use crate::bigquery::{proto, rest, Endpoints, TableRef};
@@ -376,8 +377,8 @@ struct Batch {
 }
 
 impl Batch {
-    fn rows(&self) -> Vec<Vec<u8>> {
-        self.fates.iter().filter_map(|f| if let Fate::Row(r) = f { Some(r.clone()) } else { None }).collect()
+    fn rows(&self) -> Rows {
+        self.fates.iter().filter_map(|f| if let Fate::Row(r) = f { Some(r) } else { None }).collect()
     }
 }
 
@@ -456,7 +457,7 @@ impl Batches<'_> {
         self.items.get(key).expect("every planned key was read (checked when the plan was loaded)")
     }
 
-    fn ledger_rows(&self, b: &Batch) -> Vec<Vec<u8>> {
+    fn ledger_rows(&self, b: &Batch) -> Rows {
         let p = self.plan;
         b.fates
             .iter()
@@ -472,15 +473,8 @@ impl Batches<'_> {
             .collect()
     }
 
-    fn entry(
-        &self,
-        id: u64,
-        b: &Batch,
-        rows: &[Vec<u8>],
-        ledger: &[Vec<u8>],
-        rejected: &[(i32, i64, String)],
-    ) -> OffsetEntry {
-        let slot = |t: &Target, rows: &[Vec<u8>]| StreamSlot {
+    fn entry(&self, id: u64, b: &Batch, rows: &Rows, ledger: &Rows, rejected: &[(i32, i64, String)]) -> OffsetEntry {
+        let slot = |t: &Target, rows: &Rows| StreamSlot {
             stream: t.stream.clone(),
             offset: t.next,
             rows: rows.len() as i64,
@@ -518,7 +512,7 @@ impl Batches<'_> {
                 }
             }
             first = false;
-            let mut plan = Requests::split(&rows, budget(self.cfg));
+            let mut plan = Requests::split(rows.as_ref(), budget(self.cfg));
             let at = at_offsets(self.cfg).then_some(self.targets.main.next);
             match self.targets.main.append_batch(&self.w, &rows, &mut plan, at, &mut ctl).await? {
                 BatchAppend::Done { already_existed } => {
@@ -532,7 +526,7 @@ impl Batches<'_> {
         };
         crate::crash_point!("replay::between_tables");
         let ledger = Arc::new(self.ledger_rows(b));
-        let mut plan = Requests::split(&ledger, budget(self.cfg));
+        let mut plan = Requests::split(ledger.as_ref(), budget(self.cfg));
         let at = Some(self.targets.ledger.next);
         match self.targets.ledger.append_batch(&self.w, &ledger, &mut plan, at, &mut ctl).await? {
             BatchAppend::Done { already_existed } => self.report.already_existed += already_existed,
