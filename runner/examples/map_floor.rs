@@ -27,6 +27,7 @@
 //! Prints a Markdown table: medians of ROUNDS (default 3) per step and set.
 
 use flexrun::bigquery::framed::frame;
+use flexrun::bigquery::rows::Rows;
 use flexrun::kafka_to_bq::ascii_run::ascii_run;
 use flexrun::kafka_to_bq::batch::{crcs_digest, map_values, RowPool};
 use flexrun::kafka_to_bq::transform::{Mapper, DEFAULT_MAX_ROW_BYTES};
@@ -173,28 +174,39 @@ fn flexrun_map(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
     n
 }
 
+/// The rows of `batch` mapped into the pooled wire-form buffer with their CRCs, and
+/// the digest taken over them: the part `flexrun_rows`, `flexrun_batch` and
+/// `flexrun_tonic` share.
+fn rows_and_digest(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> (Rows, u32) {
+    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true);
+    let digest = crcs_digest(&out.rows, &out.row_crcs);
+    (out.rows, digest)
+}
+
+/// The rows handed back to the pool for the next batch.
+fn recycle(s: &mut Scratch, rows: Rows) {
+    s.pool.give(rows);
+    s.stages = StageSamples::default();
+}
+
 /// The writer's path: rows mapped into the batch's wire-form buffer with their CRCs,
 /// the digest, and the request framed (its head written; its rows a slice of the
 /// batch's buffer, which HTTP/2 sends as it is).
 fn flexrun_batch(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
-    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true);
-    let digest = crcs_digest(&out.rows, &out.row_crcs);
-    let rows = Arc::new(out.rows);
+    let (rows, digest) = rows_and_digest(mapper, batch, s);
+    let rows = Arc::new(rows);
     let req = frame("projects/p/datasets/d/tables/t/streams/s", Some(0), None, &rows, 0..rows.len());
     let (head, body) = req.pieces();
     let sent = black_box(head).len() as u64 + black_box(body).len() as u64;
     drop(req);
-    s.pool.give(Arc::try_unwrap(rows).expect("the request was dropped"));
-    s.stages = StageSamples::default();
+    recycle(s, Arc::try_unwrap(rows).expect("the request was dropped"));
     digest as u64 + sent
 }
 
 /// `flexrun_batch` up to the digest: the rows mapped and checksummed, nothing framed.
 fn flexrun_rows(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
-    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true);
-    let digest = crcs_digest(&out.rows, &out.row_crcs);
-    s.pool.give(out.rows);
-    s.stages = StageSamples::default();
+    let (rows, digest) = rows_and_digest(mapper, batch, s);
+    recycle(s, rows);
     digest as u64
 }
 
@@ -205,9 +217,8 @@ fn flexrun_rows(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
 /// writer no longer makes.
 fn flexrun_tonic(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
     use bytes::BufMut;
-    let out = map_values(mapper, batch.iter().map(|v| (None, *v, None)), &mut s.stages, &mut s.pool, true);
-    let digest = crcs_digest(&out.rows, &out.row_crcs);
-    let rows = Arc::new(out.rows);
+    let (rows, digest) = rows_and_digest(mapper, batch, s);
+    let rows = Arc::new(rows);
     let req = frame("projects/p/datasets/d/tables/t/streams/s", Some(0), None, &rows, 0..rows.len());
     let (head, body) = req.pieces();
     s.tonic.reserve(head.len() + body.len());
@@ -216,8 +227,7 @@ fn flexrun_tonic(mapper: &Mapper, batch: &[&[u8]], s: &mut Scratch) -> u64 {
     let chunk = s.tonic.split_to(s.tonic.len()).freeze();
     let sent = black_box(chunk).len() as u64;
     drop(req);
-    s.pool.give(Arc::try_unwrap(rows).expect("the request was dropped"));
-    s.stages = StageSamples::default();
+    recycle(s, Arc::try_unwrap(rows).expect("the request was dropped"));
     digest as u64 + sent
 }
 
