@@ -3,13 +3,12 @@
 # p50/p99 for each progress configuration and input rate, for rate-to-stats and
 # kafka-to-kafka.
 #
-#   scripts/bench-progress.sh [SECONDS] [RATE_RATES] [KAFKA_RATES] [ENGINE]
+#   scripts/bench-progress.sh [SECONDS] [RATE_RATES] [KAFKA_RATES]
 #   (defaults: 10 s per run; rate-to-stats at 10000,50000,100000 records/s;
-#    kafka-to-kafka at 10000,30000,50000 records/s; ENGINE memory)
+#    kafka-to-kafka at 10000,30000,50000 records/s)
 #
-# kafka-to-kafka runs against a tansu broker of its own on 127.0.0.1:39192 with the memory
-# storage engine (ENGINE=memory) or SQLite (ENGINE=sqlite): with SQLite, tansu saturates near
-# 10k msg/s on this machine (see `flexrun capacity` in BENCHMARKS.md), below the 50k goal.
+# kafka-to-kafka runs against the bench stack's Apache Kafka broker (scripts/stack.sh
+# start bench), with its durable default settings.
 #
 # Configurations: sync (offset and commit logs fsynced on every batch, purge inline),
 # purge (async log purge only), progress (async progress tracking only, purge inline),
@@ -24,24 +23,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS=${1:-10}
 RATE_RATES=${2:-10000,50000,100000}
 KAFKA_RATES=${3:-10000,30000,50000}
-ENGINE=${4:-memory}
 OUT=bench-out/progress
 rm -rf "$OUT" && mkdir -p "$OUT"
 bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 F=target/release/flexrun
-TANSU=$(bash scripts/stack.sh tansu-bin)
-mkdir -p "$OUT/broker"
-case "$ENGINE" in
-  memory) STORAGE="memory://tansu" ;;
-  sqlite) STORAGE="sqlite://tansu.db" ;;
-  *) echo "ENGINE must be memory or sqlite" >&2; exit 2 ;;
-esac
-(cd "$OUT/broker" && exec "$TANSU" broker --listener-url tcp://127.0.0.1:39192 --advertised-listener-url tcp://127.0.0.1:39192 --storage-engine "$STORAGE" >broker.log 2>&1) &
-BROKER=$!
-trap 'kill $BROKER 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/39192) 2>/dev/null && break; sleep 0.1; done
-export FLEXRUN_KAFKA=127.0.0.1:39192
+bash scripts/stack.sh start bench >&2
+eval "$(bash scripts/stack.sh env bench)"
 export FLEXRUN_CHECKPOINT_DIR="$OUT/checkpoints"
 cat > "$OUT/event.json" <<'JSON'
 {"id": {{integer(1,1000000000)}}, "user": "{{username()}}", "score": {{integer(0,1000)}}, "ts": "{{timestamp()}}"}
@@ -82,7 +70,7 @@ for rate in ${KAFKA_RATES//,/ }; do
   done
 done
 
-ENGINE=$ENGINE python3 - "$OUT" "$SECS" <<'PY'
+python3 - "$OUT" "$SECS" <<'PY'
 import glob, json, os, sys
 out, secs = sys.argv[1], sys.argv[2]
 rows = []
@@ -95,7 +83,7 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     rows.append((template, int(rate), cfg, r))
 order = {"sync": 0, "purge": 1, "progress": 2, "both": 3}
 rows.sort(key=lambda x: (x[0], x[1], order[x[2]]))
-print(f"end-to-end latency, {secs} s per run, this machine ({os.cpu_count()} cores); kafka-to-kafka on tansu ({os.environ.get('ENGINE', 'memory')} engine)")
+print(f"end-to-end latency, {secs} s per run, this machine ({os.cpu_count()} cores); kafka-to-kafka on Apache Kafka (one broker)")
 print(f"{'template':<15} {'rate/s':>7} {'config':<9} {'records':>9} {'batches':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'in-job p50':>10} {'in-job p99':>10} {'segments':>8}")
 for t, rate, cfg, r in rows:
     p50, p99, p999, mx = r["latency_ms"]

@@ -5,7 +5,7 @@
 #
 # 1. `flexrun calibrate` (3 CPU-seconds per mode and size) writes bench-out/baseline.yaml and
 #    prints throughput per core for the seed's message shape.
-# 2. `flexrun capacity` against the local tansu broker (the 'bench' stack, a fresh 8-partition
+# 2. `flexrun capacity` against the local Apache Kafka broker (the 'bench' stack, a fresh 8-partition
 #    topic) binary-searches 1,000..64,000 msg/s per size to 2,000 msg/s and prints the boundary;
 #    the chart goes to bench-out/capacity.svg.
 set -euo pipefail

@@ -10,8 +10,8 @@
 #   scripts/chaos.sh                      every scenario
 #   scripts/chaos.sh chaos_large          only scenarios whose test name matches
 #
-# Exits 0 when every scenario the local stack can serve passes; one it cannot (tansu 0.6
-# serves no record over about 2 MB) is listed as skipped with its reason.
+# Exits 0 when every scenario passes (a scenario the stack could not serve would be
+# listed as skipped with its reason; on Apache Kafka none is).
 #   FLEXRUN_KILL_SEED=42 scripts/chaos.sh repeat a kill schedule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the local stack, from a fresh machine:
-# builds flexrun, installs and starts the stack (tansu, bqemulator, the Cloud Storage
+# builds flexrun, installs and starts the stack (Apache Kafka, bqemulator, the Cloud Storage
 # emulator, the Schema Registry), creates a topic, a table and sample messages (some
 # of them bad), runs kafka-to-bq exactly-once with a dead-letter table, prints the
 # job's summary and the row counts, then writes the same topic as windowed files with

@@ -1,37 +1,53 @@
 #!/usr/bin/env bash
-# The local stack: a real Kafka-compatible broker (tansu), a real BigQuery
-# emulator (bqemulator) and a real Cloud Storage emulator (gcp-storage-emulator),
-# installed from the package registries into a cache outside the clone, and the
-# project's own Confluent-compatible Schema Registry (scripts/schema_registry.py:
-# none can be installed from the registries), all started on loopback ports.
+# The local stack: Apache Kafka's own broker (KRaft, from Maven Central), a real
+# BigQuery emulator (bqemulator) and a real Cloud Storage emulator
+# (gcp-storage-emulator), installed from the package registries into a cache outside
+# the clone, and the project's own Confluent-compatible Schema Registry
+# (scripts/schema_registry.py: none can be installed from the registries), all started
+# on loopback ports.
 #
-#   scripts/stack.sh install            install both (idempotent, pinned, cached)
-#   scripts/stack.sh start [NAME]       install if needed, start both, wait until ready
-#   scripts/stack.sh stop  [NAME]       stop both
-#   scripts/stack.sh status [NAME]      print pids and ports
-#   scripts/stack.sh env   [NAME]       print the environment variables that point flexrun at it
+#   scripts/stack.sh install                 install everything (idempotent, pinned, cached)
+#   scripts/stack.sh start [NAME]            install if needed, start, wait until ready
+#   scripts/stack.sh stop  [NAME]            stop everything of NAME (its cluster too)
+#   scripts/stack.sh status [NAME]           print pids and ports
+#   scripts/stack.sh env   [NAME]            the environment variables that point flexrun at it
+#   scripts/stack.sh cluster-start [NAME]    three more brokers, for the failover tests
+#   scripts/stack.sh kill-node NAME ID       SIGKILL one of the cluster's nodes (1..3)
+#   scripts/stack.sh start-node NAME ID      start it again on its data
+#   scripts/stack.sh restart-kafka [NAME]    SIGKILL the single broker and start it again
 #
-# NAME (default "demo") selects a port set and a state folder, so the demo and
-# the test suite can run side by side. Ports can be overridden with
+# NAME (default "demo") selects a port set and a state folder, so the demo, the test
+# suite and the benchmarks can run side by side. Ports can be overridden with
 # FLEXRUN_KAFKA_PORT, FLEXRUN_BQ_REST_PORT and FLEXRUN_BQ_GRPC_PORT.
+#
+# The single broker (one combined broker+controller node) listens on four ports from
+# FLEXRUN_KAFKA_PORT (P): P PLAINTEXT, P+1 SASL_SSL (PLAIN, SCRAM-SHA-512 and
+# OAUTHBEARER), P+2 SSL (TLS; a client certificate is asked for, not required), P+3 its
+# controller. The TLS listeners advertise the name `localhost`, and the stack's test CA
+# signs a certificate for that name only, so a client that checks host names must use
+# it (docs/local-stack.md says why each setting is what it is).
 set -euo pipefail
 
-TANSU_VERSION=0.6.0
+KAFKA_VERSION=4.1.1
 BQEMULATOR_VERSION=1.4.0
 DUCKDB_VERSION=1.5.5
 GCS_EMULATOR_VERSION=2026.7.19
 GCS_BUCKET=flexrun
 BQ_PROJECT=${FLEXRUN_BQ_PROJECT:-flexrun-local}
+# Test credentials of the local broker's SASL listener (PLAIN and SCRAM-SHA-512).
+SASL_USER=flexrun
+SASL_PASSWORD=flexrun-secret
+TLS_PASSWORD=flexrun-test
 
 CACHE=${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}
 STACK=$CACHE/stack
-# Bump TANSU_PATCH when scripts/tansu_patch.py changes: the build is cached per value.
-TANSU_PATCH=1
-TANSU_ROOT=$STACK/tansu-$TANSU_VERSION-p$TANSU_PATCH
-TANSU_BIN=$TANSU_ROOT/bin/tansu
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The broker's jars, keyed by the pom's content: a changed pom resolves again.
+KAFKA_KEY=$(sha256sum "$HERE/kafka/pom.xml" | cut -c1-12)
+KAFKA_LIB=$STACK/kafka-$KAFKA_VERSION-$KAFKA_KEY/lib
 VENV=$STACK/bqemulator-$BQEMULATOR_VERSION
 GCS_VENV=$STACK/gcs-emulator-$GCS_EMULATOR_VERSION
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TLS=$STACK/tls
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 
@@ -56,41 +72,59 @@ set_names() {
   REGISTRY_PORT=${FLEXRUN_SCHEMA_REGISTRY_PORT:-$ds}
   # The Cloud Storage emulator (gcp-storage-emulator from PyPI, scripts/gcs_emulator_launcher.py).
   GCS_PORT=${FLEXRUN_GCS_PORT:-$dc}
+  # The three-node cluster: node i's broker on CLUSTER_PORT+i, its controller on +10+i.
+  CLUSTER_PORT=$((KAFKA_PORT + 20))
   RUN=$CACHE/run/$NAME
 }
 
-install_tansu() {
-  if [ -x "$TANSU_BIN" ] && "$TANSU_BIN" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
+# Apache Kafka's server through Maven, into the stack's cache (~/.m2 keeps the jars too).
+install_kafka() {
+  if [ -f "$KAFKA_LIB/.flexrun-ready" ]; then
     return
   fi
-  log "building tansu $TANSU_VERSION with the SQLite engine and scripts/tansu_patch.py (about 15-20 minutes on 2 cores, once)"
-  local work=$STACK/tansu-src
-  rm -rf "$work" && mkdir -p "$work/fetch/src" "$TANSU_ROOT/bin"
-  # The crates' published sources, through cargo from crates.io (no other download).
-  printf '[package]\nname = "fetch-tansu"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\ntansu = "=%s"\n' \
-    "$TANSU_VERSION" >"$work/fetch/Cargo.toml"
-  echo 'fn main() {}' >"$work/fetch/src/main.rs"
-  (cd "$work/fetch" && cargo fetch -q) >"$STACK/tansu-install.log" 2>&1 || {
-    tail -30 "$STACK/tansu-install.log" >&2
-    log "fetching tansu's sources failed; full log in $STACK/tansu-install.log"
+  command -v java >/dev/null && command -v mvn >/dev/null || {
+    log "Kafka's broker needs java (17+) and mvn: apt-get install openjdk-17-jre-headless maven"
     exit 1
   }
-  local reg
-  reg=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tansu-$TANSU_VERSION" | head -1)
-  cp -r "$reg" "$work/tansu"
-  cp -r "$(dirname "$reg")/tansu-storage-$TANSU_VERSION" "$work/tansu-storage"
-  python3 "$HERE/tansu_patch.py" "$work"
-  # `cargo build` in the package keeps its published Cargo.lock, changing only the
-  # patched crate's entry (`cargo install --path` would resolve everything afresh).
-  # Its own target folder: .ci/run exports CARGO_TARGET_DIR for flexrun's build, and
-  # tansu's binary must land where the next line copies it from.
-  (cd "$work/tansu" && CARGO_TARGET_DIR="$work/tansu/target" cargo build --release --features dynostore,libsql) >>"$STACK/tansu-install.log" 2>&1 || {
-    tail -30 "$STACK/tansu-install.log" >&2
-    log "tansu build failed; full log in $STACK/tansu-install.log"
+  log "resolving Apache Kafka $KAFKA_VERSION through Maven into $KAFKA_LIB"
+  rm -rf "$KAFKA_LIB" && mkdir -p "$KAFKA_LIB"
+  mvn -q -B -f "$HERE/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$KAFKA_LIB" \
+    >"$STACK/kafka-install.log" 2>&1 || {
+    tail -30 "$STACK/kafka-install.log" >&2
+    log "resolving Kafka failed; full log in $STACK/kafka-install.log"
     exit 1
   }
-  cp "$work/tansu/target/release/tansu" "$TANSU_BIN"
-  rm -rf "$work"
+  ls "$KAFKA_LIB"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null
+  touch "$KAFKA_LIB/.flexrun-ready"
+}
+
+# The stack's test CA, and a certificate it signs for the broker (DNS:localhost only)
+# and one for a client (mutual TLS), made once with openssl.
+install_tls() {
+  if [ -f "$TLS/.flexrun-ready" ]; then
+    return
+  fi
+  log "making the stack's test CA and certificates in $TLS"
+  rm -rf "$TLS" && mkdir -p "$TLS"
+  (
+    cd "$TLS"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=flexrun test CA" \
+      -keyout ca.key -out ca.pem 2>/dev/null
+    for who in broker client; do
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=$who" -keyout "$who.key" -out "$who.csr" 2>/dev/null
+      printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >"$who.ext"
+      openssl x509 -req -in "$who.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile "$who.ext" -out "$who.pem" 2>/dev/null
+    done
+    openssl pkcs12 -export -in broker.pem -inkey broker.key -certfile ca.pem -name broker \
+      -passout "pass:$TLS_PASSWORD" -out broker.p12
+    # librdkafka's ssl.keystore: the client's certificate and key in one PEM file.
+    cat client.pem client.key >client-bundle.pem
+    # A CA nobody signed the broker with, for the test that a wrong CA is refused.
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=other CA" \
+      -keyout other-ca.key -out other-ca.pem 2>/dev/null
+  )
+  touch "$TLS/.flexrun-ready"
 }
 
 install_bqemulator() {
@@ -137,12 +171,12 @@ install() {
   # and a demo may start meanwhile): the second waits for the first, then finds it done.
   exec 9>"$STACK/.install.lock"
   flock 9
+  install_kafka
+  install_tls
   install_bqemulator
   install_gcs_emulator
-  install_tansu
   # Release the lock now: `start` goes on to launch the daemons from this shell, and an
-  # open descriptor would pass to them and hold the lock for as long as the stack runs
-  # (a later `scripts/test.sh` then waited for it forever).
+  # open descriptor would pass to them and hold the lock for as long as the stack runs.
   flock -u 9
   exec 9>&-
 }
@@ -159,21 +193,150 @@ wait_port() { # host port seconds what
 
 is_running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# Settings every node shares. Each is a Kafka broker config; docs/local-stack.md
+# quotes the sentence of Kafka's documentation behind each.
+common_config() { # replication
+  cat <<EOF
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+# A group's first member gets its partitions at once, not after 3 s.
+group.initial.rebalance.delay.ms=0
+offsets.topic.replication.factor=$1
+transaction.state.log.replication.factor=$1
+transaction.state.log.min.isr=$(($1 > 1 ? 2 : 1))
+# No time-based retention by default: Kafka deletes by the records' own timestamps, and
+# the kafka-to-gcs tests write records stamped in 2023 to place them in windows, which a
+# 7-day retention deletes within a retention check (seen: 87 of 100 records gone before
+# the job read them). A test of retention sets retention.ms on its own topic, or calls
+# DeleteRecords. Retention and compaction act within a second when asked.
+log.retention.ms=-1
+log.retention.check.interval.ms=1000
+log.cleaner.backoff.ms=500
+# Records up to 16 MiB (the large-record tests send 9.9 MB and 15 MB; a topic's
+# max.message.bytes may lower it) and fetches that carry them.
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
+socket.request.max.bytes=104857600
+auto.create.topics.enable=false
+num.partitions=1
+# Durable as a production broker by default: every write acknowledged by acks=all is in
+# the page cache of every in-sync replica; the OS flushes (Kafka's default, not fsync).
+unclean.leader.election.enable=false
+EOF
+}
+
+# The single node: PLAINTEXT, SASL_SSL and SSL listeners and its own controller.
+single_config() {
+  local p=$KAFKA_PORT
+  cat <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$((p + 3))
+listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://127.0.0.1:$((p + 1)),SSL://127.0.0.1:$((p + 2)),CONTROLLER://127.0.0.1:$((p + 3))
+advertised.listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://localhost:$((p + 1)),SSL://localhost:$((p + 2))
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+log.dirs=$RUN/kafka/data
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS/broker.p12
+ssl.keystore.password=$TLS_PASSWORD
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS/ca.pem
+ssl.client.auth=requested
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# OAUTHBEARER with Kafka's unsecured validator: any well-formed unsigned JWT with a
+# "sub" passes (a test stand-in for Google Managed Kafka's token check).
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredValidatorAllowableClockSkewMs="60000";
+EOF
+  common_config 1
+}
+
+cluster_config() { # node id
+  local i=$1 c=$CLUSTER_PORT
+  cat <<EOF
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=1@127.0.0.1:$((c + 11)),2@127.0.0.1:$((c + 12)),3@127.0.0.1:$((c + 13))
+listeners=PLAINTEXT://127.0.0.1:$((c + i)),CONTROLLER://127.0.0.1:$((c + 10 + i))
+advertised.listeners=PLAINTEXT://127.0.0.1:$((c + i))
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$RUN/cluster/node$i/data
+default.replication.factor=3
+min.insync.replicas=2
+# A dead broker leaves the ISR after 6 s (Kafka's default is 30 s), so the tests that
+# kill one see the shrink and the election within their budget.
+replica.lag.time.max.ms=6000
+broker.session.timeout.ms=6000
+broker.heartbeat.interval.ms=500
+EOF
+  common_config 3
+}
+
+java_run() { # log file, then the class and its arguments
+  local out=$1
+  shift
+  # 512 MiB of heap per node (measured in docs/local-stack.md); the JVM's own logging
+  # configuration is the stack's.
+  exec nohup java -Xms256m -Xmx${FLEXRUN_KAFKA_HEAP:-512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$HERE/kafka/log4j2.yaml" \
+    -cp "$KAFKA_LIB/*" "$@" >>"$out" 2>&1
+}
+
+format_node() { # dir config cluster-id [extra args]
+  local dir=$1 conf=$2 id=$3
+  shift 3
+  java -Xmx256m -Dlog4j2.configurationFile="$HERE/kafka/log4j2.yaml" -cp "$KAFKA_LIB/*" \
+    kafka.tools.StorageTool format -t "$id" -c "$conf" --ignore-formatted "$@" >"$dir/format.log" 2>&1 || {
+    cat "$dir/format.log" >&2
+    exit 1
+  }
+}
+
+start_single_kafka() {
+  mkdir -p "$RUN/kafka"
+  single_config >"$RUN/kafka/server.properties"
+  if [ ! -f "$RUN/kafka/data/meta.properties" ]; then
+    format_node "$RUN/kafka" "$RUN/kafka/server.properties" "$(cluster_id)" --standalone \
+      --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]"
+  fi
+  (java_run "$RUN/kafka.log" kafka.Kafka "$RUN/kafka/server.properties") &
+  echo $! >"$RUN/kafka.pid"
+}
+
+# A KRaft cluster id: 16 random bytes, URL-safe base64 without padding.
+cluster_id() { head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'; }
+
+# Wait until the broker answers a metadata request, not only a TCP connect; give up at
+# once if its process (pid file $3, when given) has died.
+wait_kafka() { # bootstrap seconds [pidfile]
+  local deadline=$((SECONDS + $2))
+  while [ $SECONDS -lt $deadline ]; do
+    if [ -n "${3:-}" ] && ! is_running "$3"; then
+      log "Kafka's process ($3) exited while starting"
+      return 1
+    fi
+    if timeout 20 java -Xmx128m -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$HERE/kafka/log4j2.yaml" \
+      -cp "$KAFKA_LIB/*" org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$1" >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "Kafka at $1 did not answer a metadata request within $2 s"
+  return 1
+}
+
 start() {
   set_names "${1:-demo}"
   install
   mkdir -p "$RUN"
-  if is_running "$RUN/tansu.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid" && is_running "$RUN/gcs.pid"; then
+  if is_running "$RUN/kafka.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid" && is_running "$RUN/gcs.pid"; then
     log "stack '$NAME' already running"
     return
   fi
   stop "$NAME" >/dev/null 2>&1 || true
-  rm -rf "$RUN/data" && mkdir -p "$RUN/data"
-  (cd "$RUN/data" && exec nohup "$TANSU_BIN" broker \
-    --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --storage-engine "sqlite://tansu.db" >"$RUN/tansu.log" 2>&1) &
-  echo $! >"$RUN/tansu.pid"
+  rm -rf "$RUN/data" "$RUN/kafka" "$RUN/cluster" "$RUN/kafka.log" && mkdir -p "$RUN/data"
+  start_single_kafka
   (cd "$RUN/data" && FLEXRUN_BQ_FAULT_PORT=$BQ_FAULT_PORT exec nohup "$VENV/bin/python" "$HERE/bqemulator_launcher.py" start \
     --rest-port "$BQ_REST_PORT" --grpc-port "$BQ_GRPC_PORT" \
     --project "$BQ_PROJECT" --log-level warning >"$RUN/bq.log" 2>&1) &
@@ -184,13 +347,49 @@ start() {
   (cd "$RUN/data" && exec nohup "$GCS_VENV/bin/python" "$HERE/gcs_emulator_launcher.py" --port "$GCS_PORT" \
     --bucket "$GCS_BUCKET" >"$RUN/gcs.log" 2>&1) &
   echo $! >"$RUN/gcs.pid"
-  wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu" || { tail -20 "$RUN/tansu.log" >&2; exit 1; }
+  wait_kafka "127.0.0.1:$KAFKA_PORT" 90 "$RUN/kafka.pid" || { grep -m3 -A3 ERROR "$RUN/kafka.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_REST_PORT" 90 "bqemulator REST" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_GRPC_PORT" 30 "bqemulator gRPC" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$REGISTRY_PORT" 30 "schema registry" || { tail -20 "$RUN/registry.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$GCS_PORT" 30 "gcs emulator" || { tail -20 "$RUN/gcs.log" >&2; exit 1; }
   env_vars "$NAME" >"$RUN/env"
-  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT, bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT, cloud storage :$GCS_PORT (bucket $GCS_BUCKET) (logs in $RUN)"
+  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL localhost:$((KAFKA_PORT + 1)), SSL localhost:$((KAFKA_PORT + 2))), bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT, cloud storage :$GCS_PORT (bucket $GCS_BUCKET) (logs in $RUN)"
+}
+
+start_node() { # NAME id
+  set_names "$1"
+  local i=$2 dir=$RUN/cluster/node$2
+  [ -f "$dir/server.properties" ] || { log "no cluster node $i in $RUN (run cluster-start first)"; exit 1; }
+  (java_run "$dir/kafka.log" kafka.Kafka "$dir/server.properties") &
+  echo $! >"$dir/pid"
+}
+
+cluster_start() {
+  set_names "${1:-demo}"
+  install
+  local i id
+  for i in 1 2 3; do stop_pid "$RUN/cluster/node$i/pid"; done
+  rm -rf "$RUN/cluster"
+  id=$(cluster_id)
+  for i in 1 2 3; do
+    mkdir -p "$RUN/cluster/node$i"
+    cluster_config "$i" >"$RUN/cluster/node$i/server.properties"
+    format_node "$RUN/cluster/node$i" "$RUN/cluster/node$i/server.properties" "$id"
+  done
+  for i in 1 2 3; do start_node "$NAME" "$i"; done
+  wait_kafka "$(cluster_bootstrap)" 120 "$RUN/cluster/node1/pid" || { tail -20 "$RUN/cluster/node1/kafka.log" >&2; exit 1; }
+  log "cluster '$NAME' up: $(cluster_bootstrap)"
+}
+
+cluster_bootstrap() {
+  echo "127.0.0.1:$((CLUSTER_PORT + 1)),127.0.0.1:$((CLUSTER_PORT + 2)),127.0.0.1:$((CLUSTER_PORT + 3))"
+}
+
+kill_node() { # NAME id
+  set_names "$1"
+  local f=$RUN/cluster/node$2/pid
+  [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null || true
+  rm -f "$f"
 }
 
 stop_pid() {
@@ -200,7 +399,7 @@ stop_pid() {
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$f"
@@ -208,7 +407,8 @@ stop_pid() {
 
 stop() {
   set_names "${1:-demo}"
-  stop_pid "$RUN/tansu.pid"
+  stop_pid "$RUN/kafka.pid"
+  for i in 1 2 3; do stop_pid "$RUN/cluster/node$i/pid"; done
   stop_pid "$RUN/bq.pid"
   stop_pid "$RUN/registry.pid"
   stop_pid "$RUN/gcs.pid"
@@ -217,8 +417,11 @@ stop() {
 
 status() {
   set_names "${1:-demo}"
-  for s in tansu bq registry gcs; do
+  for s in kafka bq registry gcs; do
     if is_running "$RUN/$s.pid"; then echo "$s running (pid $(cat "$RUN/$s.pid"))"; else echo "$s stopped"; fi
+  done
+  for i in 1 2 3; do
+    is_running "$RUN/cluster/node$i/pid" && echo "cluster node $i running (pid $(cat "$RUN/cluster/node$i/pid"))"
   done
   env_vars "$NAME"
 }
@@ -226,6 +429,15 @@ status() {
 env_vars() {
   set_names "${1:-demo}"
   echo "export FLEXRUN_KAFKA=127.0.0.1:$KAFKA_PORT"
+  echo "export FLEXRUN_KAFKA_SASL_SSL=localhost:$((KAFKA_PORT + 1))"
+  echo "export FLEXRUN_KAFKA_SSL=localhost:$((KAFKA_PORT + 2))"
+  echo "export FLEXRUN_KAFKA_SASL_USER=$SASL_USER"
+  echo "export FLEXRUN_KAFKA_SASL_PASSWORD=$SASL_PASSWORD"
+  echo "export FLEXRUN_KAFKA_TLS_DIR=$TLS"
+  echo "export FLEXRUN_KAFKA_CLUSTER=$(cluster_bootstrap)"
+  echo "export FLEXRUN_STACK_SH=$HERE/stack.sh"
+  echo "export FLEXRUN_KAFKA_LIB=$KAFKA_LIB"
+  echo "export FLEXRUN_STACK_NAME=$NAME"
   echo "export BIGQUERY_EMULATOR_HOST=127.0.0.1:$BQ_REST_PORT"
   echo "export BIGQUERY_STORAGE_EMULATOR_HOST=127.0.0.1:$BQ_GRPC_PORT"
   echo "export FLEXRUN_BQ_PROJECT=$BQ_PROJECT"
@@ -238,15 +450,12 @@ env_vars() {
 # SIGKILL the broker and start it again on the same data (the chaos suite's broker fault).
 restart_kafka() {
   set_names "${1:-demo}"
-  [ -f "$RUN/tansu.pid" ] && kill -KILL "$(cat "$RUN/tansu.pid")" 2>/dev/null || true
-  sleep 2
-  (cd "$RUN/data" && exec nohup "$TANSU_BIN" broker \
-    --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --storage-engine "sqlite://tansu.db" >>"$RUN/tansu.log" 2>&1) &
-  echo $! >"$RUN/tansu.pid"
-  wait_port 127.0.0.1 "$KAFKA_PORT" 60 "tansu"
-  log "tansu restarted"
+  [ -f "$RUN/kafka.pid" ] && kill -KILL "$(cat "$RUN/kafka.pid")" 2>/dev/null || true
+  sleep 1
+  (java_run "$RUN/kafka.log" kafka.Kafka "$RUN/kafka/server.properties") &
+  echo $! >"$RUN/kafka.pid"
+  wait_kafka "127.0.0.1:$KAFKA_PORT" 90 "$RUN/kafka.pid"
+  log "kafka restarted"
 }
 
 cmd=${1:-}
@@ -258,10 +467,12 @@ case "$cmd" in
   status) status "$@" ;;
   env) env_vars "$@" ;;
   restart-kafka) restart_kafka "$@" ;;
-  # The tansu binary (built if missing), for benchmarks that start a broker of their own
-  # (bench-progress.sh runs one with the memory engine: no durability, far faster).
-  tansu-bin) install_tansu; echo "$TANSU_BIN" ;;
+  cluster-start) cluster_start "$@" ;;
+  kill-node) kill_node "$@" ;;
+  start-node) start_node "$@" ;;
+  # Kafka's jars (resolved if missing), for tools that run one of Kafka's classes.
+  kafka-lib) mkdir -p "$STACK"; install_kafka; echo "$KAFKA_LIB" ;;
   # The Cloud Storage emulator's Python (installed if missing), for bench-commit.sh.
   gcs-python) mkdir -p "$STACK"; install_gcs_emulator; echo "$GCS_VENV/bin/python" ;;
-  *) echo "usage: $0 install|start|stop|status|env [NAME] | tansu-bin" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|status|env|cluster-start|restart-kafka [NAME] | kill-node|start-node NAME ID | kafka-lib" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every test: unit tests, and integration tests against a real local stack
-# (tansu + bqemulator), which this script installs if needed, starts on its own
-# ports, and stops again on exit.
+# (Apache Kafka, a three-broker Kafka cluster for the failover tests, bqemulator, the
+# Cloud Storage emulator and the Schema Registry), which this script installs if
+# needed, starts on its own ports, and stops again on exit.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -E "test(/avro/)"   extra arguments go to `cargo nextest run`
@@ -11,22 +12,32 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-FEATURES="flexrun/failpoints,flexrun/integration,flexrun-web/browser"
+FEATURES="flexrun/failpoints,flexrun/integration,flexrun/lsm,flexrun-web/browser"
 
 T0=$(date +%s)
 step() { echo "[test] $* ($(($(date +%s) - T0)) s in)" >&2; }
 
 # Style and the layering first: they fail fast and need no services.
+# The tools the suite assumes, each checked; what is missing is installed from the
+# registries (cargo-nextest from crates.io, cached in ~/.cargo/bin; clippy and rustfmt as
+# rustup components; libclang, Java and Maven from Debian), or the script says why not.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "[test] cargo-nextest is needed to run the suite (this machine's toolchain normally has it): cargo install cargo-nextest --locked" >&2
-  exit 1
+  step "installing cargo-nextest from crates.io (once per machine, about 4 minutes)"
+  cargo install cargo-nextest --locked --quiet
 fi
+for c in clippy rustfmt; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    step "installing the rustup component $c"
+    rustup component add "$c"
+  fi
+done
 step "cargo fmt --check"
 bash scripts/build-deps.sh
 cargo fmt --all --check
 
-# The stack's install (on a fresh machine, tansu's build from source: about 16 minutes)
-# and Chromium's run beside flexrun's build: each has phases that leave a core idle.
+# The stack's install (Kafka through Maven, bqemulator and the Cloud Storage emulator
+# through pip: about 3 minutes on a fresh machine) and Chromium's run beside flexrun's
+# build, which leaves a core idle in places.
 mkdir -p "${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}"
 INSTALL_LOG="${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}/test-install.log"
 (bash scripts/install-chromium.sh && nice -n 5 bash scripts/stack.sh install) >"$INSTALL_LOG" 2>&1 &
@@ -53,9 +64,10 @@ if ! wait "$INSTALL_PID"; then
 fi
 S0=$(date +%s)
 
-step "local stack"
-bash scripts/stack.sh start test
+step "local stack, and the three-broker cluster for the failover tests"
 trap 'bash scripts/stack.sh stop test' EXIT
+bash scripts/stack.sh start test
+bash scripts/stack.sh cluster-start test
 eval "$(bash scripts/stack.sh env test)"
 S1=$(date +%s)
 

@@ -74,15 +74,12 @@ pub const SHARD_CONSUMER: &[(&str, &str)] = &[
     // ERR__AUTO_OFFSET_RESET to the consumer, and the job applies offsetGapPolicy
     // (see `kafka::gaps`) instead of rewinding a partition whose log was cut short.
     ("auto.offset.reset", "error"),
-    // tansu holds each fetch for the full wait even when data is ready.
-    ("fetch.wait.max.ms", "10"),
     ("queued.min.messages", "20000"),
-    // Let one fetch carry a record of up to 32 MiB: tansu returns nothing (rather
-    // than the first batch, as Kafka does since KIP-74) for a batch over the
-    // partition's fetch size, which would stall the shard on a large record.
-    ("max.partition.fetch.bytes", "33554432"),
-    ("fetch.max.bytes", "67108864"),
-    ("receive.message.max.bytes", "67109376"),
+    // Fetch sizes are librdkafka's defaults: Kafka returns a record batch larger than
+    // the partition's fetch size anyway ("If the first record batch in the first
+    // non-empty partition of the fetch is larger than this limit, the batch will still
+    // be returned to ensure that progress can be made", Kafka's consumer configs,
+    // KIP-74), so a 15 MB record does not stall a shard.
     ("enable.partition.eof", "false"),
 ];
 
