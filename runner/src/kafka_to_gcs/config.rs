@@ -217,7 +217,7 @@ pub struct GcsFlags {
 
 /// `--state-backend`, `--checkpoint-kind` and `--checkpoint-location`, checked.
 fn state_config(f: &GcsFlags, errs: &mut Problems) -> Option<StateConfig> {
-    if let Err(e) = crate::state::check_kind(f.backend, f.kind) {
+    if let Err(e) = crate::state::check_built(f.backend).and_then(|()| crate::state::check_kind(f.backend, f.kind)) {
         errs.push(e);
         return None;
     }

@@ -26,12 +26,18 @@
 //! `state::mid_restore` (files fetched, state not yet open): the next start restores
 //! again from the same checkpoint.
 
+#[cfg(feature = "lsm")]
+use super::lsm::LsmState;
 use super::manifest::{FileRef, Manifest};
-use super::{format, heap::HeapState, lsm::LsmState, Backend, Kind, Record, Slot, Snapshot, StateError, WindowState};
+use super::{format, Backend, Kind, Snapshot, StateError, WindowState};
+#[cfg(feature = "lsm")]
+use super::{heap::HeapState, Record, Slot};
 use crate::store::Store;
 use futures::{stream, StreamExt, TryStreamExt};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "lsm")]
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Completed checkpoints kept (Flink's `state.checkpoints.num-retained` default is 1;
@@ -168,6 +174,9 @@ impl Checkpointer {
         let (from, size_ms) = (m.backend, m.window_ms);
         tokio::task::spawn_blocking(move || -> Result<Box<dyn WindowState>, StateError> {
             match from {
+                #[cfg(not(feature = "lsm"))]
+                Backend::Lsm => Err(StateError::NotBuilt(super::check_built(from).unwrap_err())),
+                #[cfg(feature = "lsm")]
                 Backend::Lsm => {
                     let restored = write_files(&dir, &files)?;
                     let lsm = LsmState::open_restored(&restored, size_ms)?;
@@ -302,6 +311,7 @@ fn read_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, StateError> {
 }
 
 /// Write a RocksDB checkpoint's files into a fresh `dir/db`.
+#[cfg(feature = "lsm")]
 fn write_files(dir: &Path, files: &[(FileRef, Vec<u8>)]) -> Result<PathBuf, StateError> {
     let db = dir.join("db");
     if db.exists() {
@@ -316,6 +326,7 @@ fn write_files(dir: &Path, files: &[(FileRef, Vec<u8>)]) -> Result<PathBuf, Stat
 }
 
 /// Every record of `from`, put into `to`.
+#[cfg(feature = "lsm")]
 fn copy_into(from: &dyn WindowState, to: Box<dyn WindowState>) -> Result<Box<dyn WindowState>, StateError> {
     for w in from.windows() {
         for key in from.keys(w) {
@@ -369,6 +380,7 @@ mod tests {
         assert_eq!(c2.next_id, 4);
     }
 
+    #[cfg(feature = "lsm")]
     #[tokio::test]
     async fn incremental_checkpoints_upload_only_new_files_and_share_the_rest() {
         let d = tempfile::tempdir().unwrap();
@@ -395,6 +407,7 @@ mod tests {
         assert_eq!(r.state.stats().records, 10);
     }
 
+    #[cfg(feature = "lsm")]
     #[tokio::test]
     async fn a_corrupt_checkpoint_is_reported_and_the_previous_one_restored() {
         let d = tempfile::tempdir().unwrap();

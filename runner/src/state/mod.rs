@@ -24,6 +24,7 @@
 pub mod checkpoint;
 pub mod format;
 pub mod heap;
+#[cfg(feature = "lsm")]
 pub mod lsm;
 pub mod manifest;
 
@@ -130,6 +131,22 @@ impl fmt::Display for Kind {
     }
 }
 
+/// Whether this build has `backend`: RocksDB (`lsm`) is compiled in only with the
+/// `lsm` cargo feature, which the test suite turns on and the demo's build leaves out
+/// (RocksDB's C++ was most of a fresh build's time).
+///
+/// ```
+/// use flexrun::state::{check_built, Backend};
+/// assert!(check_built(Backend::Heap).is_ok());
+/// assert_eq!(check_built(Backend::Lsm).is_ok(), cfg!(feature = "lsm"));
+/// ```
+pub fn check_built(backend: Backend) -> Result<(), String> {
+    match backend {
+        Backend::Lsm if !cfg!(feature = "lsm") => Err("--state-backend lsm: this flexrun was built without RocksDB; build it with `cargo build --release --features lsm` (scripts/test.sh does)".into()),
+        _ => Ok(()),
+    }
+}
+
 /// Check a backend and checkpoint kind together.
 ///
 /// ```
@@ -184,6 +201,9 @@ pub enum StateError {
     /// A checkpoint file is not what its manifest says.
     #[error("{0}")]
     Corrupt(String),
+    /// The backend is not compiled into this build ([`check_built`]).
+    #[error("{0}")]
+    NotBuilt(String),
     /// The checkpoint location failed.
     #[error("checkpoint storage: {0}")]
     Store(#[from] crate::store::StoreError),
@@ -230,7 +250,13 @@ pub trait WindowState: Send + Sync {
 pub fn open(backend: Backend, dir: &Path) -> Result<Box<dyn WindowState>, StateError> {
     Ok(match backend {
         Backend::Heap => Box::new(heap::HeapState::default()),
+        #[cfg(feature = "lsm")]
         Backend::Lsm => Box::new(lsm::LsmState::open_empty(dir)?),
+        #[cfg(not(feature = "lsm"))]
+        Backend::Lsm => {
+            let _ = dir;
+            return Err(StateError::NotBuilt(check_built(backend).unwrap_err()));
+        }
     })
 }
 
