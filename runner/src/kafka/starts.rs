@@ -50,12 +50,18 @@ pub fn read(job_dir: &Path) -> io::Result<BTreeMap<i32, i64>> {
 pub fn record(job_dir: &Path, positions: &BTreeMap<i32, i64>) -> io::Result<()> {
     let mut all = read(job_dir)?;
     all.extend(positions);
-    std::fs::create_dir_all(job_dir)?;
-    let tmp = job_dir.join(format!("{FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec(&all)?)?;
+    write_durably(job_dir, FILE, &serde_json::to_vec(&all)?)
+}
+
+/// Write `bytes` to `dir/name` so that a crash leaves the old file or the new one:
+/// temporary file, fsync, rename, and an fsync of the directory.
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, bytes)?;
     File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, job_dir.join(FILE))?;
-    File::open(job_dir)?.sync_all()
+    std::fs::rename(&tmp, dir.join(name))?;
+    File::open(dir)?.sync_all()
 }
 
 /// `initial` with every saved position laid over it: where a partition without a

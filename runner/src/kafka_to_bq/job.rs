@@ -100,7 +100,9 @@ async fn start_positions(
     existed: bool,
     stats: &JobStats,
 ) -> Result<Starts> {
-    let checkpoint = positions::checkpoint_positions(job_dir)?;
+    let raw = positions::checkpoint_positions(job_dir)?;
+    let rebased = positions::read_rebased(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let checkpoint = positions::rebase(&raw, &rebased);
     let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
     let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
     let marks = metadata.watermarks(partitions).await?;
@@ -110,19 +112,22 @@ async fn start_positions(
     let mut plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &marks);
     let skipped = plan.settle(cfg.source.gap_policy, &cfg.job_name, &cfg.source.topic).map_err(anyhow::Error::msg)?;
     positions::report(&plan, skipped, &cfg.job_name, stats);
+    positions::record_rebased(job_dir, &raw, &plan, &rebased)
+        .with_context(|| format!("writing {}", job_dir.display()))?;
     // Durable before the first read: a restart without a commit resumes here, not at a
     // newly resolved `latest` (which would skip what was produced in between).
     crate::kafka::starts::record(job_dir, &plan.positions).with_context(|| format!("writing {}", job_dir.display()))?;
     positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>())
         .with_context(|| format!("writing {}", job_dir.display()))?;
-    let past_end = plan
-        .found
-        .iter()
-        .filter_map(|d| match d {
-            crate::kafka::gaps::Discontinuity::PastEnd { partition, at, end } => Some((*partition, (*at, *end))),
-            _ => None,
-        })
-        .collect();
+    // Where a shard whose log still holds a moved position resumes: this start's skips
+    // past an end, and earlier ones its log has not committed past yet.
+    let mut past_end: BTreeMap<i32, (i64, i64)> =
+        rebased.iter().filter(|(p, (from, _))| raw.get(p) == Some(from)).map(|(p, r)| (*p, *r)).collect();
+    for d in &plan.found {
+        if let crate::kafka::gaps::Discontinuity::PastEnd { partition, at, end } = d {
+            past_end.insert(*partition, (raw.get(partition).copied().unwrap_or(*at), *end));
+        }
+    }
     Ok(Starts { positions: plan.positions, floors: lows, past_end })
 }
 

@@ -119,6 +119,65 @@ pub fn checkpoint_positions(job_dir: &Path) -> Result<BTreeMap<i32, i64>, crate:
     Ok(out)
 }
 
+const REBASED_FILE: &str = "rebased.json";
+
+/// Checkpoint positions that `offsetGapPolicy=SKIP` moved at a start: partition →
+/// (the checkpoint's position, where the job went on). The shard logs still hold the old
+/// position until the partition's next commit, so without this a restart before that
+/// commit would find the old position out of range again and skip a second time, past
+/// records produced in between (seen on the broker after an unclean election).
+pub type Rebased = BTreeMap<i32, (i64, i64)>;
+
+/// The saved rebases (none before the first skip).
+pub fn read_rebased(job_dir: &Path) -> std::io::Result<Rebased> {
+    match std::fs::read(job_dir.join(REBASED_FILE)) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Rebased::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The checkpoint with each still-valid rebase applied: a partition whose checkpoint
+/// position is still the one that was moved resumes where the skip went on; one that
+/// has committed since resumes from its commit.
+///
+/// ```
+/// use flexrun::kafka_to_bq::positions::rebase;
+/// use std::collections::BTreeMap;
+/// let ck = BTreeMap::from([(0, 200), (1, 50)]);
+/// let moved = BTreeMap::from([(0, (200, 110)), (1, (40, 30))]);
+/// assert_eq!(rebase(&ck, &moved), BTreeMap::from([(0, 110), (1, 50)]));
+/// ```
+pub fn rebase(checkpoint: &BTreeMap<i32, i64>, rebased: &Rebased) -> BTreeMap<i32, i64> {
+    let moved = |p: &i32, c: i64| match rebased.get(p) {
+        Some(&(from, to)) if from == c => to,
+        _ => c,
+    };
+    checkpoint.iter().map(|(p, c)| (*p, moved(p, *c))).collect()
+}
+
+/// Remember the checkpoint positions this start's plan moved (durably, before the
+/// first read), keeping earlier rebases that still apply.
+pub fn record_rebased(
+    job_dir: &Path,
+    raw: &BTreeMap<i32, i64>,
+    plan: &StartPlan,
+    earlier: &Rebased,
+) -> std::io::Result<()> {
+    let mut keep: Rebased =
+        earlier.iter().filter(|(p, (from, _))| raw.get(p) == Some(from)).map(|(p, r)| (*p, *r)).collect();
+    for d in &plan.found {
+        let p = d.partition();
+        if let (Some(&from), Some(&to)) = (raw.get(&p), plan.positions.get(&p)) {
+            keep.insert(p, (from, to));
+        }
+    }
+    if keep.is_empty() && earlier.is_empty() {
+        return Ok(());
+    }
+    crate::kafka::starts::write_durably(job_dir, REBASED_FILE, &serde_json::to_vec(&keep)?)
+}
+
 const KNOWN_FILE: &str = "partitions.json";
 
 /// The partitions the job knew when it last ran (None before the first run).
@@ -197,9 +256,8 @@ mod tests {
 
     /// The count itself: a restart whose checkpoint is behind retention on two
     /// partitions, with one partition new, reports what the summary and `/metrics` show.
-    /// (The local broker cannot make a real retention gap: tansu 0.6's SQLite engine
-    /// panics with "not yet implemented" on DeleteRecords, so the plan is given the
-    /// watermarks.)
+    /// (A unit test of the arithmetic: the real gap, made with DeleteRecords on the
+    /// broker, is `tests/it/broker.rs`.)
     #[test]
     fn gaps_and_new_partitions_are_counted_in_the_summary() {
         let mut p = plan(

@@ -2,7 +2,7 @@
 //! a generator stepping 1 → 5 → 1 MB/s, the ds2 policy. The pool must follow the
 //! load, and exactly-once must hold across every rescale (shards move between workers).
 //!
-//! The load is kept at 5 MB/s (not more) because the generator, tansu, bqemulator and
+//! The load is kept at 5 MB/s (not more) because the generator, the broker, bqemulator and
 //! the pool share two cores: at 10 MB/s a CPU-starved generator produced a real dip in
 //! the input rate mid-step, and ds2 rightly followed it down and back up again.
 

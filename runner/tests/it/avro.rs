@@ -1,4 +1,4 @@
-//! Avro input end to end on the real stack: the generator writes Avro records to tansu
+//! Avro input end to end on the real stack: the generator writes Avro records to the broker
 //! (Confluent wire format with id 1, plain binary, or registered in the stack's Schema
 //! Registry), kafka-to-bq decodes them, creates the table from the Avro schema under
 //! CREATE_IF_NEEDED and writes the rows to bqemulator; bad messages are dead-lettered.

@@ -63,6 +63,16 @@ fn row(plan_tags: (u32, u32), id: i64, version: i64, change: &str, seq: &str) ->
     out
 }
 
+/// Create `t` (id, version, note) with `id` as its primary key, for other modules' CDC tests.
+pub(crate) async fn create_keyed(s: &Stack, t: &TableRef) -> serde_json::Value {
+    create(s, t, true).await
+}
+
+/// `id → version` of every row of `t`, for other modules' CDC tests.
+pub(crate) async fn state_of(s: &Stack, t: &TableRef) -> BTreeMap<i64, i64> {
+    state(s, t).await
+}
+
 /// `id → version` of every row of `t`.
 async fn state(s: &Stack, t: &TableRef) -> BTreeMap<i64, i64> {
     let rows = s.rows(&format!("SELECT id, version FROM `{}.{}.{}`", t.project, t.dataset, t.table)).await;

@@ -164,7 +164,7 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     let f = s.fixture("big", 1).await;
     // 60 messages of ~1 MB (several requests per batch), then one of 3 MB, over the
     // --max-row-bytes below (the same path a row over the 10 MB request limit takes;
-    // tansu 0.6 does not serve records over about 2 MB to a consumer, see RELIABILITY.md).
+    // records of 9.9 and 15 MB themselves are tests/it/broker.rs).
     flexrun::local::produce(&s.kafka, &f.topic, 1, 0, 60, None, 1_000_000).await.unwrap();
     flexrun::local::produce_large(&s.kafka, &f.topic, 60, 3_000_000).await.unwrap();
     let ck = tempfile::tempdir().unwrap();
@@ -274,9 +274,10 @@ async fn a_second_process_on_the_same_job_exits_2_and_names_the_holder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_the_checkpoint_does_not_know_starts_at_its_earliest_offset() {
-    // tansu 0.6 has no CreatePartitions, so "added while the job was stopped" is set up
-    // by making the checkpoint forget partition 1: the restart must read it from its
-    // earliest offset, not from kafkaReadOffset=latest.
+    // "Added while the job was stopped" without a broker call: the checkpoint forgets
+    // partition 1, and the restart must read it from its earliest offset, not from
+    // kafkaReadOffset=latest (partitions added by CreatePartitions while a job runs are
+    // tests/it/broker.rs).
     let s = stack();
     let f = s.fixture("newpart", 2).await;
     f.produce(&s, 0, 1000, None).await;

@@ -1,4 +1,4 @@
-//! kafka-to-gcs end to end, on the local stack: tansu in, the Cloud Storage emulator
+//! kafka-to-gcs end to end, on the local stack: Apache Kafka in, the Cloud Storage emulator
 //! (and the local disk) out. Windowed files with Google's names, every record exactly
 //! once, one test per crash point of the window commit protocol (each shows the
 //! recovery path it targets ran), and every bad parameter named with exit status 2.
@@ -103,6 +103,13 @@ async fn files(out: &str) -> (BTreeMap<String, Vec<u64>>, usize) {
         m.insert(name, ids);
     }
     (m, staged)
+}
+
+/// Every id in the final files under `out`, sorted (a duplicate appears twice).
+pub(crate) async fn all_ids(out: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = files(out).await.0.into_values().flatten().collect();
+    ids.sort_unstable();
+    ids
 }
 
 /// Each id in `0..n` exactly once over all files.
@@ -594,10 +601,9 @@ async fn a_far_future_timestamp_is_clamped_by_default_and_refused_under_fail() {
 }
 
 /// Issue 27, item 4: a partition an existing job has never seen starts at its earliest
-/// offset, not at `kafkaReadOffset=latest`. (tansu 0.6 has no CreatePartitions, so
-/// "added while the job was stopped" is set up by making the job forget partition 1,
-/// as the kafka-to-bq test does; the discovery of partitions added while running uses
-/// the same start and is not exercised end to end here.)
+/// offset, not at `kafkaReadOffset=latest`. ("Added while the job was stopped" is set
+/// up by making the job forget partition 1, as the kafka-to-bq test does; partitions
+/// added by CreatePartitions while the job runs are tests/it/broker.rs.)
 #[tokio::test]
 async fn a_partition_the_job_never_saw_starts_at_its_earliest_offset() {
     let s = stack();

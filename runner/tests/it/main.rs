@@ -1,5 +1,5 @@
 //! flexrun's integration tests, one binary with a module per area: they run the real
-//! `flexrun` binary against the local stack that `scripts/test.sh` starts (tansu,
+//! `flexrun` binary against the local stack that `scripts/test.sh` starts (Apache Kafka,
 //! bqemulator, gcp-storage-emulator and the project's Schema Registry). One binary
 //! instead of one per file links RocksDB and the library once.
 //!
@@ -14,6 +14,7 @@ mod common;
 
 mod autoscaling;
 mod avro;
+mod broker;
 mod cdc;
 mod chaos;
 mod crash_points;

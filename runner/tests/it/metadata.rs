@@ -1,5 +1,5 @@
 //! Kafka metadata as columns (`kafkaMetadataColumns`) end to end: records produced to
-//! tansu with keys, headers and timestamps land in bqemulator with their topic,
+//! the broker with keys, headers and timestamps land in bqemulator with their topic,
 //! partition, offset, timestamp, headers and key beside their fields, and a key that a
 //! STRING column cannot hold is dead-lettered with the reason.
 

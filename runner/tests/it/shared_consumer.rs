@@ -1,4 +1,4 @@
-//! One consumer per worker (`kafka::shared`) against tansu: two shards' partitions on
+//! One consumer per worker (`kafka::shared`) against the broker: two shards' partitions on
 //! one librdkafka consumer each get exactly their own messages, in order, taken a burst
 //! at a time, and no more than asked for; moving a
 //! shard's partitions to other offsets discards what was fetched for the old ones; and

@@ -1,5 +1,5 @@
 //! Shared helpers for the integration tests: they talk to the real local stack
-//! (tansu + bqemulator) that `scripts/test.sh` starts and describes with
+//! (Apache Kafka + bqemulator) that `scripts/test.sh` starts and describes with
 //! FLEXRUN_KAFKA, BIGQUERY_EMULATOR_HOST and BIGQUERY_STORAGE_EMULATOR_HOST.
 #![allow(dead_code)]
 
@@ -27,7 +27,7 @@ pub fn stack() -> Stack {
     let bq = Endpoints::resolve(None, None).ok().filter(|e| e.emulator);
     match (kafka.is_empty(), bq) {
         (false, Some(bq)) => Stack { kafka, bq },
-        _ => panic!("integration tests need the local stack: run them with scripts/test.sh (it starts tansu and bqemulator and sets FLEXRUN_KAFKA, BIGQUERY_EMULATOR_HOST, BIGQUERY_STORAGE_EMULATOR_HOST)"),
+        _ => panic!("integration tests need the local stack: run them with scripts/test.sh (it starts Apache Kafka and bqemulator and sets FLEXRUN_KAFKA, BIGQUERY_EMULATOR_HOST, BIGQUERY_STORAGE_EMULATOR_HOST)"),
     }
 }
 
