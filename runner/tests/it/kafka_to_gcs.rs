@@ -572,7 +572,18 @@ async fn a_restart_with_another_window_or_topic_is_refused_with_exit_2() {
 #[tokio::test]
 async fn a_far_future_timestamp_is_clamped_by_default_and_refused_under_fail() {
     let s = stack();
-    let t = topic(&s, "gcs_far_future", 1).await;
+    // Kafka 4 refuses a record stamped over an hour ahead by default
+    // (`message.timestamp.after.max.ms`, 3,600,000 since 4.0: "the maximum allowed
+    // timestamp difference between the message timestamp and the broker's timestamp");
+    // a topic that allows it is where a producer with a wrong clock gets through.
+    let t = unique("gcs_far_future");
+    let topic_cfg = rdkafka::admin::NewTopic::new(&t, 1, rdkafka::admin::TopicReplication::Fixed(1))
+        .set("message.timestamp.after.max.ms", "9223372036854775807");
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        flexrun::kafka::Connection::plaintext(&s.kafka).client("an admin client", &[]).unwrap();
+    let made =
+        answer("create topic", admin.create_topics(&[topic_cfg], &rdkafka::admin::AdminOptions::new())).await.unwrap();
+    made[0].as_ref().map_err(|e| format!("{e:?}")).expect("create topic");
     let now = chrono::Utc::now().timestamp_millis();
     produce_ts(&s, &t, 1, 100, |i| if i == 0 { now * 1000 } else { BASE_MS + i as i64 * 10 }).await;
     let disk = tempfile::tempdir().unwrap();
