@@ -175,7 +175,10 @@ impl Checkpointer {
         tokio::task::spawn_blocking(move || -> Result<Box<dyn WindowState>, StateError> {
             match from {
                 #[cfg(not(feature = "lsm"))]
-                Backend::Lsm => Err(StateError::NotBuilt(super::check_built(from).unwrap_err())),
+                Backend::Lsm => {
+                    let _ = size_ms;
+                    Err(StateError::NotBuilt(super::check_built(from).unwrap_err()))
+                }
                 #[cfg(feature = "lsm")]
                 Backend::Lsm => {
                     let restored = write_files(&dir, &files)?;
