@@ -153,6 +153,14 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
     if new.is_empty() {
         return Ok(());
     }
+    if let Some(why) = ctx
+        .cfg
+        .cdc
+        .as_ref()
+        .and_then(|c| c.offset_order_broken(&ctx.cfg.source.topic, &format!("partitions {new:?} were added")))
+    {
+        anyhow::bail!(why);
+    }
     let lows = ctx.metadata.low_watermarks(&new).await?;
     // Saved before any shard reads them: a shard that dies before its first commit
     // must resume here after a restart, not at the partition's latest offset.

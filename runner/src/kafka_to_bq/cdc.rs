@@ -270,6 +270,12 @@ impl CdcPlan {
         self.encode_as(change, meta, out)
     }
 
+    /// Whether the row `out` holds the sequence `cdcSequenceField` names (always, when
+    /// the sequence is the Kafka offset).
+    pub fn carries_sequence(&self, out: &[u8]) -> bool {
+        self.seq_from.as_ref().is_none_or(|(tag, _)| top_level_varint(out, *tag).is_some())
+    }
+
     /// Append the pseudo-columns with the change type given (a tombstone's DELETE).
     pub fn encode_as(&self, change: ChangeType, meta: &KafkaMeta<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
         let seq = match &self.seq_from {
@@ -351,6 +357,21 @@ fn top_level_bytes(b: &[u8], tag: u32) -> Option<&[u8]> {
     match top_level(b, tag)? {
         Value::Bytes(v) => Some(v),
         Value::Varint(_) => None,
+    }
+}
+
+impl CdcConfig {
+    /// Why the job cannot go on after `what` happened to `topic`'s logs (partitions
+    /// added, a log found shorter than the checkpoint), when its changes are ordered by
+    /// Kafka offset: None with `cdcSequenceField`, whose order is the records' own.
+    /// Offsets order one partition's records only. Partitions added move keys to other
+    /// partitions (Kafka's default partitioner picks one by the key's hash modulo the
+    /// partition count), and a recreated topic restarts its offsets, so a newer change
+    /// could lose to an older one without a word.
+    pub fn offset_order_broken(&self, topic: &str, what: &str) -> Option<String> {
+        self.sequence_field.is_none().then(|| format!(
+            "cdcPrimaryKey without cdcSequenceField orders each key's changes by Kafka offset, which holds within one partition's log only, and {what} on topic {topic}: a key's newer change could now lose to an older one. Set cdcSequenceField to a column that orders each key's changes, then run the job again"
+        ))
     }
 }
 

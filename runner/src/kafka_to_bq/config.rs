@@ -28,6 +28,34 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// The delivery a kafka-to-bq job's parameters ask for: the one rule `run`,
+    /// `simulate` and `export` share. At-least-once when `useStorageWriteApiAtLeastOnce`
+    /// is true (or, not given, with the `streaming_mode_at_least_once` experiment), and
+    /// always for CDC (`cdcPrimaryKey`), whose writes BigQuery takes only on the
+    /// `_default` stream.
+    pub fn of(p: &ResolvedParams, at_least_once_experiment: bool) -> Delivery {
+        let defined = |n: &str| p.defines(n);
+        let asked = if defined("useStorageWriteApiAtLeastOnce") && p.was_given("useStorageWriteApiAtLeastOnce") {
+            p.flag("useStorageWriteApiAtLeastOnce")
+        } else {
+            at_least_once_experiment
+        };
+        let cdc = defined("cdcPrimaryKey") && p.get("cdcPrimaryKey").is_some_and(|k| !k.trim().is_empty());
+        if asked || cdc {
+            Delivery::AtLeastOnce
+        } else {
+            Delivery::ExactlyOnce
+        }
+    }
+
+    /// The estimator's mode for this delivery.
+    pub fn mode(self) -> flexrun_estimator::Mode {
+        match self {
+            Delivery::ExactlyOnce => flexrun_estimator::Mode::ExactlyOnce,
+            Delivery::AtLeastOnce => flexrun_estimator::Mode::AtLeastOnce,
+        }
+    }
+
     /// The name used in checkpoints and summaries.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -93,6 +121,8 @@ pub struct KafkaToBqConfig {
     pub commit_offsets: bool,
     /// The run flags (batching limits, sink, pool, progress), as given.
     pub run: RunFlags,
+    /// For one topic's pipeline in a job of several, the job's name (None: the job itself).
+    pub parent: Option<String>,
 }
 
 /// What a record that cannot be written leads to when no dead-letter table is
@@ -250,6 +280,22 @@ fn cdc_params(
     Some(cdc)
 }
 
+/// CDC without `cdcSequenceField` orders a key's changes by Kafka offset, which orders
+/// only the records of one partition of one topic. Two topics into one CDC table would
+/// compare offsets of different logs, and a newer change could lose to an older one
+/// without a word, so that is refused; with `cdcSequenceField` the order is the
+/// records' own and several topics may share a table.
+fn check_cdc_inputs(cdc: &super::cdc::CdcConfig, topics: &Topics, routes: &TopicRoutes, errs: &mut Problems) {
+    if cdc.sequence_field.is_some() {
+        return;
+    }
+    if let Some((a, b)) = routes.shared_table(topics) {
+        errs.push(format!(
+            "cdcPrimaryKey without cdcSequenceField: {a} and {b} would write to one CDC table, and their changes would be ordered by Kafka offsets of different logs, so a newer change could lose to an older one. Set cdcSequenceField to a column that orders each key's changes across topics, or give each topic its own table ({{topic}} in outputTableSpec, or topicTableMap)"
+        ));
+    }
+}
+
 /// `cdcKeySchemaPath`: the .avsc a tombstone's key is read with, in the job's framing
 /// (Avro paths with a schema file only; a JSON job reads keys as JSON).
 fn cdc_key_schema(
@@ -351,12 +397,8 @@ impl KafkaToBqConfig {
             errs.push(e);
             5.0
         });
-        let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
-            p.flag("useStorageWriteApiAtLeastOnce")
-        } else {
-            flags.at_least_once_experiment
-        };
-        if flags.progress.async_progress && !at_least_once {
+        let delivery = Delivery::of(p, flags.at_least_once_experiment);
+        if flags.progress.async_progress && delivery == Delivery::ExactlyOnce {
             errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE);
         }
         let udf = load_udf(p, fp.format.is_avro(), &mut errs);
@@ -382,6 +424,9 @@ impl KafkaToBqConfig {
                 .map_err(|e| errs.push(e))
                 .ok()
         });
+        if let (Some(c), Some(t), Some(Some(r))) = (&cdc, &topics, &routes) {
+            check_cdc_inputs(c, t, r, &mut errs);
+        }
         errs.into_result()?;
         let (topics, routes) = (topics.expect("checked"), routes.flatten().expect("checked"));
         // One topic: its table and dead-letter table are known now ({topic} filled in).
@@ -404,13 +449,13 @@ impl KafkaToBqConfig {
             udf,
             dlq,
             bad_records,
-            // CDC writes go through the _default stream, as BigQuery requires.
-            delivery: if at_least_once || cdc.is_some() { Delivery::AtLeastOnce } else { Delivery::ExactlyOnce },
+            delivery,
             cdc,
             streams,
             triggering_frequency: Duration::from_secs_f64(freq),
             commit_offsets: p.flag("enableCommitOffsets"),
             run: flags,
+            parent: None,
         })
     }
 
@@ -424,6 +469,7 @@ impl KafkaToBqConfig {
         }
         c.dlq = dlq;
         c.job_name = format!("{}.{topic}", self.job_name);
+        c.parent = Some(self.job_name.clone());
         c.run.job_name = c.job_name.clone();
         c.source.topic = topic.to_string();
         c.topics = Topics::One(topic.to_string());
@@ -479,6 +525,30 @@ mod tests {
         let c = cfg(&format!("{OK},useStorageWriteApiAtLeastOnce=true,numStorageWriteApiStreams=2")).unwrap();
         assert_eq!(c.delivery, Delivery::AtLeastOnce);
         assert_eq!(c.shard_count(8), 2);
+    }
+
+    /// Issue 49 item 3: CDC ordered by offset cannot take two topics into one table.
+    #[test]
+    fn cdc_by_offset_refuses_two_topics_into_one_table() {
+        let base = "messageFormat=JSON,kafkaReadAuthenticationMode=NONE,cdcPrimaryKey=id";
+        for (topics, table, map) in [
+            ("a|b", "p:d.t", ""),
+            ("/a.*/", "p:d.t", ""),
+            ("a|b", "p:d.{topic}", ",topicTableMap=a:shared|b:shared"),
+            ("a|b", "p:d.{topic}", ",topicTableMap=b:a"),
+        ] {
+            let p = format!("readBootstrapServerAndTopic=h:1;{topics},outputTableSpec={table},{base}{map}");
+            let e = cfg(&p).unwrap_err();
+            assert!(e.0.iter().any(|v| v.to_string().contains("would write to one CDC table")), "{p}: {e:?}");
+            assert!(cfg(&format!("{p},cdcSequenceField=version")).is_ok(), "{p}: a sequence field orders them");
+        }
+        for ok in [
+            "readBootstrapServerAndTopic=h:1;a|b,outputTableSpec=p:d.{topic}",
+            "readBootstrapServerAndTopic=h:1;/a.*/,outputTableSpec=p:d.{topic}",
+            "readBootstrapServerAndTopic=h:1;a,outputTableSpec=p:d.t",
+        ] {
+            assert!(cfg(&format!("{ok},{base}")).is_ok(), "{ok}");
+        }
     }
 
     #[test]

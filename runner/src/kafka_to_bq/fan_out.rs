@@ -7,14 +7,18 @@
 //! exactly as for one topic, and a restart resumes every topic where its logs leave it.
 //! With a pattern, the broker's topics are listed every
 //! [`crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL`] and a topic that starts to match gets
-//! its pipeline while the job runs. A drain or cancel reaches every pipeline; when one
-//! fails, the others are drained and the job fails naming the topic.
+//! its pipeline while the job runs; a failed listing is tried again while the running
+//! pipelines go on. A topic that joins a job already started (found by the pattern,
+//! created while the job was down, added to the list) begins at its earliest offset
+//! ([`super::layout`]). A drain or cancel reaches every pipeline; when one fails, the
+//! others are drained and the job fails naming the topic.
 
 use super::config::KafkaToBqConfig;
 use super::job::{run, RunReport};
+use super::layout;
 use super::topics::Topics;
 use crate::bigquery::Endpoints;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,6 +51,7 @@ pub async fn run_topics(
 ) -> Result<TopicsReport> {
     let started = Instant::now();
     let listing = cfg.source.metadata()?;
+    let mut known = Joined::open(root, &cfg.job_name)?;
     let pattern = matches!(cfg.topics, Topics::Pattern(_));
     let bounded = cfg.run.stop_when_caught_up || cfg.run.idle_timeout.is_some();
     let mut stop = cancel.subscribe();
@@ -57,12 +62,18 @@ pub async fn run_topics(
         let due = listed.is_none_or(|at| at.elapsed() >= crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL);
         if !*stop.borrow() && failed.is_none() && due {
             listed = Some(Instant::now());
-            let existing = if pattern { listing.topics().await? } else { Vec::new() };
-            for t in cfg.topics.select(&existing) {
-                if !running.contains_key(&t) && !done.contains_key(&t) {
-                    tracing::info!(job = %cfg.job_name, topic = %t, "starting the topic's pipeline");
-                    running.insert(t.clone(), spawn(cfg.for_topic(&t), root, endpoints.clone(), web.clone()));
-                }
+            let Some(existing) = list(&listing, pattern, &cfg, &mut known).await? else { continue };
+            let new: Vec<String> = cfg
+                .topics
+                .select(&existing)
+                .into_iter()
+                .filter(|t| !running.contains_key(t) && !done.contains_key(t))
+                .collect();
+            let configs: Vec<KafkaToBqConfig> = new.iter().map(|t| known.start(&cfg, t)).collect();
+            // Durable before any of them reads.
+            known.listed(root, &cfg.job_name)?;
+            for (t, c) in new.into_iter().zip(configs) {
+                running.insert(t, spawn(c, root, endpoints.clone(), web.clone()));
             }
             if pattern && running.is_empty() && done.is_empty() {
                 if bounded {
@@ -71,24 +82,7 @@ pub async fn run_topics(
                 tracing::warn!(job = %cfg.job_name, pattern = %cfg.source.topic, "no topic matches yet; waiting for one");
             }
         }
-        for t in running.iter().filter(|(_, r)| r.task.is_finished()).map(|(t, _)| t.clone()).collect::<Vec<_>>() {
-            let r = running.remove(&t).expect("listed above").task.await.map_err(|e| anyhow!("{e}"))?;
-            match r {
-                Ok(report) => {
-                    done.insert(t, report);
-                }
-                Err(e) if failed.is_none() => {
-                    tracing::error!(job = %cfg.job_name, topic = %t, error = %format!("{e:#}"), "a topic's pipeline failed: draining the others");
-                    running.values().for_each(|r| {
-                        r.stop.send_replace(true);
-                    });
-                    failed = Some(e.context(format!("topic {t}")));
-                }
-                Err(e) => {
-                    tracing::error!(job = %cfg.job_name, topic = %t, error = %format!("{e:#}"), "a topic's pipeline failed")
-                }
-            }
-        }
+        reap(&mut running, &mut done, &mut failed, &cfg.job_name).await?;
         let ended = running.is_empty() && (failed.is_some() || *stop.borrow() || !pattern || bounded);
         if ended && (!done.is_empty() || failed.is_some() || *stop.borrow()) {
             break;
@@ -101,6 +95,111 @@ pub async fn run_topics(
     match failed {
         Some(e) => Err(e),
         None => Ok(TopicsReport { topics: done, elapsed: started.elapsed() }),
+    }
+}
+
+/// How many listings in a row may fail before a pattern job gives up (its running
+/// pipelines are drained first): a broker that cannot list topics for this long is down.
+const LISTING_ATTEMPTS: u32 = 12;
+
+/// The broker's topics (a pattern job only; a list needs none). A failed listing is
+/// retried at the next interval while the running pipelines go on; only
+/// [`LISTING_ATTEMPTS`] failures in a row end the job. None: this interval's listing failed.
+async fn list(
+    listing: &crate::kafka::Metadata,
+    pattern: bool,
+    cfg: &KafkaToBqConfig,
+    known: &mut Joined,
+) -> Result<Option<Vec<String>>> {
+    if !pattern {
+        return Ok(Some(Vec::new()));
+    }
+    // The failpoint stands in for a broker that cannot answer a listing for a while.
+    #[cfg(feature = "failpoints")]
+    let injected = ::fail::eval("fan_out::list", |_| ()).is_some();
+    #[cfg(not(feature = "failpoints"))]
+    let injected = false;
+    let listed = match injected {
+        true => Err(crate::kafka::KafkaError::Config("the listing failed (failpoint fan_out::list)".into())),
+        false => listing.topics().await,
+    };
+    match listed {
+        Ok(t) => {
+            known.failed_listings = 0;
+            Ok(Some(t))
+        }
+        Err(e) if known.failed_listings + 1 < LISTING_ATTEMPTS => {
+            known.failed_listings += 1;
+            tracing::warn!(job = %cfg.job_name, error = %e, attempt = known.failed_listings, "listing the broker's topics failed; the running topics go on and the listing is tried again");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow!("listing the broker's topics failed {LISTING_ATTEMPTS} times in a row: {e}")),
+    }
+}
+
+/// Collect the pipelines that ended; the first failure drains the others.
+async fn reap(
+    running: &mut BTreeMap<String, Running>,
+    done: &mut BTreeMap<String, RunReport>,
+    failed: &mut Option<anyhow::Error>,
+    job: &str,
+) -> Result<()> {
+    for t in running.iter().filter(|(_, r)| r.task.is_finished()).map(|(t, _)| t.clone()).collect::<Vec<_>>() {
+        let r = running.remove(&t).expect("listed above").task.await.map_err(|e| anyhow!("{e}"))?;
+        match r {
+            Ok(report) => {
+                done.insert(t, report);
+            }
+            Err(e) if failed.is_none() => {
+                tracing::error!(job, topic = %t, error = %format!("{e:#}"), "a topic's pipeline failed: draining the others");
+                running.values().for_each(|r| {
+                    r.stop.send_replace(true);
+                });
+                *failed = Some(e.context(format!("topic {t}")));
+            }
+            Err(e) => tracing::error!(job, topic = %t, error = %format!("{e:#}"), "a topic's pipeline failed"),
+        }
+    }
+    Ok(())
+}
+
+/// The topics the job has started, with each one's start rule ([`layout`]).
+struct Joined {
+    known: Option<layout::Known>,
+    failed_listings: u32,
+}
+
+impl Joined {
+    /// Read the job's known topics, first moving a one-topic checkpoint into the list
+    /// layout (the job's lock is held by the caller).
+    fn open(root: &Path, job: &str) -> Result<Joined> {
+        let moved = layout::to_list(root, job).with_context(|| format!("moving job {job}'s checkpoint"))?;
+        let mut known = layout::read_known(root, job).with_context(|| format!("reading job {job}'s known topics"))?;
+        if let Some(t) = moved {
+            known.get_or_insert_with(layout::Known::new).entry(t).or_insert(layout::StartRule::Initial);
+            layout::write_known(root, job, known.as_ref().expect("set")).context("writing the known topics")?;
+        }
+        Ok(Joined { known, failed_listings: 0 })
+    }
+
+    /// The configuration of `topic`'s pipeline, its start rule recorded durably first.
+    fn start(&mut self, cfg: &KafkaToBqConfig, topic: &str) -> KafkaToBqConfig {
+        let rule = layout::rule_for(self.known.as_ref(), topic);
+        let mut c = cfg.for_topic(topic);
+        if rule == layout::StartRule::Earliest {
+            c.source.start_earliest = true;
+        }
+        let fresh = self.known.as_ref().is_none_or(|k| !k.contains_key(topic));
+        tracing::info!(job = %cfg.job_name, topic, ?rule, fresh, "starting the topic's pipeline");
+        self.known.get_or_insert_with(layout::Known::new).insert(topic.to_string(), rule);
+        c
+    }
+
+    /// After a listing: make the known topics durable. From now on a topic the job has
+    /// not seen joins a job that has started, and begins at its earliest offset.
+    fn listed(&mut self, root: &Path, job: &str) -> Result<()> {
+        let k = self.known.get_or_insert_with(layout::Known::new);
+        layout::write_known(root, job, k).with_context(|| format!("writing job {job}'s known topics"))
     }
 }
 

@@ -110,6 +110,7 @@ async fn start_positions(
         crate::kafka::starts::overlay(cfg.source.initial_positions(metadata, partitions, &marks).await?, &saved);
     let lows = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
     let mut plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &marks);
+    check_cdc_order(cfg, &plan)?;
     let skipped = plan.settle(cfg.source.gap_policy, &cfg.job_name, &cfg.source.topic).map_err(anyhow::Error::msg)?;
     positions::report(&plan, skipped, &cfg.job_name, stats);
     positions::record_rebased(job_dir, &raw, &plan, &rebased)
@@ -129,6 +130,26 @@ async fn start_positions(
         }
     }
     Ok(Starts { positions: plan.positions, floors: lows, past_end })
+}
+
+/// CDC ordered by offset cannot start over logs whose offsets no longer order a key's
+/// changes: partitions added since the last run, or a log shorter than the checkpoint
+/// (a recreated topic). Refused (exit 2) before anything is read.
+fn check_cdc_order(cfg: &KafkaToBqConfig, plan: &positions::StartPlan) -> Result<()> {
+    let Some(cdc) = &cfg.cdc else { return Ok(()) };
+    let past_end = plan.found.iter().any(|d| matches!(d, crate::kafka::gaps::Discontinuity::PastEnd { .. }));
+    let what = match (plan.new_partitions.as_slice(), past_end) {
+        ([], false) => return Ok(()),
+        ([], true) => {
+            "a partition's log is shorter than the job's checkpoint (the topic was recreated, or its log cut short)"
+                .to_string()
+        }
+        (new, _) => format!("partitions {new:?} were added since the job last ran"),
+    };
+    match cdc.offset_order_broken(&cfg.source.topic, &what) {
+        Some(why) => Err(crate::usage(why)),
+        None => Ok(()),
+    }
 }
 
 /// Where the job starts ([`start_positions`]).
@@ -174,6 +195,10 @@ pub async fn run(
     let partitions = metadata.partitions().await?;
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let job_lock = lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
+    if cfg.parent.is_none() {
+        super::layout::to_one(checkpoint_root, &cfg.job_name, &cfg.source.topic)
+            .with_context(|| format!("moving job {}'s checkpoint for topic {}", cfg.job_name, cfg.source.topic))?;
+    }
     if let Some(c) = &control {
         c.start(&job_dir)?;
     }

@@ -20,7 +20,8 @@
 //!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
 //!   and discovers new partitions; [`publish`] sends the dashboard its points.
 //! - [`topics`]: the topics a job reads (one, a list, a pattern) and each one's table;
-//!   [`fan_out`]: a job of several topics, one pipeline per topic.
+//!   [`fan_out`]: a job of several topics, one pipeline per topic; [`layout`]: where each
+//!   topic's checkpoint lives and where a topic that joins a running job starts.
 //! - [`replay`]: `flexrun dlq replay`, dead letters back through the mapping into the
 //!   table exactly once, with a ledger table that a later replay skips by.
 //!
@@ -116,6 +117,7 @@ pub mod job;
 pub mod json_flat;
 pub mod json_row;
 pub mod json_shaped;
+pub mod layout;
 pub mod metadata;
 pub mod pool;
 pub mod positions;

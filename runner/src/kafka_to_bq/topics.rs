@@ -135,6 +135,36 @@ impl TopicRoutes {
         (table, self.dlq.as_ref().map(fill))
     }
 
+    /// Two of `topics` that write to one table, if any: for a list, two whose routes
+    /// meet; for a pattern, the shared `outputTableSpec` (without `{topic}`), or two
+    /// topics `topicTableMap` sends to one table.
+    ///
+    /// ```
+    /// use flexrun::kafka_to_bq::topics::{Topics, TopicRoutes};
+    /// use flexrun::bigquery::TableRef;
+    /// let r = TopicRoutes::parse(TableRef::parse("p:d.{topic}").unwrap(), None, "b:a").unwrap();
+    /// let (a, b) = r.shared_table(&Topics::parse("a|b").unwrap()).unwrap();
+    /// assert_eq!((a.as_str(), b.as_str()), ("a", "b"));
+    /// assert!(r.shared_table(&Topics::parse("a|c").unwrap()).is_none());
+    /// ```
+    pub fn shared_table(&self, topics: &Topics) -> Option<(String, String)> {
+        let list: Vec<String> = match topics {
+            Topics::One(_) => return None,
+            Topics::List(ts) => ts.clone(),
+            Topics::Pattern(_) if !self.per_topic() => {
+                return Some(("every topic the pattern matches".into(), self.table.to_string()))
+            }
+            Topics::Pattern(_) => self.map.keys().cloned().collect(),
+        };
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for t in list {
+            if let Some(other) = seen.insert(self.route(&t).0.to_string(), t.clone()) {
+                return Some((other, t));
+            }
+        }
+        None
+    }
+
     /// Whether every topic gets a table of its own name (`{topic}` in `outputTableSpec`).
     pub fn per_topic(&self) -> bool {
         self.table.table.contains(TOPIC_PLACEHOLDER)

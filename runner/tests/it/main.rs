@@ -22,6 +22,7 @@ mod dlq_replay;
 mod emulator;
 mod faults;
 mod generator_kafka;
+mod joining;
 mod kafka_to_bq;
 mod kafka_to_gcs;
 mod lifecycle;
