@@ -51,6 +51,11 @@ pub enum RecordError {
     /// neither a row nor a dead letter).
     #[error("dropped by the UDF")]
     Dropped,
+    /// A CDC tombstone whose key lacks the `cdcSequenceField` column: skipped and counted,
+    /// neither a row nor a dead letter. Debezium writes one after each delete event, and
+    /// the delete event itself (with its log position) carries the DELETE.
+    #[error("a tombstone without the sequence field in its key: skipped")]
+    TombstoneSkipped,
     /// With per-record tables: a record of another type, which goes to its own table.
     #[error("record {0} goes to its own table")]
     OtherRecord(String),
@@ -81,6 +86,7 @@ impl RecordError {
             RecordError::Udf(_) => "udf",
             RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",
+            RecordError::TombstoneSkipped => "tombstone_skipped",
             RecordError::Cdc(_) => "cdc",
         }
     }

@@ -193,6 +193,7 @@ struct Inner {
     dead_lettered: u64,
     udf_dropped: u64,
     bad_dropped: u64,
+    tombstones_skipped: u64,
     bytes_read: u64,
     by_class: BTreeMap<String, u64>,
     batches: u64,
@@ -228,6 +229,9 @@ pub struct Reliability {
     /// Changes the job made to its table's schema (`schemaUpdateOptions`): columns
     /// added and columns relaxed to NULLABLE.
     pub schema_changes: u64,
+    /// Schema changes BigQuery refused for good (a 4xx other than 429 from
+    /// `tables.patch`): the records that asked for them went to the dead-letter table.
+    pub schema_changes_refused: u64,
 }
 
 impl Reliability {
@@ -241,6 +245,7 @@ impl Reliability {
         m.insert("partitions_past_end".into(), self.partitions_past_end);
         m.insert("messages_possibly_duplicated".into(), self.messages_possibly_duplicated);
         m.insert("schema_changes".into(), self.schema_changes);
+        m.insert("schema_changes_refused".into(), self.schema_changes_refused);
         m
     }
 }
@@ -260,6 +265,8 @@ pub struct BatchCounts {
     pub udf_dropped: u64,
     /// Bad records logged and dropped (`badRecordPolicy=LOG_AND_DROP`, no dead-letter table).
     pub bad_dropped: u64,
+    /// CDC tombstones skipped: no `cdcSequenceField` in their key.
+    pub tombstones_skipped: u64,
     /// Dead-letter rows by error class.
     pub by_class: BTreeMap<&'static str, u64>,
     /// Whether the batch was a recovery replay.
@@ -299,6 +306,9 @@ pub struct Summary {
     /// Bad records logged and dropped for want of a dead-letter table
     /// (`badRecordPolicy=LOG_AND_DROP`).
     pub bad_records_dropped: u64,
+    /// CDC tombstones skipped because their key lacks `cdcSequenceField` (Debezium writes
+    /// one after each delete event, which carries the delete).
+    pub cdc_tombstones_skipped: u64,
     /// Message value bytes read.
     pub bytes_read: u64,
     /// Dead-letter rows by error class.
@@ -364,6 +374,7 @@ impl JobStats {
         g.dead_lettered += counts.dead_lettered;
         g.udf_dropped += counts.udf_dropped;
         g.bad_dropped += counts.bad_dropped;
+        g.tombstones_skipped += counts.tombstones_skipped;
         for (k, v) in &counts.by_class {
             *g.by_class.entry(k.to_string()).or_default() += v;
         }
@@ -416,6 +427,7 @@ impl JobStats {
             dead_lettered: g.dead_lettered,
             udf_dropped: g.udf_dropped,
             bad_records_dropped: g.bad_dropped,
+            cdc_tombstones_skipped: g.tombstones_skipped,
             bytes_read: g.bytes_read,
             dead_letter_by_class: g.by_class.clone(),
             batches: g.batches,
@@ -458,6 +470,7 @@ impl Reliability {
         self.partitions_past_end += o.partitions_past_end;
         self.messages_possibly_duplicated += o.messages_possibly_duplicated;
         self.schema_changes += o.schema_changes;
+        self.schema_changes_refused += o.schema_changes_refused;
     }
 }
 
@@ -474,6 +487,7 @@ impl Summary {
             out.dead_lettered += p.dead_lettered;
             out.udf_dropped += p.udf_dropped;
             out.bad_records_dropped += p.bad_records_dropped;
+            out.cdc_tombstones_skipped += p.cdc_tombstones_skipped;
             out.bytes_read += p.bytes_read;
             for (k, v) in &p.dead_letter_by_class {
                 *out.dead_letter_by_class.entry(k.clone()).or_default() += v;
@@ -519,11 +533,19 @@ impl Summary {
                 if self.bytes_read > 0 { (self.cpu_user_s + self.cpu_sys_s) / (self.bytes_read as f64 / 1e9) } else { 0.0 }
             ));
         }
-        let reconciles =
-            self.messages_read == self.rows_written + self.dead_lettered + self.udf_dropped + self.bad_records_dropped;
+        let reconciles = self.messages_read
+            == self.rows_written
+                + self.dead_lettered
+                + self.udf_dropped
+                + self.bad_records_dropped
+                + self.cdc_tombstones_skipped;
         let mut what = String::from("read = written + dead-lettered");
         let mut dropped = String::new();
-        for (n, name) in [(self.udf_dropped, "dropped by the UDF"), (self.bad_records_dropped, "bad records dropped")] {
+        for (n, name) in [
+            (self.udf_dropped, "dropped by the UDF"),
+            (self.bad_records_dropped, "bad records dropped"),
+            (self.cdc_tombstones_skipped, "tombstones skipped"),
+        ] {
             if n > 0 {
                 what.push_str(&format!(" + {name}"));
                 dropped.push_str(&format!(" + {n}"));

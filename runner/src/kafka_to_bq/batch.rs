@@ -29,6 +29,8 @@ pub(super) struct Mapped {
     pub(super) dlq_rows: Rows,
     /// Messages the UDF dropped.
     pub(super) dropped: u64,
+    /// CDC tombstones skipped (no sequence in their key).
+    pub(super) skipped: u64,
     /// Rows of other per-record tables, by table (in table order).
     pub(super) side: BTreeMap<String, SideRows>,
     /// Messages that ask for a schema change `schemaUpdateOptions` allows, with their
@@ -219,6 +221,8 @@ pub struct MappedValues {
     pub failed: Vec<(usize, RecordError)>,
     /// Values the UDF dropped.
     pub dropped: u64,
+    /// CDC tombstones skipped ([`RecordError::TombstoneSkipped`]).
+    pub skipped: u64,
 }
 
 /// Map messages (key, value) to rows with `mapper`, taking each row's CRC32C as it is
@@ -251,6 +255,7 @@ pub fn map_values<'a>(
                 out.row_src.push(i);
             }
             Err(RecordError::Dropped) => out.dropped += 1,
+            Err(RecordError::TombstoneSkipped) => out.skipped += 1,
             Err(e) => out.failed.push((i, e)),
         }
     }
@@ -342,13 +347,13 @@ pub(super) fn map_batch(
     let keep_bad = bad.keep;
     let with_meta = mapping.mapper.wants_meta();
     let values = cut.msgs.iter().map(|m| (m.key(), m.payload().unwrap_or_default(), with_meta.then(|| kafka_meta(m))));
-    let MappedValues { rows, row_src, row_crcs, mut failed, dropped } =
+    let MappedValues { rows, row_src, row_crcs, mut failed, dropped, skipped } =
         map_values(&mapping.mapper, values, stages, pool, bad.row_crcs);
     if bad.evolve.any() && failed.iter().any(|(_, e)| asks_for_change(e, bad.evolve)) {
         pool.give(rows);
         failed.retain(|(_, e)| asks_for_change(e, bad.evolve));
         let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, side, evolve: failed });
+        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, skipped: 0, side, evolve: failed });
     }
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
     let (mut dead, mut side_asks) = (Vec::new(), Vec::new());
@@ -370,10 +375,10 @@ pub(super) fn map_batch(
         // Another record type's table is to change first (per-record tables).
         pool.give(rows);
         let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, side, evolve: side_asks });
+        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, skipped: 0, side, evolve: side_asks });
     }
     let dlq_rows = dead_letters(ctx, cut, dead, keep_bad, counts)?;
-    Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, side, evolve: Vec::new() })
+    Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, skipped, side, evolve: Vec::new() })
 }
 
 /// The dead-letter rows of records that cannot be written; without a dead-letter table

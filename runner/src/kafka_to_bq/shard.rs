@@ -701,6 +701,7 @@ impl Shard {
             }
         }
         counts.udf_dropped = mapped.dropped;
+        counts.tombstones_skipped = mapped.skipped;
         ctx.stats.add_batch(&counts, &mut self.stages);
         ctx.positions.lock().expect("positions lock").extend(cut.positions.iter().map(|(p, o)| (*p, *o)));
         let newest = newest_event_times(&cut.msgs);

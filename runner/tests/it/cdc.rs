@@ -230,11 +230,9 @@ async fn a_cdc_job_killed_ten_times_ends_in_each_keys_exact_final_state() {
     assert!(applied > 2_000, "changes received {applied}: the killed batches were not sent again? {stats}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
-    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-    let s = stack();
-    let topic = unique("cdc_field");
+/// A one-partition topic and a CDC table (id, version, op) keyed by `id`, named `name`.
+async fn op_table(s: &Stack, name: &str) -> (String, TableRef) {
+    let topic = unique(name);
     flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
     let t = TableRef { project: PROJECT.into(), dataset: "cdc".into(), table: topic.clone() };
     let with_op = Schema::from_json(&json!([
@@ -243,8 +241,28 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
         {"name": "op", "type": "STRING", "mode": "NULLABLE"}
     ]))
     .unwrap();
-    create_with(&s, &t, &with_op).await;
+    create_with(s, &t, &with_op).await;
+    (topic, t)
+}
+
+/// Produce (key, value) records in order to partition 0; a None value is a tombstone.
+async fn produce_keyed<K: AsRef<str>>(s: &Stack, topic: &str, records: &[(K, Option<String>)]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
     let p: FutureProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &s.kafka).create().unwrap();
+    for (k, v) in records {
+        let mut r = FutureRecord::<str, str>::to(topic).key(k.as_ref()).partition(0);
+        if let Some(v) = v {
+            r = r.payload(v);
+        }
+        p.send(r, CALL_LIMIT).await.map_err(|(e, _)| e).unwrap();
+    }
+    p.flush(CALL_LIMIT).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
+    let s = stack();
+    let (topic, t) = op_table(&s, "cdc_field").await;
     let records: Vec<(&str, Option<String>)> = vec![
         ("1", Some(json!({"id": 1, "version": 1, "op": "UPSERT"}).to_string())),
         ("2", Some(json!({"id": 2, "version": 1, "op": "upsert"}).to_string())),
@@ -258,14 +276,7 @@ async fn the_change_type_comes_from_a_column_or_a_tombstone_deletes_by_key() {
         (r#"{"id": 1}"#, Some(String::new())),
         ("5", Some(json!({"id": 5, "version": 1, "op": "MERGE"}).to_string())),
     ];
-    for (k, v) in &records {
-        let mut r = FutureRecord::<str, str>::to(&topic).key(k).partition(0);
-        if let Some(v) = v {
-            r = r.payload(v);
-        }
-        p.send(r, CALL_LIMIT).await.map_err(|(e, _)| e).unwrap();
-    }
-    p.flush(CALL_LIMIT).unwrap();
+    produce_keyed(&s, &topic, &records).await;
     let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
     let params = format!(
         "readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={t},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,cdcPrimaryKey=id,cdcChangeTypeField=op,useBigQueryDLQ=true,outputDeadletterTable={dlq}",
@@ -341,4 +352,76 @@ async fn a_cdc_jobs_dead_letters_replay_as_changes_and_a_stale_one_loses_to_a_ne
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(out.contains("already replayed (skipped): 2") && out.contains("replayed into the table: 0"), "{out}");
     assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 2), (2, 20)]));
+}
+
+/// Issue 49 item 9: with `cdcSequenceField`, a tombstone whose key holds only the
+/// primary key (as Debezium writes one after each delete event) is skipped and counted,
+/// not dead-lettered; a tombstone whose key carries the sequence still deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_without_the_sequence_in_its_key_is_skipped_and_counted() {
+    let s = stack();
+    let (topic, t) = op_table(&s, "cdc_tomb").await;
+    let records: Vec<(String, Option<String>)> = vec![
+        ("1".into(), Some(json!({"id": 1, "version": 5, "op": "UPSERT"}).to_string())),
+        ("2".into(), Some(json!({"id": 2, "version": 3, "op": "UPSERT"}).to_string())),
+        ("3".into(), Some(json!({"id": 3, "version": 1, "op": "UPSERT"}).to_string())),
+        // Debezium's pair: the delete event, then a tombstone keyed by the primary key.
+        ("2".into(), Some(json!({"id": 2, "version": 4, "op": "DELETE"}).to_string())),
+        (json!({"id": 2}).to_string(), None),
+        // A tombstone that carries the sequence deletes on its own.
+        (json!({"id": 1, "version": 6}).to_string(), None),
+    ];
+    produce_keyed(&s, &topic, &records).await;
+    let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={t},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,cdcPrimaryKey=id,cdcChangeTypeField=op,cdcSequenceField=version,useBigQueryDLQ=true,outputDeadletterTable={dlq}",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sum = dir.path().join("summary.json");
+    let o = run_job("cdc-tomb", &dir.path().join("ck"), &params, "20s", &["--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state(&s, &t).await, BTreeMap::from([(3, 1)]), "2 deleted by its event, 1 by its tombstone");
+    let j = summary(&sum);
+    assert_eq!(j["summary"]["cdc_tombstones_skipped"], 1, "{j}");
+    assert_eq!(j["summary"]["dead_lettered"], 0, "{j}");
+    assert!(text(&o).contains("tombstones skipped"), "the reconciliation names them: {}", text(&o));
+}
+
+/// Issue 49 item 3: a CDC job ordered by Kafka offset whose topic gains a partition
+/// while it is down is refused at the restart (exit 2), naming cdcSequenceField,
+/// before anything is read: keys may have moved between partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdc_by_offset_is_refused_after_partitions_are_added() {
+    use rdkafka::admin::{AdminOptions, NewPartitions};
+    let s = stack();
+    let topic = unique("cdc_parts");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let t = TableRef { project: PROJECT.into(), dataset: "cdc".into(), table: topic.clone() };
+    create(&s, &t, true).await;
+    produce_values(&s, &topic, &[br#"{"id": 1, "version": 1}"#.to_vec()]).await;
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={t},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,cdcPrimaryKey=id",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let o = run_job("cdc-parts", &ck, &params, "20s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        flexrun::kafka::Connection::plaintext(&s.kafka).client("an admin client", &[]).unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
+    let r =
+        answer("create partitions", admin.create_partitions(&[NewPartitions::new(&topic, 2)], &opts)).await.unwrap();
+    r[0].as_ref().map_err(|e| format!("{e:?}")).expect("CreatePartitions");
+    let o = run_job("cdc-parts", &ck, &params, "20s", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("partitions [1] were added") && text(&o).contains("Set cdcSequenceField"),
+        "{}",
+        text(&o)
+    );
+    let with_seq = format!("{params},cdcSequenceField=version");
+    let o = run_job("cdc-parts", &ck, &with_seq, "20s", &[]);
+    assert!(o.status.success(), "with a sequence field the job goes on: {}", text(&o));
 }
