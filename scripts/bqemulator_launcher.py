@@ -65,6 +65,10 @@ stock emulator is lenient, the launcher makes it behave as documented:
      {"drop_table_streams": "dataset.table"}  forget them (an expired stream)
      {"table": "dataset.table", "schema_lag_s": S}
                                           a schema change reaches its writers S s late (13)
+     {"table": "dataset.table", "rest_unavailable_next": N}
+                                          the next N REST tables.get / tables.patch calls
+                                          on it answer 503 backendError, as BigQuery's
+                                          error table lists it (counted: injected_rest)
    Without "table" a fault applies to every table (no test does that any more).
    POST /reset {"table": "dataset.table"} clears that table's faults ({} clears all);
    GET /stats?table=dataset.table returns its call counters (no table: all calls):
@@ -124,7 +128,9 @@ stock emulator is lenient, the launcher makes it behave as documented:
      REQUIRED column to an existing table schema"; a column may be relaxed from REQUIRED to
      NULLABLE ("Change a column's mode from REQUIRED to NULLABLE"); dropping a column, changing
      its type or tightening its mode are refused (messages as BigQuery words them: "Provided
-     Schema does not match Table ...").
+     Schema does not match Table ..."), and so is a new column whose name BigQuery refuses
+     (empty, over 300 characters, other than letters, digits and underscores, or a reserved
+     prefix such as _PARTITION: https://cloud.google.com/bigquery/docs/schemas#column_names).
    - A writer schema with a field the table (as this connection sees it) lacks is refused
      with INVALID_ARGUMENT and a StorageError SCHEMA_MISMATCH_EXTRA_FIELDS (storage.proto:
      "There is a schema mismatch and it is caused by user schema has extra field than
@@ -176,7 +182,7 @@ def _table_arrow_schema_with_nested_fields(table_meta):
 
 _STATS_KEYS = (
     "create_write_stream", "get_write_stream", "append_requests", "default_stream_appends",
-    "injected_failures", "injected_create", "injected_get", "injected_append", "rows_rejected",
+    "injected_failures", "injected_create", "injected_get", "injected_append", "injected_rest", "rows_rejected",
 )
 
 
@@ -200,6 +206,7 @@ class _TableFaults:
         self.reject = None
         self.on = None  # None: every call; else only "create", "get" or "append"
         self.schema_lag_s = 0.0  # patch 13: how long a schema change takes to reach writers
+        self.rest_unavailable = 0  # the next N REST tables.get/patch calls answer 503
 
     def take(self, method):
         """Consume one injected failure for a `method` call: its status code name, or None."""
@@ -503,6 +510,8 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
                 f.reject = body["reject_rows_containing"] or None
             if "schema_lag_s" in body:
                 f.schema_lag_s = float(body["schema_lag_s"])
+            if "rest_unavailable_next" in body:
+                f.rest_unavailable = int(body["rest_unavailable_next"])
             if "on" in body:
                 if body["on"] not in (None, "create", "get", "append"):
                     return self._reply(400, {"error": f"unknown call {body['on']}: create, get or append"})
@@ -780,6 +789,23 @@ def _norm_type(t):
     return {"INT64": "INTEGER", "FLOAT64": "FLOAT", "BOOL": "BOOLEAN", "STRUCT": "RECORD"}.get(t, t)
 
 
+_RESERVED_PREFIXES = ("_TABLE_", "_FILE_", "_PARTITION", "_ROW_TIMESTAMP", "__ROOT__", "_COLON_")
+
+
+def _field_name_problem(name):
+    """Why BigQuery refuses `name` for a new column (https://cloud.google.com/bigquery/docs/schemas#column_names):
+    "A column name can contain letters (a-z, A-Z), numbers (0-9), or underscores (_), and
+    it must start with a letter or underscore", at most 300 characters, and "Column names
+    cannot use any of the following prefixes: _TABLE_, _FILE_, _PARTITION, _ROW_TIMESTAMP,
+    __ROOT__, _COLON_" (flexible column names are not modelled). Stock stores any name."""
+    import re
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,299}", name):
+        return f"Invalid field name \"{name[:64]}\". Fields must contain only letters, numbers, and underscores, start with a letter or underscore, and be at most 300 characters long."
+    if any(name.upper().startswith(p) for p in _RESERVED_PREFIXES):
+        return f"Invalid field name \"{name}\". Field names are not allowed to start with the (case-insensitive) prefixes {', '.join(_RESERVED_PREFIXES)}"
+    return None
+
+
 def _schema_update_problem(ref, old_fields, new_fields, prefix=""):
     """Why BigQuery would refuse replacing `old_fields` (catalog objects) with `new_fields`
     (REST dicts), or None."""
@@ -801,6 +827,8 @@ def _schema_update_problem(ref, old_fields, new_fields, prefix=""):
             if why := _schema_update_problem(ref, o.fields, n.get("fields") or [], name + "."):
                 return why
     for key, n in new.items():
+        if key not in old_names and (why := _field_name_problem(n.get("name") or "")):
+            return why
         if key not in old_names and (n.get("mode") or "NULLABLE").upper() == "REQUIRED":
             return f"Provided Schema does not match Table {ref}. Cannot add required fields to an existing schema. (field: {prefix}{n.get('name')})"
     return None
@@ -954,6 +982,55 @@ def _failing_queries_with_status(orig):
     return query
 
 
+def _rest_fault(kwargs):
+    """The 503 a test asked for on this table's next REST call, or None (item 9)."""
+    from fastapi.responses import JSONResponse
+
+    table = f"{kwargs.get('dataset_id')}.{kwargs.get('table_id')}"
+    with FAULTS.lock:
+        f = FAULTS.tables.get(table)
+        fail = f is not None and f.rest_unavailable > 0
+        if fail:
+            f.rest_unavailable -= 1
+    if not fail:
+        return None
+    FAULTS.count("injected_rest", table=table)
+    message = "injected fault (backendError) from the flexrun launcher"
+    detail = {"message": message, "domain": "global", "reason": "backendError"}
+    return JSONResponse(
+        status_code=503,
+        content={"error": {"code": 503, "message": message, "errors": [detail], "status": "UNAVAILABLE"}},
+    )
+
+
+def _failing_table_calls(orig):
+    """A tables.get/patch endpoint that answers 503 while a test asked for it; sync or
+    async as the stock endpoint is (FastAPI runs a sync one in its thread pool)."""
+    import functools
+    import inspect
+
+    if inspect.iscoroutinefunction(orig):
+        @functools.wraps(orig)
+        async def call(*args, **kwargs):
+            return _rest_fault(kwargs) or await orig(*args, **kwargs)
+    else:
+        @functools.wraps(orig)
+        def call(*args, **kwargs):
+            return _rest_fault(kwargs) or orig(*args, **kwargs)
+
+    return call
+
+
+def _patch_table_routes():
+    found = 0
+    for route in tables_routes.router.routes:
+        if route.path.endswith("/tables/{table_id}") and ({"GET", "PATCH"} & set(route.methods)):
+            route.endpoint = _failing_table_calls(route.endpoint)
+            found += 1
+    if found < 2:
+        sys.exit("bqemulator_launcher: the tables.get/patch routes were not found; this launcher is written for bqemulator 1.4.0")
+
+
 def _patch_query_route():
     for route in jobs_routes.router.routes:
         if route.path.endswith("/projects/{project_id}/queries") and "POST" in route.methods:
@@ -964,6 +1041,7 @@ def _patch_query_route():
 
 grpc.aio.server = _aio_server_with_threads
 _patch_query_route()
+_patch_table_routes()
 snapshots.SnapshotManager.record_change = _record_change_without_snapshot
 write_servicer._table_arrow_schema = _table_arrow_schema_with_nested_fields
 write_servicer.BigQueryWriteHandler._perform_append = _atomic_perform_append

@@ -96,11 +96,52 @@ fn column(name: &str, type_name: &str, typ: ColumnType, mode: Mode) -> Column {
     Column { name: name.to_string(), type_name: type_name.to_string(), typ, mode, fields: None }
 }
 
+/// Prefixes BigQuery reserves: "Column names cannot use any of the following prefixes:
+/// `_TABLE_`, `_FILE_`, `_PARTITION`, `_ROW_TIMESTAMP`, `__ROOT__`, `_COLON_`"
+/// (<https://cloud.google.com/bigquery/docs/schemas#column_names>; case-insensitive).
+const RESERVED_PREFIXES: [&str; 6] = ["_TABLE_", "_FILE_", "_PARTITION", "_ROW_TIMESTAMP", "__ROOT__", "_COLON_"];
+
+/// Whether BigQuery takes `name` as a new column, or why not. BigQuery: "A column name
+/// can contain letters (a-z, A-Z), numbers (0-9), or underscores (_), and it must start
+/// with a letter or underscore", "Column names have a maximum length of 300
+/// characters", and the reserved prefixes above. (Flexible column names are not used:
+/// over the Storage Write API's gRPC they need "special handling".) A field that fails
+/// this is never sent to `tables.patch`, which would answer 400 for every batch; its
+/// record goes to the dead-letter table.
+///
+/// ```
+/// use flexrun::bigquery::evolution::check_column_name;
+/// assert!(check_column_name("note_2").is_ok());
+/// for bad in ["", "2x", "a-b", "_PARTITIONTIME", "_table_x", &"a".repeat(301)] {
+///     assert!(check_column_name(bad).is_err(), "{bad}");
+/// }
+/// ```
+pub fn check_column_name(name: &str) -> Result<(), String> {
+    let starts_well = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+    let why = if name.is_empty() {
+        "it is empty".to_string()
+    } else if name.len() > 300 {
+        format!("it is {} characters long, over BigQuery's 300", name.len())
+    } else if !starts_well || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        "BigQuery column names hold letters, digits and underscores and start with a letter or underscore".to_string()
+    } else if let Some(p) = RESERVED_PREFIXES.iter().find(|p| name.to_ascii_uppercase().starts_with(*p)) {
+        format!("BigQuery reserves the prefix {p}")
+    } else {
+        return Ok(());
+    };
+    Err(format!("schemaUpdateOptions cannot add a column for field {:?}: {why}", truncate(name)))
+}
+
+fn truncate(name: &str) -> String {
+    name.chars().take(64).collect()
+}
+
 /// The column a new JSON field becomes, from its value: a string STRING, an integer
 /// INTEGER, another number FLOAT, a boolean BOOLEAN, an array of one of those REPEATED.
 /// Null, an object, an empty or mixed array say too little (or too much) to pick a
 /// column: the reason is returned, and the record goes to the dead-letter table.
 pub fn from_json_value(name: &str, v: &Value) -> Result<Change, String> {
+    check_column_name(name)?;
     let scalar = |v: &Value| -> Option<(&'static str, ColumnType)> {
         match v {
             Value::String(_) => Some(("STRING", ColumnType::String)),

@@ -60,6 +60,16 @@ pub enum RestError {
         /// BigQuery's answer.
         why: String,
     },
+    /// A query that did not complete, or whose pages could not all be read.
+    #[error(
+        "BigQuery query {sql:?} did not complete with all its pages ({rows} rows read); nothing was taken from it"
+    )]
+    Incomplete {
+        /// The query.
+        sql: String,
+        /// Rows read before it gave up.
+        rows: usize,
+    },
     /// Any other call.
     #[error("BigQuery {what}: {source}")]
     Call {
@@ -81,6 +91,37 @@ impl RestError {
             _ => return false,
         };
         matches!(source.as_ref(), BQError::ResponseError { error } if error.error.code == 400)
+    }
+}
+
+impl RestError {
+    /// Whether BigQuery answered HTTP 404 (`notFound`: the table or dataset does not exist).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            RestError::GetTable { source, .. } | RestError::Call { source, .. } => {
+                matches!(source.as_ref(), BQError::ResponseError { error } if error.error.code == 404)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the call may succeed if tried again: a transport failure, HTTP 429, or a
+    /// 5xx (BigQuery's error table: `rateLimitExceeded`, `backendError`,
+    /// `internalError` are retried with exponential backoff). A 4xx other than 429
+    /// will be answered the same way again.
+    pub fn is_transient(&self) -> bool {
+        let code = |c: i64| c == 429 || (500..600).contains(&c);
+        match self {
+            RestError::Call { source, .. } | RestError::Client { source, .. } | RestError::GetTable { source, .. } => {
+                match source.as_ref() {
+                    BQError::ResponseError { error } => code(error.error.code),
+                    BQError::RequestError(_) => true,
+                    _ => false,
+                }
+            }
+            RestError::Patch { why, .. } => why.split_whitespace().next().and_then(|c| c.parse().ok()).is_none_or(code),
+            _ => false,
+        }
     }
 }
 
@@ -299,23 +340,9 @@ pub async fn drop_table(c: &Client, t: &TableRef) {
 
 /// Run a query and return the first row's integer columns (for counts).
 pub async fn query_ints(c: &Client, project: &str, sql: &str) -> Result<Vec<Option<i64>>, RestError> {
-    let resp = c
-        .job()
-        .query(project, QueryRequest::new(sql))
-        .await
-        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source: Box::new(source) })?;
-    let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
-    if !rs.next_row() {
-        return Ok(Vec::new());
-    }
-    let n = rs.column_names().len();
-    (0..n)
-        .map(|i| {
-            rs.get_i64(i).or_else(|_| rs.get_string(i).map(|s| s.and_then(|s| s.parse().ok()))).map_err(|source| {
-                RestError::Call { what: format!("read column {i} of {sql:?}"), source: Box::new(source) }
-            })
-        })
-        .collect()
+    let rows = query_rows(c, project, sql).await?;
+    let Some(first) = rows.into_iter().next() else { return Ok(Vec::new()) };
+    Ok(first.into_iter().map(|v| v.and_then(|v| v.parse().ok())).collect())
 }
 
 /// A table's row count and, with `distinct_col`, its count of distinct values there.
@@ -334,16 +361,69 @@ pub async fn count_rows(
     Ok((v.first().copied().flatten().unwrap_or(0), v.get(1).copied().flatten()))
 }
 
-/// Run a query and return every row as strings (for tests and the demo).
+/// Rows asked for per page of a query's results.
+pub const QUERY_PAGE_ROWS: i32 = 100_000;
+
+/// How long one `jobs.query` or `jobs.getQueryResults` call waits for the query to
+/// complete before it answers `jobComplete: false` (BigQuery's default is 10 s).
+const QUERY_WAIT_MS: i32 = 30_000;
+
+/// The longest a query may run before flexrun gives up on it.
+const QUERY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Run a query and return every row as strings, every page of it
+/// ([`query_pages`] with [`QUERY_PAGE_ROWS`]).
 pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, RestError> {
+    query_pages(c, project, sql, QUERY_PAGE_ROWS).await
+}
+
+/// Run a query to completion and read all of its rows, `page_rows` a page. BigQuery's
+/// `jobs.query` "returns results ... if the query completes within a specified timeout"
+/// and otherwise `jobComplete: false` with no rows; a result larger than a page comes
+/// with a `pageToken`. Both are followed with `jobs.getQueryResults` until the job is
+/// complete and no page is left, so a caller never takes a partial answer for the whole.
+pub async fn query_pages(
+    c: &Client,
+    project: &str,
+    sql: &str,
+    page_rows: i32,
+) -> Result<Vec<Vec<Option<String>>>, RestError> {
+    use gcp_bigquery_client::model::get_query_results_parameters::GetQueryResultsParameters;
+    use gcp_bigquery_client::model::query_response::ResultSet;
+    let call = |source| RestError::Call { what: format!("query {sql:?}"), source: Box::new(source) };
     let mut req = QueryRequest::new(sql);
-    req.max_results = Some(100_000);
-    let resp = c
-        .job()
-        .query(project, req)
-        .await
-        .map_err(|source| RestError::Call { what: format!("query {sql:?}"), source: Box::new(source) })?;
-    let mut rs = gcp_bigquery_client::model::query_response::ResultSet::new_from_query_response(resp);
+    req.max_results = Some(page_rows);
+    req.timeout_ms = Some(QUERY_WAIT_MS);
+    let first = c.job().query(project, req).await.map_err(call)?;
+    let job = first.job_reference.clone().unwrap_or_default();
+    let (mut complete, mut token) = (first.job_complete.unwrap_or(false), first.page_token.clone());
+    let mut out = Vec::new();
+    if complete {
+        out.extend(result_rows(ResultSet::new_from_query_response(first)));
+    }
+    let started = std::time::Instant::now();
+    while !complete || token.is_some() {
+        let (Some(id), true) = (job.job_id.as_deref(), started.elapsed() < QUERY_DEADLINE) else {
+            return Err(RestError::Incomplete { sql: sql.to_string(), rows: out.len() });
+        };
+        let params = GetQueryResultsParameters {
+            page_token: token.clone(),
+            max_results: Some(page_rows),
+            timeout_ms: Some(QUERY_WAIT_MS),
+            location: job.location.clone(),
+            ..Default::default()
+        };
+        let r = c.job().get_query_results(project, id, params).await.map_err(call)?;
+        complete = r.job_complete.unwrap_or(false);
+        if complete {
+            token = r.page_token.clone();
+            out.extend(result_rows(ResultSet::new_from_get_query_results_response(r)));
+        }
+    }
+    Ok(out)
+}
+
+fn result_rows(mut rs: gcp_bigquery_client::model::query_response::ResultSet) -> Vec<Vec<Option<String>>> {
     let n = rs.column_names().len();
     let mut out = Vec::new();
     while rs.next_row() {
@@ -357,5 +437,21 @@ pub async fn query_rows(c: &Client, project: &str, sql: &str) -> Result<Vec<Vec<
             .collect();
         out.push(row);
     }
-    Ok(out)
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_is_tried_again_on_429_5xx_and_the_network_only() {
+        let patch = |why: &str| RestError::Patch { what: "tables.patch".into(), why: why.into() };
+        for transient in ["429 Too Many Requests: slow down", "503 Service Unavailable: x", "error sending request"] {
+            assert!(patch(transient).is_transient(), "{transient}");
+        }
+        for permanent in ["400 Bad Request: Invalid field name", "403 Forbidden: no", "412 Precondition Failed: etag"] {
+            assert!(!patch(permanent).is_transient(), "{permanent}");
+        }
+    }
 }

@@ -26,7 +26,7 @@ use crate::bigquery::evolution::{apply, from_json_value, from_schema, pending, C
 use crate::bigquery::rest;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::TableRef;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -62,7 +62,9 @@ pub(super) async fn evolve(ctx: &JobCtx, cut: &Cut, asking: &[(usize, RecordErro
     if todo.is_empty() {
         return Ok((current, changed));
     }
-    let schema = change_table(ctx, &ctx.cfg.table, current.mapper.schema(), &todo).await?;
+    let Some(schema) = change_table(ctx, &ctx.cfg.table, current.mapper.schema(), &todo).await? else {
+        return Ok((current, changed));
+    };
     crate::crash_point!("evolve::after_patch");
     let m = Arc::new(ctx.mapping_like(&current, schema)?);
     store_schema(&ctx.job_dir, &m)?;
@@ -81,16 +83,30 @@ fn other_record(current: &Mapping, value: &[u8]) -> Option<String> {
 }
 
 /// `changes` made to `table` (tables.patch), or to `schema` alone for the stats sink.
-async fn change_table(ctx: &JobCtx, table: &TableRef, schema: &Schema, changes: &[Change]) -> Result<Schema> {
-    match (&ctx.endpoints, &ctx.write_client) {
-        (Some(ep), Some(_)) => {
-            let client = rest::client(ep).await?;
-            Ok(rest::evolve_table(&client, ep, table, changes)
-                .await
-                .with_context(|| format!("schemaUpdateOptions: changing table {table}"))?)
+/// A transient failure (429, 5xx, the network) is retried with
+/// [`crate::retry::Backoff::BIGQUERY`] until it passes, as a streaming job waits out an
+/// outage. None: BigQuery refused the change for good (another 4xx); the job goes on
+/// and the records that asked for it go to the dead-letter table.
+async fn change_table(ctx: &JobCtx, table: &TableRef, schema: &Schema, changes: &[Change]) -> Result<Option<Schema>> {
+    let (Some(ep), Some(_)) = (&ctx.endpoints, &ctx.write_client) else { return Ok(Some(apply(schema, changes))) };
+    for attempt in 1.. {
+        let r = async { rest::evolve_table(&rest::client(ep).await?, ep, table, changes).await }.await;
+        match r {
+            Ok(s) => return Ok(Some(s)),
+            Err(e) if e.is_transient() => {
+                crate::retry::note_retry(crate::retry::Service::BigQuery);
+                let wait = crate::retry::Backoff::BIGQUERY.delay(attempt).expect("no attempt limit");
+                tracing::warn!(job = %ctx.cfg.job_name, table = %table, error = %e, attempt, ?wait, "schemaUpdateOptions: changing the table failed for now; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => {
+                tracing::error!(job = %ctx.cfg.job_name, table = %table, error = %e, "schemaUpdateOptions: BigQuery refused the change; the records that asked for it go to the dead-letter table");
+                ctx.stats.note(|r| r.schema_changes_refused += 1);
+                return Ok(None);
+            }
         }
-        _ => Ok(apply(schema, changes)),
     }
+    unreachable!("the loop returns")
 }
 
 /// Change the table of record type `name` (per-record tables) as the records `items` ask,
@@ -106,7 +122,9 @@ async fn evolve_route(ctx: &JobCtx, cut: &Cut, name: &str, items: &[(usize, &Rec
     if todo.is_empty() {
         return Ok(false);
     }
-    let schema = change_table(ctx, &route.table, route.mapping.mapper.schema(), &todo).await?;
+    let Some(schema) = change_table(ctx, &route.table, route.mapping.mapper.schema(), &todo).await? else {
+        return Ok(false);
+    };
     let m = ctx.mapping_like(&route.mapping, schema)?;
     let names: Vec<String> = todo.iter().map(ToString::to_string).collect();
     tracing::warn!(job = %ctx.cfg.job_name, table = %route.table, record = name, changes = ?names, "schemaUpdateOptions: a per-record table's schema was changed for new records");
@@ -142,9 +160,14 @@ fn asked(current: &Mapping, value: &[u8], e: &RecordError, allowed: SchemaUpdate
             }
         }
         Input::Avro(d) => match d.split(value).map(|(w, _)| crate::avro::table::table_schema(&w, key)) {
-            Ok(Ok(wanted)) => {
-                out.extend(from_schema(schema, &wanted).into_iter().filter(|c| matches!(c, Change::Add(_))))
-            }
+            Ok(Ok(wanted)) => out.extend(from_schema(schema, &wanted).into_iter().filter(|c| {
+                match c {
+                    Change::Add(col) => crate::bigquery::evolution::check_column_name(&col.name)
+                        .map_err(|why| tracing::warn!(reason = %why, "a writer schema's field adds no column"))
+                        .is_ok(),
+                    Change::Relax(_) => false,
+                }
+            })),
             Ok(Err(why)) => tracing::warn!(reason = %why, "a writer schema adds no column"),
             Err(_) => {}
         },

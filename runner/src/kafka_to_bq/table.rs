@@ -68,9 +68,9 @@ pub async fn side_table(
     };
     let Some(ep) = ep else { return Ok(Ok((table, want))) };
     let client = rest::client(ep).await?;
-    let schema = match rest::table_schema(&client, ep, &table).await {
+    let schema = match lookup(&client, ep, &table).await {
         Ok(s) => s,
-        Err(_) if cfg.dispositions.create_if_needed => {
+        Err(e) if e.is_not_found() && cfg.dispositions.create_if_needed => {
             if let Err(why) = cfg.dispositions.layout.check(&want) {
                 return Ok(Err(format!("table {table} cannot be created as asked: {why}")));
             }
@@ -83,6 +83,25 @@ pub async fn side_table(
         return Ok(Err(format!("persistKafkaKey=true, but table {table} has no {KAFKA_KEY_FIELD} column")));
     }
     Ok(Ok((table, schema)))
+}
+
+/// A table's schema, a transient failure (429, 5xx, the network) waited out with
+/// [`crate::retry::Backoff::BIGQUERY`]: only BigQuery's answer for good (the table does
+/// not exist, or cannot be read) decides a record type's route, which lasts the life of
+/// the process. A passing 503 must not turn into "must exist" and dead letters.
+async fn lookup(c: &gcp_bigquery_client::Client, ep: &Endpoints, table: &TableRef) -> Result<Schema, rest::RestError> {
+    for attempt in 1.. {
+        match rest::table_schema(c, ep, table).await {
+            Err(e) if e.is_transient() => {
+                crate::retry::note_retry(crate::retry::Service::BigQuery);
+                let wait = crate::retry::Backoff::BIGQUERY.delay(attempt).expect("no attempt limit");
+                tracing::warn!(table = %table, error = %e, attempt, ?wait, "reading a record type's table failed for now; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            r => return r,
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 /// The schema of a table created for records of `w`: the Avro schema's columns, then

@@ -183,6 +183,11 @@ async fn the_emulator_refuses_the_schema_changes_bigquery_refuses() {
     for (what, fields) in refused {
         assert_eq!(patch(&s, &table, fields).await, 400, "{what}");
     }
+    // Names BigQuery refuses for a new column (docs/schemas#column_names).
+    for bad in ["", "_PARTITIONTIME", "_table_x", "a-b", "2x", &"c".repeat(301)] {
+        let fields = serde_json::json!([id, name, {"name": bad, "type": "STRING", "mode": "NULLABLE"}]);
+        assert_eq!(patch(&s, &table, fields).await, 400, "column name {bad:?}");
+    }
     assert_eq!(schema_of(&s, &table).await.columns.len(), 2, "nothing changed");
     let allowed = serde_json::json!([id, {"name": "name", "type": "STRING", "mode": "NULLABLE"}, {"name": "x", "type": "STRING"}]);
     assert_eq!(patch(&s, &table, allowed).await, 200, "a relaxation and a NULLABLE column");
@@ -271,4 +276,61 @@ async fn a_new_schema_version_in_the_registry_adds_its_fields_as_columns_across_
     let fr = format!("`{}.{}.{}`", refunds.project, refunds.dataset, refunds.table);
     let reasons = format!("SELECT COUNT(*) FROM {fr} WHERE reason = CONCAT('r', CAST(id AS STRING))");
     assert_eq!(scalar(&s, &reasons).await, 20);
+}
+
+/// Issue 49 item 5: under ALLOW_FIELD_ADDITION, a message whose new top-level key
+/// BigQuery refuses as a column name (empty, reserved prefix, over 300 characters,
+/// not letters, digits and underscores) goes to the dead-letter table with the reason,
+/// the job goes on, and a good new field still becomes a column. Before, the job asked
+/// tables.patch, got 400, and stopped; each restart asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_bigquery_refuses_as_a_column_name_is_a_dead_letter_not_a_wedge() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_names").await;
+    let dlq = TableRef { table: format!("{}_dlq", table.table), ..table.clone() };
+    let long = "c".repeat(301);
+    let mut values: Vec<Vec<u8>> = (0..20).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#).into()).collect();
+    for (i, key) in ["", "_PARTITION_x", "_TABLE_y", long.as_str(), "a-b"].iter().enumerate() {
+        values.push(format!(r#"{{"id": {}, "name": "n", "{key}": "v"}}"#, 100 + i).into_bytes());
+    }
+    values.extend((20..30).map(|i| format!(r#"{{"id": {i}, "name": "n{i}", "good_new": "g"}}"#).into_bytes()));
+    produce_values(&s, &topic, &values).await;
+    let p =
+        params(&s, &topic, &table, &format!(",outputDeadletterTable={dlq},schemaUpdateOptions=ALLOW_FIELD_ADDITION"));
+    let ck = tempfile::tempdir().unwrap();
+    let o = run_job("evo_names", ck.path(), &p, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&table).await, (30, 30), "every good record, with the good new field");
+    assert!(schema_of(&s, &table).await.lookup("good_new").is_some());
+    let fq = format!("`{}.{}.{}`", dlq.project, dlq.dataset, dlq.table);
+    assert_eq!(scalar(&s, &format!("SELECT COUNT(*) FROM {fq}")).await, 5, "each refused name is a dead letter");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("BigQuery reserves the prefix _PARTITION") && err.contains("over BigQuery's 300"), "{err}");
+}
+
+/// Issue 49 item 5: a 503 from BigQuery while the job changes its table (tables.get and
+/// tables.patch answer `backendError` three times) is retried with backoff; the column is
+/// added and every row lands, where before the job stopped at the first 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_503_while_changing_the_table_is_retried() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_503").await;
+    let first: Vec<Vec<u8>> = (0..20).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#).into()).collect();
+    produce_values(&s, &topic, &first).await;
+    let p = params(&s, &topic, &table, ",schemaUpdateOptions=ALLOW_FIELD_ADDITION");
+    let ck = tempfile::tempdir().unwrap();
+    let mut child = spawn_job("evo_503", ck.path(), &p, &[]);
+    wait_for_rows(&s, &table, 20, &mut child).await;
+    table_faults(&table, r#""rest_unavailable_next": 3"#);
+    let more: Vec<Vec<u8>> =
+        (20..40).map(|i| format!(r#"{{"id": {i}, "name": "n{i}", "late": "l{i}"}}"#).into()).collect();
+    produce_values(&s, &topic, &more).await;
+    wait_for_rows(&s, &table, 40, &mut child).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, RUN_LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(fault_stats(&table)["injected_rest"], 3, "the 503s were served");
+    assert_eq!(s.count(&table).await, (40, 40));
+    assert!(schema_of(&s, &table).await.lookup("late").is_some());
+    assert!(text(&o).contains("changing the table failed for now"), "{}", text(&o));
 }
