@@ -7,7 +7,9 @@
 
 use super::flags::JobFlags;
 use super::run::{kafka_to_bq_config, parse_pairs, resolve};
+use crate::kafka_to_bq::config::KafkaToBqConfig;
 use crate::kafka_to_bq::replay::{self, ReplayOptions, ReplayReport};
+use crate::kafka_to_bq::topics::{Topics, TOPIC_PLACEHOLDER};
 use crate::usage;
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -83,12 +85,45 @@ async fn replay_cmd(a: &ReplayArgs) -> Result<()> {
     let (cfg, endpoints) = kafka_to_bq_config(&resolved, &job, &a.flags)?;
     let ep = endpoints.ok_or_else(|| usage("dlq replay writes to BigQuery: drop --sink stats"))?;
     let opts = ReplayOptions { where_sql: a.where_sql.clone(), dry_run: a.dry_run };
-    let r = match replay::run(cfg, &root, ep, opts).await {
-        Err(e) if e.downcast_ref::<replay::BadWhere>().is_some() => return Err(usage(e.to_string())),
-        r => r?,
-    };
-    print!("{}", render(&job, a.dry_run, &r));
+    for (name, cfg) in replays(cfg, &root)? {
+        let r = match replay::run(cfg, &root, ep.clone(), opts.clone()).await {
+            Err(e) if e.downcast_ref::<replay::BadWhere>().is_some() => return Err(usage(e.to_string())),
+            r => r?,
+        };
+        print!("{}", render(&name, a.dry_run, &r));
+    }
     Ok(())
+}
+
+/// The replays a job's dead letters need: one for a job of one topic; for a job of
+/// several, one per topic (each topic's dead-letter table into that topic's table, with
+/// the topic's own replay directory), in the topics the job has started. A dead-letter
+/// table shared by topics whose tables differ is refused: its rows do not say which
+/// topic they came from, so they could not be routed.
+fn replays(cfg: KafkaToBqConfig, root: &std::path::Path) -> Result<Vec<(String, KafkaToBqConfig)>> {
+    if !cfg.topics.is_several() {
+        return Ok(vec![(cfg.job_name.clone(), cfg)]);
+    }
+    let known = crate::kafka_to_bq::layout::read_known(root, &cfg.job_name)?.unwrap_or_default();
+    let topics: Vec<String> = match &cfg.topics {
+        Topics::List(ts) => ts.clone(),
+        _ => known.keys().cloned().collect(),
+    };
+    let shared_dlq = cfg.dlq.as_ref().is_some_and(|d| !d.table.contains(TOPIC_PLACEHOLDER));
+    let tables: std::collections::BTreeSet<String> =
+        topics.iter().map(|t| cfg.for_topic(t).table.to_string()).collect();
+    if shared_dlq && tables.len() > 1 {
+        return Err(usage(format!(
+            "job {} reads several topics into {} tables through one dead-letter table, and a dead-letter row does not say which topic it came from, so a replay cannot route it. Replay one topic's rows with --parameters outputTableSpec=<its table> and --where, or give the job a dead-letter table per topic ({{topic}} in outputDeadletterTable)",
+            cfg.job_name,
+            tables.len()
+        )));
+    }
+    if shared_dlq {
+        let one = topics.first().map(|t| cfg.for_topic(t)).unwrap_or(cfg);
+        return Ok(vec![(one.job_name.clone(), one)]);
+    }
+    Ok(topics.iter().map(|t| cfg.for_topic(t)).map(|c| (c.job_name.clone(), c)).collect())
 }
 
 /// The report, as printed.

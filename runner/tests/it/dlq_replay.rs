@@ -145,3 +145,53 @@ async fn a_replay_without_a_job_or_a_dead_letter_table_exits_2_naming_what_is_mi
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("no outputDeadletterTable"), "{}", text(&o));
 }
+
+/// Issue 49 item 7: a job of two topics, one routed through `topicTableMap`, with a
+/// dead-letter table per topic: the replay sends each topic's dead letters to that
+/// topic's own table, and a second replay lands nothing. (Before, it replayed the raw
+/// `{topic}` names.) A dead-letter table shared by topics with different tables is
+/// refused with exit 2: its rows do not say which topic they came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_job_of_several_topics_sends_each_topics_rows_to_its_own_table() {
+    let s = stack();
+    let p = unique("dlqt");
+    let (a, b) = (format!("{p}_a"), format!("{p}_b"));
+    let table = |n: &str| TableRef { project: PROJECT.into(), dataset: "it".into(), table: n.to_string() };
+    let (ta, tb) = (table(&a), table(&format!("{p}_mapped")));
+    let c = flexrun::bigquery::rest::client(&s.bq).await.unwrap();
+    for (topic, t) in [(&a, &ta), (&b, &tb)] {
+        flexrun::kafka::create_topic(&s.kafka, topic, 1).await.unwrap();
+        answer("table", flexrun::bigquery::rest::ensure_table(&c, &s.bq, t, &flexrun::local::demo_schema()))
+            .await
+            .unwrap();
+        produce_values(&s, topic, &values()).await;
+    }
+    let base = format!(
+        "readBootstrapServerAndTopic={};{a}|{b},messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec={PROJECT}:it.{{topic}},topicTableMap={b}:{p}_mapped",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let params = format!("{base},useBigQueryDLQ=true,outputDeadletterTable={PROJECT}:it.{{topic}}_dlq");
+    let o = run_job(&p, &ck, &params, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!((s.count(&ta).await, s.count(&tb).await), ((30, 30), (30, 30)));
+    let js = dir.path().join("fix.js");
+    std::fs::write(&js, FIX).unwrap();
+    for round in 0..2 {
+        let o = replay(&p, &ck, &js, &[]).bounded();
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let landed = if round == 0 { 12 } else { 0 };
+        assert_eq!(out.matches(&format!("replayed into the table: {landed}\n")).count(), 2, "round {round}: {out}");
+        assert_eq!((s.count(&ta).await, s.count(&tb).await), ((42, 42), (42, 42)), "round {round}");
+    }
+    // One dead-letter table for both topics, whose tables differ: refused.
+    let shared = format!("{base},useBigQueryDLQ=true,outputDeadletterTable={PROJECT}:it.{p}_shared_dlq");
+    let jobs = dir.path().join("ck2");
+    let o = run_job(&format!("{p}s"), &jobs, &shared, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = replay(&format!("{p}s"), &jobs, &js, &[]).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("does not say which topic it came from"), "{}", text(&o));
+}
