@@ -25,7 +25,7 @@ OUT=$(mktemp -d)
 printf '%s\n' '{"logStreamId":"{{integer(1000001,2000000)}}","message":"{{alphaNumeric(962)}}"}' > "$OUT/seed.json"
 GEN=(--template streaming-data-generator --seed 1
      --parameters "qps=1000000000,schemaLocation=$OUT/seed.json,sinkType=NULL,messagesLimit=2000000")
-SIM=(simulate --qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120
+SIM=(simulate --rate 1GiB/s --message-size 1KiB --partitions 1000 --max-workers 120
      --worker-machine-type e2-standard-2 --duration 24h --parameters numStorageWriteApiStreams=400 --format json)
 for r in $(seq 1 "$ROUNDS"); do
   echo "[compare] round $r of $ROUNDS" >&2

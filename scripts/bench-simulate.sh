@@ -13,7 +13,7 @@ RUNS=${1:-5}
 bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 BIN=target/release/flexrun
-ARGS=(simulate --qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120
+ARGS=(simulate --rate 1GiB/s --message-size 1KiB --partitions 1000 --max-workers 120
       --worker-machine-type e2-standard-2 --duration 24h --parameters numStorageWriteApiStreams=400 --format json)
 printf '%-14s %6s %10s %10s %10s %9s %8s %22s\n' mode runs "median s" "min s" "max s" workers CPU "latency p50/p95/p99 ms"
 for mode in exactly-once at-least-once; do

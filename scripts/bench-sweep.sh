@@ -14,7 +14,7 @@ RUNS=${1:-5}
 bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 BIN=target/release/flexrun
-ARGS=(simulate --qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120 --duration 24h
+ARGS=(simulate --rate 1GiB/s --message-size 1KiB --partitions 1000 --max-workers 120 --duration 24h
       --parameters numStorageWriteApiStreams=400
       --sweep worker-utilization-hint=0.5,0.6,0.7,0.8
       --sweep worker-machine-type=e2-standard-2,e2-standard-4,n2-standard-4

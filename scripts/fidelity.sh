@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/build-deps.sh
 cargo build --release --bin flexrun >&2
 BIN=target/release/flexrun
-SEED=(--qps 1000000 --message-size 1KiB --partitions 1000 --max-workers 120 --parameters numStorageWriteApiStreams=400)
+SEED=(--rate 1GiB/s --message-size 1KiB --partitions 1000 --max-workers 120 --parameters numStorageWriteApiStreams=400)
 ALO=(--additional-experiments streaming_mode_at_least_once)
 BLOG=(--rate 1GB/s --message-size 1KiB --partitions 10000 --max-workers 200 --worker-machine-type n2d-standard-4
       --parameters numStorageWriteApiStreams=400)

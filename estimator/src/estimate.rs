@@ -32,6 +32,17 @@ pub struct Request {
     pub row_bytes: Option<f64>,
     /// The table's columns; None is seed 001's table (an integer and a string).
     pub table: Option<Vec<Column>>,
+    /// The destination dataset's location (`US`, `EU` or a region): which Storage Write
+    /// quotas apply ([`crate::limits`]).
+    #[serde(default = "default_location")]
+    pub dataset_location: String,
+}
+
+/// Where a new BigQuery dataset goes when no location is given: the US multi-region.
+pub const DEFAULT_DATASET_LOCATION: &str = "US";
+
+fn default_location() -> String {
+    DEFAULT_DATASET_LOCATION.into()
 }
 
 impl Request {
@@ -52,6 +63,7 @@ impl Request {
             pipeline: PipelineOptions::default(),
             row_bytes: None,
             table: None,
+            dataset_location: default_location(),
         }
     }
 }
@@ -126,6 +138,8 @@ pub struct Estimate {
     pub per_month_12: f64,
     /// Where the baseline and prices come from, and the assumptions lines are built on.
     pub notes: Vec<String>,
+    /// Google's quotas and limits this pipeline crosses, each with what to do.
+    pub limits: Vec<crate::limits::Crossed>,
 }
 
 /// Inputs that cannot be estimated.
@@ -134,6 +148,14 @@ pub enum EstimateError {
     /// Throughput not above zero.
     #[error("invalid throughput {0}: expected a rate above 0")]
     Throughput(f64),
+    /// A throughput so large that the worker count cannot be counted.
+    #[error(
+        "throughput {0:.3e} B/s needs more workers than can be counted ({1:.3e}); expected a rate a pipeline can carry"
+    )]
+    TooLarge(f64, f64),
+    /// The dataset location is not one BigQuery has.
+    #[error("{0}")]
+    Location(String),
     /// Message size not above zero.
     #[error("invalid message size {0}: expected a size above 0 bytes")]
     MessageSize(f64),
@@ -169,6 +191,7 @@ fn check(req: &Request) -> Result<(), EstimateError> {
             req.row_bytes.unwrap()
         )));
     }
+    crate::limits::check_location(&req.dataset_location).map_err(EstimateError::Location)?;
     req.pipeline.check().map_err(EstimateError::Pipeline)
 }
 
@@ -210,6 +233,9 @@ pub fn estimate(
     let msgs = req.throughput_bytes_s / req.message_bytes;
     let vcpus_busy = msgs * cpu.vcpu_s(req.message_bytes);
     let workers_exact = vcpus_busy / (machine.vcpus * b.mean_cpu.max(1e-9));
+    if workers_exact.is_nan() || workers_exact > u32::MAX as f64 {
+        return Err(EstimateError::TooLarge(req.throughput_bytes_s, workers_exact));
+    }
     let workers = (workers_exact - 1e-9).ceil().max(1.0) as u32;
     let w = workers as f64;
     let factor = req.throughput_bytes_s / (b.input_mib_s() * MIB);
@@ -220,6 +246,7 @@ pub fn estimate(
     items.extend(pipeline::items(msgs, row, req.throughput_bytes_s, &req.pipeline, pricing));
     let totals = pipeline::totals(&items);
     let notes = notes(req, baseline, b, base_vcpus, machine.vcpus, workers_exact, &cpu, &basis, pricing);
+    let limits = limits_crossed(req, w, machine.vcpus);
     Ok(Estimate {
         request: req.clone(),
         throughput_mib_s: req.throughput_bytes_s / MIB,
@@ -242,7 +269,26 @@ pub fn estimate(
         items,
         totals,
         notes,
+        limits,
     })
+}
+
+/// The limits a pipeline of `workers` workers of `vcpus` vCPUs crosses at `req`'s
+/// throughput: exactly-once holds about one Storage Write connection per worker vCPU
+/// (one COMMITTED stream each, as Beam's dynamic sharding does), at-least-once one
+/// `_default` connection per worker.
+fn limits_crossed(req: &Request, workers: f64, vcpus: f64) -> Vec<crate::limits::Crossed> {
+    let connections = match req.mode {
+        Mode::ExactlyOnce => workers * vcpus,
+        Mode::AtLeastOnce => workers,
+    };
+    let sized = crate::limits::Sized {
+        throughput_bytes_s: req.throughput_bytes_s,
+        workers,
+        connections,
+        location: req.dataset_location.clone(),
+    };
+    crate::limits::crossed(&sized, &crate::limits::Limits::google())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -391,7 +437,7 @@ mod tests {
     const MB: f64 = 1e6;
 
     fn req(bytes_s: f64, mode: Mode, machine: &str, c: Commitment) -> Request {
-        Request::new(bytes_s, 1000.0, mode, machine, c)
+        Request::new(bytes_s, 1024.0, mode, machine, c)
     }
 
     fn est_req(r: &Request) -> Estimate {
@@ -411,20 +457,46 @@ mod tests {
     }
 
     #[test]
-    fn the_published_measurement_is_reproduced_at_its_own_input() {
-        // 1,000,000 msg/s of 1,000 B: 63 workers and 58 SECU/h exactly-once.
-        let e = est(1000.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
-        assert!(close(e.messages_per_s, 1e6) && close(e.workers_exact, 63.0), "{}", e.workers_exact);
+    fn the_published_measurement_is_given_again_at_its_own_input() {
+        // 1 GiB/s of 1 KiB messages (1,048,576 msg/s): 63 workers and 58 SECU/h
+        // exactly-once, 53 and 0 at-least-once, as published.
+        let e = est(1024.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert!(close(e.messages_per_s, 1_048_576.0), "{}", e.messages_per_s);
+        assert!((e.workers_exact - 63.0).abs() < 1e-4 && e.workers == 63, "{}", e.workers_exact);
         assert!(close(e.secu_per_hour, 58.0));
         // $8.69 vCPU + $1.79 memory + $0.10 PD + $5.16 SECU = $15.75/h of Dataflow.
         let cents: Vec<f64> = e.items[..4].iter().map(|i| (i.per_hour * 100.0).round() / 100.0).collect();
         assert_eq!(cents, vec![8.69, 1.79, 0.10, 5.16]);
         assert_eq!((dataflow(&e) * 100.0).round() / 100.0, 15.75);
-        let a = est(1000.0 * MB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
+        let a = est(1024.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
         assert_eq!((a.workers, (dataflow(&a) * 100.0).round() / 100.0), (53, 8.91));
-        // Google's worked example: a tenth of the input, 6.3 workers.
-        let tenth = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
-        assert!(close(tenth.workers_exact, 6.3) && tenth.workers == 7);
+        assert!((a.workers_exact - 53.0).abs() < 1e-4 && a.secu_per_hour == 0.0);
+        // Google's worked example: 100 MiB/s is 100/1024 of the input (the page rounds the
+        // factor to 0.1 and says 6.3 and 5.8), so 6.15 workers and 5.66 SECU/h.
+        let tenth = est(100.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert!((tenth.workers_exact - 63.0 * 100.0 / 1024.0).abs() < 1e-4 && tenth.workers == 7);
+        assert!(close(tenth.secu_per_hour, 58.0 * 100.0 / 1024.0) && close(tenth.scaling_factor, 100.0 / 1024.0));
+    }
+
+    /// Issue 52: a throughput that would overflow the worker count is refused; one past
+    /// every quota is answered with the limits it crosses.
+    #[test]
+    fn an_overflowing_throughput_is_refused_and_a_huge_one_names_its_limits() {
+        let p = Pricing::us_central1();
+        let r = req(1e9 * 1024.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        let e = estimate(&r, "g", &google_kafka_to_bq(), &p).unwrap_err();
+        assert!(matches!(e, EstimateError::TooLarge(..)) && e.to_string().contains("more workers than can be counted"));
+        let mut r = req(20.0 * 1024.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        r.dataset_location = "us-central1".into();
+        let e = est_req(&r);
+        let names: Vec<&str> = e.limits.iter().map(|l| l.limit.as_str()).collect();
+        assert_eq!(names, ["storage-write-throughput", "storage-write-connections", "dataflow-max-workers"], "{e:?}");
+        let mut us = req(1024.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert!(est_req(&us).limits.is_empty(), "1 GiB/s into US crosses nothing");
+        us.dataset_location = "us-central1".into();
+        assert_eq!(est_req(&us).limits[0].limit, "storage-write-throughput");
+        us.dataset_location = "mars".into();
+        assert!(matches!(estimate(&us, "g", &google_kafka_to_bq(), &p), Err(EstimateError::Location(_))));
     }
 
     #[test]
@@ -433,11 +505,12 @@ mod tests {
         let r =
             Request { message_bytes: 100.0, ..req(100.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None) };
         let small = est_req(&r);
-        assert!(close(small.messages_per_s, 10.0 * big.messages_per_s));
+        assert!(close(small.messages_per_s, 10.24 * big.messages_per_s));
         // Per byte alone would give the same vCPUs; the per-message term makes 100 B
-        // messages cost (43.84 + 3.57) / (43.84 + 35.66) * 10 = 6.0x the CPU.
+        // messages cost (44.50 + 3.06) / (44.50 + 31.31) * 10 = 6.3x the CPU of 1 KiB ones.
         let ratio = small.vcpus_busy / big.vcpus_busy;
-        assert!((ratio - 10.0 * (43.844 + 3.5656) / (43.844 + 35.656)).abs() < 1e-3, "{ratio}");
+        let (a, b) = (44.50343, 0.03057976);
+        assert!((ratio - 10.24 * (a + 100.0 * b) / (a + 1024.0 * b)).abs() < 1e-3, "{ratio}");
         // The held-out small-message run: 130 B at-least-once, 20.6k rows/s per busy vCPU.
         let r = Request {
             message_bytes: 130.0,
@@ -451,9 +524,9 @@ mod tests {
     fn the_whole_pipeline_is_billed_and_bigquery_dominates_at_1_gib_s() {
         let e = est(1024.0 * MIB, Mode::AtLeastOnce, "e2-standard-2", Commitment::None);
         let ing = e.items.iter().find(|i| i.line == Line::BigqueryIngestion).unwrap();
-        // 3,600 GiB/h of messages, 972/1000 of it as billed row bytes.
-        assert!(close(ing.quantity, 3600.0 * e.row_bytes / 1000.0), "{}", ing.quantity);
-        assert!((e.row_bytes - 971.0).abs() < 1.0 && e.row_bytes_basis.contains("estimated"));
+        // 3,600 GiB/h of 1 KiB messages, 995/1024 of it as billed row bytes.
+        assert!(close(ing.quantity, 3600.0 * e.row_bytes / 1024.0), "{}", ing.quantity);
+        assert!((e.row_bytes - 995.0).abs() < 1.0 && e.row_bytes_basis.contains("estimated"), "{}", e.row_bytes);
         assert!(ing.quantity * ing.unit_price > 85.0 && ing.per_hour > 85.0);
         assert_eq!(e.totals.dominant, Line::BigqueryIngestion);
         assert!(close(e.per_hour, e.items.iter().map(|i| i.per_hour).sum()));
@@ -477,8 +550,9 @@ mod tests {
     #[test]
     fn machine_types_commitments_and_small_jobs() {
         let big = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-4", Commitment::None);
-        assert!(close(big.workers_exact, 3.15));
-        assert_eq!(big.workers, 4);
+        // Half the workers of e2-standard-2 at 100 MB/s: 63 x (100 MB / 1 GiB) / 2.
+        assert!(close(big.workers_exact, 63.0 * 100.0 * MB / (1024.0 * MIB) / 2.0), "{}", big.workers_exact);
+        assert_eq!(big.workers, 3);
         assert!(big.notes.iter().any(|n| n.contains("per vCPU carries over")));
         let on_demand = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
         let three = est(100.0 * MB, Mode::ExactlyOnce, "e2-standard-2", Commitment::ThreeYears);

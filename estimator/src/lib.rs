@@ -14,6 +14,7 @@
 //! - [`estimate`](mod@estimate): workers from the CPU model, and the bill.
 //! - [`rowsize`]: the bytes BigQuery bills per row (its data size calculation).
 //! - [`pipeline`]: the bill's other lines: BigQuery ingestion and storage, Managed Kafka.
+//! - [`limits`]: Google's quotas and limits as data, and which a sized pipeline crosses.
 //! - [`files`]: windowed file output (kafka-to-gcs): the publish time of a window.
 //! - [`state`]: window state and checkpoints (kafka-to-gcs): state size, memory, and
 //!   each checkpoint's bytes and duration per backend and kind.
@@ -24,6 +25,7 @@ pub mod baseline;
 pub mod boundary;
 pub mod estimate;
 pub mod files;
+pub mod limits;
 pub mod pipeline;
 pub mod pricing;
 pub mod rowsize;

@@ -5,11 +5,11 @@
 //! From Google's publication (seed 001, `estimator/data/google-kafka-to-bq-e2-standard-2.yaml`):
 //! - **the CPU a message costs**: the baseline's two terms, vCPU-µs per message plus
 //!   vCPU-ns per byte ([`flexrun_estimator::CpuTerms`]), calibrated to seed 001
-//!   (1,000,000 msg/s of 1,000 B on 63 or 53 workers) and to a published 130 B run. This
+//!   (1 GiB/s of 1 KiB messages on 63 or 53 workers) and to a published 130 B run. This
 //!   is the only calibration input for workers and CPU; the worker count and CPU the
 //!   simulation reports come out of the autoscaler's decisions. A locally measured
 //!   baseline (`flexrun calibrate`) or `--vcpu-capacity` replaces it.
-//! - **SECU per MiB/s** (58 SECU/h at 976.6 MiB/s exactly-once, 0 at-least-once), scaled
+//! - **SECU per MiB/s** (58 SECU/h at 1,024 MiB/s exactly-once, 0 at-least-once), scaled
 //!   linearly with the simulated throughput, as Google's sizing rule does.
 //! - the template's settings: `numStorageWriteApiStreams` (400 in the benchmark, from
 //!   `--parameters`), the 5 s triggering frequency, Beam's 2 MiB append threshold.

@@ -68,7 +68,7 @@ pub struct EstimateResponse {
 }
 
 /// The fields `/api/estimate` reads.
-pub const ESTIMATE_FIELDS: [&str; 15] = [
+pub const ESTIMATE_FIELDS: [&str; 16] = [
     "throughput",
     "message_size",
     "mode",
@@ -84,6 +84,7 @@ pub const ESTIMATE_FIELDS: [&str; 15] = [
     "cdc_table_size",
     "cdc_max_staleness",
     "row_bytes",
+    "dataset_location",
 ];
 
 type Get<'a> = dyn Fn(&str) -> Option<&'a str> + 'a;
@@ -161,6 +162,9 @@ fn request_from(get: &Get) -> Result<(est::Request, est::BaselineFile), ApiError
         Some(s) => Some(est::parse_size(s).map_err(|e| ApiError::bad("row_bytes", e.to_string()))?),
         None => None,
     };
+    if let Some(loc) = get("dataset_location").filter(|l| !l.is_empty()) {
+        req.dataset_location = loc.to_string();
+    }
     Ok((req, baseline))
 }
 
@@ -170,6 +174,7 @@ fn field_of(err: &est::EstimateError) -> &'static str {
         est::EstimateError::MessageSize(_) => "message_size",
         est::EstimateError::Row(_) => "row_bytes",
         est::EstimateError::Pipeline(_) => "lines",
+        est::EstimateError::Location(_) => "dataset_location",
         _ => "throughput",
     }
 }
@@ -292,7 +297,7 @@ pub fn sweep_from_query(
     let get = |k: &str| q.get(k).map(String::as_str).map(str::trim).filter(|s| !s.is_empty());
     let rate = est::Rate::parse(get("throughput").unwrap_or(""))
         .map_err(|e| ApiError::bad("throughput", format!("{e} (e.g. 100MiB/s or 5000msg/s)")))?;
-    let message = MessageSize::parse(get("message_size").unwrap_or("1000B"))
+    let message = MessageSize::parse(get("message_size").unwrap_or("1KiB"))
         .map_err(|e| ApiError::bad("message_size", e.to_string()))?;
     let mode = get("mode").unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
     let partitions = match get("partitions").unwrap_or("1000").parse::<u32>() {

@@ -19,6 +19,7 @@ td, th { border-bottom: 1px solid #dde; padding: .25rem .6rem; text-align: right
 td:first-child, th:first-child { text-align: left; }
 .error { color: #b00020; font-weight: 600; }
 .note { color: #555; font-size: .9rem; }
+.limit { color: #8a1f11; background: #fdecea; padding: .3rem .5rem; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
 h2 { margin-top: 1.6rem; }
 "##;
@@ -47,6 +48,7 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 <label for="mode">Mode</label><select id="mode" name="mode"><option>exactly-once</option><option>at-least-once</option></select>
 <label for="machine_type">Machine type</label><select id="machine_type" name="machine_type"><option>e2-standard-2</option><option>e2-standard-4</option><option>e2-standard-8</option><option>n1-standard-1</option><option>n1-standard-2</option><option>n1-standard-4</option><option>n2-standard-2</option><option>n2-standard-4</option></select>
 <label for="commitment">Commitment</label><select id="commitment" name="commitment"><option value="none">none</option><option value="1y">1 year</option><option value="3y">3 years</option></select>
+<label for="dataset_location">Dataset location</label><input id="dataset_location" name="dataset_location" value="US" title="US or EU (multi-regions), or a region such as us-central1: it picks the Storage Write quotas">
 <label for="baseline">Baseline</label><select id="baseline" name="baseline"><option value="google">Google, kafka-to-bq, e2-standard-2</option></select>
 <label for="lines">Lines</label><input id="lines" name="lines" value="dataflow,bigquery-ingestion,bigquery-storage,bigquery-cdc,kafka">
 <label for="kafka">Kafka</label><select id="kafka" name="kafka"><option value="own">your own (not priced)</option><option value="managed">Managed Service for Apache Kafka</option></select>
@@ -66,7 +68,7 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 
 const ESTIMATE_SCRIPT: &str = r##"
 const $ = id => document.getElementById(id);
-const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","cdc_table_size","cdc_max_staleness","row_bytes"];
+const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","cdc_table_size","cdc_max_staleness","row_bytes","dataset_location"];
 const COLORS = {"dataflow": "#2a6fdb", "bigquery-ingestion": "#e07b00", "bigquery-storage": "#1a9e3a", "bigquery-cdc": "#c0392b", "kafka": "#8e44ad"};
 const params = new URLSearchParams(location.search);
 for (const k of FIELDS) if (params.has(k)) $(k).value = params.get(k);
@@ -86,6 +88,7 @@ function table(e) {
   for (const l of e.totals.lines) h += `<tr class="line-total"><th>${l.line}</th><td colspan="4"></td><th>${f(l.per_hour,2)}</th><th>${f(l.month_1,0)}</th><th>${f(l.month_12,0)}</th></tr>`;
   h += `<tr><th>total</th><td colspan="4"></td><th>${f(e.per_hour,2)}</th><th>${f(e.per_month,0)}</th><th>${f(e.per_month_12,0)}</th></tr></table>`;
   h += `<p class="note">Row size: ${e.row_bytes_basis}.</p>`;
+  for (const l of (e.limits || [])) h += `<p class="limit" data-limit="${l.limit}"><b>Limit:</b> ${l.message} <small>(${l.source})</small></p>`;
   for (const n of e.notes) h += `<p class="note">${n}</p>`;
   return h;
 }

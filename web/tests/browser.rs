@@ -167,6 +167,22 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
         "the simulate link carries the form:\n{dom}"
     );
 
+    // Issue 52: 1 GiB/s into a us-central1 dataset names the Storage Write quota; into US,
+    // nothing.
+    let dom = tokio::task::spawn_blocking({
+        let base = base.clone();
+        move || {
+            render(
+                &format!("{base}/estimate?throughput=1&unit=GiB/s&dataset_location=us-central1&submit=1"),
+                "estimate-limits.png",
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains(r#"data-limit="storage-write-throughput""#), "the quota is named on the page:\n{dom}");
+    assert!(dom.contains("multi-region"), "with what to do");
+
     let dom = tokio::task::spawn_blocking({
         let base = base.clone();
         move || {

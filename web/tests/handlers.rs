@@ -13,15 +13,32 @@ async fn get(jobs: &JobRegistry, uri: &str) -> (StatusCode, String) {
     (status, String::from_utf8(body.to_vec()).unwrap())
 }
 
+/// Issue 52: the API names the limits a pipeline crosses, by dataset location, and a
+/// location BigQuery does not have is a 400 naming the field.
+#[tokio::test]
+async fn estimate_api_names_the_limits_by_dataset_location() {
+    let jobs = JobRegistry::default();
+    let (s, body) = get(&jobs, "/api/estimate?throughput=1GiB/s&dataset_location=us-central1").await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["estimate"]["limits"][0]["limit"], "storage-write-throughput", "{body}");
+    let (_, body) = get(&jobs, "/api/estimate?throughput=1GiB/s").await;
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["estimate"]["limits"].as_array().map(Vec::len), Some(0), "US is the default: {body}");
+    let (s, body) = get(&jobs, "/api/estimate?throughput=1GiB/s&dataset_location=moon").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("dataset_location"), "{body}");
+}
+
 #[tokio::test]
 async fn estimate_api_answers_and_names_bad_fields() {
     let jobs = JobRegistry::default();
     let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&mode=exactly-once").await;
     assert_eq!(s, StatusCode::OK, "{body}");
     let j: serde_json::Value = serde_json::from_str(&body).unwrap();
-    // 104,857.6 messages/s of 1,000 B, each 48.642 vCPU-µs + 39.558 vCPU-ns per byte, on
+    // 102,400 messages/s of 1 KiB, each 49.37362 vCPU-µs + 33.92622 vCPU-ns per byte, on
     // 2-vCPU workers at Google's 70 % mean CPU.
-    let want = 104_857.6 * (48.642e-6 + 39.558e-9 * 1000.0) / (2.0 * 0.7);
+    let want = 102_400.0 * (49.37362e-6 + 33.92622e-9 * 1024.0) / (2.0 * 0.7);
     assert!((j["estimate"]["workers_exact"].as_f64().unwrap() - want).abs() < 1e-6, "{want}: {body}");
     assert_eq!(j["curve"].as_array().unwrap().len(), 20);
     let modes = j["modes"].as_array().unwrap();

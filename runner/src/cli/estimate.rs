@@ -47,6 +47,10 @@ pub struct EstimateArgs {
     /// Region whose prices to use (us-central1's ship).
     #[arg(long, default_value = "us-central1")]
     pub region: String,
+    /// The BigQuery dataset's location: a multi-region (US, EU) or a region
+    /// (us-central1, ...). It picks the Storage Write quotas the estimate checks.
+    #[arg(long, default_value = flexrun_estimator::estimate::DEFAULT_DATASET_LOCATION)]
+    pub dataset_location: String,
     /// The bill's lines and what they assume.
     #[command(flatten)]
     pub bill: super::bill_flags::BillFlags,
@@ -161,10 +165,11 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     req.pipeline = a.bill.options(gcs.is_some())?;
     req.row_bytes = a.bill.row_bytes;
     req.table = a.bill.table()?;
+    req.dataset_location = a.dataset_location.clone();
     if gcs.is_some() {
         req.mode = est::Mode::AtLeastOnce;
     }
-    let e = est::estimate(&req, &name, &baseline, &pricing).map_err(|e| usage(e.to_string()))?;
+    let e = est::estimate(&req, &name, &baseline, &pricing).map_err(|e| usage(format!("{}{e}", flag_of(&e))))?;
     let gcs = match gcs {
         Some(()) => Some(gcs_sizing(&a, req.throughput_bytes_s, e.workers as f64)?),
         None => None,
@@ -183,6 +188,18 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The flag an estimate error is about, as a prefix for its message.
+fn flag_of(e: &flexrun_estimator::EstimateError) -> &'static str {
+    use flexrun_estimator::EstimateError as E;
+    match e {
+        E::Throughput(_) | E::TooLarge(..) => "--throughput: ",
+        E::MessageSize(_) => "--message-size: ",
+        E::MachineType { .. } => "--machine-type: ",
+        E::Location(_) => "--dataset-location: ",
+        _ => "",
+    }
 }
 
 /// The estimate as text: the sizing, then the bill item by item with month 1 and month
@@ -244,6 +261,9 @@ fn print_table(e: &flexrun_estimator::Estimate) {
         "total", "", "", "", "", e.per_hour, e.per_month, e.per_month_12
     );
     println!("{}", e.totals.summary);
+    for l in &e.limits {
+        println!("LIMIT: {} [{}]", l.message, l.source);
+    }
     for n in &e.notes {
         println!("note: {n}");
     }

@@ -110,19 +110,12 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     if l.max_workers.is_none() {
         match a.throughput {
             Some(rate) => {
-                let at_least_once = if resolved.defines("useStorageWriteApiAtLeastOnce")
-                    && resolved.was_given("useStorageWriteApiAtLeastOnce")
-                {
-                    resolved.flag("useStorageWriteApiAtLeastOnce")
-                } else {
-                    s.at_least_once_experiment()
-                };
-                let mode = if at_least_once { est::Mode::AtLeastOnce } else { est::Mode::ExactlyOnce };
+                let mode = crate::kafka_to_bq::config::Delivery::of(&resolved, s.at_least_once_experiment()).mode();
                 let machine = l.machine_type.clone().unwrap_or_default();
-                let req =
-                    est::Request::new(rate.bytes_per_second(1000.0), 1000.0, mode, &machine, est::Commitment::None);
-                let name = "google-kafka-to-bq-e2-standard-2.yaml";
-                let e = est::estimate(&req, name, &est::google_kafka_to_bq(), &est::Pricing::us_central1())
+                let baseline = est::google_kafka_to_bq();
+                let msg = baseline.message_bytes.unwrap_or(1024.0);
+                let req = est::Request::new(rate.bytes_per_second(msg), msg, mode, &machine, est::Commitment::None);
+                let e = est::estimate(&req, est::GOOGLE_KAFKA_TO_BQ_NAME, &baseline, &est::Pricing::us_central1())
                     .map_err(|e| usage(format!("--throughput: {e}")))?;
                 let max = ((e.workers_exact * MAX_WORKERS_HEADROOM).ceil() as u32).clamp(pool.num_workers.max(1), 1000);
                 l.max_workers = Some(max);

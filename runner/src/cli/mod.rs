@@ -76,7 +76,7 @@ pub enum Command {
         action: templates::TemplatesAction,
     },
     /// Workers, Streaming Engine compute units and cost for a throughput, from a baseline.
-    Estimate(estimate::EstimateArgs),
+    Estimate(Box<estimate::EstimateArgs>),
     /// The same job at cloud scale in virtual time, with the real autoscaler in the loop.
     Simulate(Box<crate::cli::simulate::SimulateArgs>),
     /// Print the gcloud command and REST body that run the same job on Dataflow.
@@ -191,7 +191,7 @@ pub async fn dispatch(cli: Cli) -> Result<()> {
         Some(Command::Templates { action }) => templates::run(action),
         Some(Command::Local { action }) => local::run(action).await,
         Some(Command::Dlq { action }) => dlq::run(action).await,
-        Some(Command::Estimate(a)) => estimate::run(a),
+        Some(Command::Estimate(a)) => estimate::run(*a),
         Some(Command::Export(a)) => export::run(&a),
         Some(Command::Simulate(a)) if !a.sweep.is_empty() => sweep::run(&a),
         Some(Command::Simulate(a)) => simulate::run(&a),

@@ -43,8 +43,9 @@ pub struct SimulateArgs {
     /// Input as a rate with a unit: 1GiB/s, 500MB/s, 1000000msg/s.
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub rate: Option<Rate>,
-    /// Message size: 1KiB, uniform:512..1536, normal:1024,200 or lognormal:800,0.5.
-    #[arg(long, default_value = "1000B", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
+    /// Message size (default: the baseline's, 1 KiB): 1KiB, uniform:512..1536,
+    /// normal:1024,200 or lognormal:800,0.5.
+    #[arg(long, default_value = "1KiB", value_parser = |s: &str| MessageSize::parse(s).map_err(|e| e.to_string()))]
     pub message_size: MessageSize,
     /// Kafka partitions of the topic.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -181,22 +182,13 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
         }
     }
     let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
-    let at_least_once = if p.was_given("useStorageWriteApiAtLeastOnce") {
-        p.flag("useStorageWriteApiAtLeastOnce")
-    } else {
-        a.scaling.at_least_once_experiment()
-    };
+    let delivery = crate::kafka_to_bq::config::Delivery::of(&p, a.scaling.at_least_once_experiment());
     use crate::kafka_to_bq::config::{storage_write_streams, triggering_frequency_s};
     let streams = storage_write_streams(&p).map_err(usage)? as f64;
     // 0 means Beam's dynamic sharding: modelled as one stream per vCPU of the largest pool.
     let streams = if streams > 0.0 { streams } else { a.scaling.max_workers.unwrap_or(100) as f64 * 2.0 };
     let triggering_s = triggering_frequency_s(&p).map_err(usage)?;
-    Ok(TemplateSettings {
-        mode: if at_least_once { Mode::AtLeastOnce } else { Mode::ExactlyOnce },
-        streams,
-        triggering_s,
-        file_commit: None,
-    })
+    Ok(TemplateSettings { mode: delivery.mode(), streams, triggering_s, file_commit: None })
 }
 
 /// The load profile: `--profile`, or `--profile-file` as YAML, or as a CSV of

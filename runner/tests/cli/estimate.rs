@@ -23,9 +23,12 @@ fn one_gib_per_second_bills_storage_write_ingestion_and_the_total_includes_it() 
     let ing = item(&e, "bigquery-ingestion");
     assert_eq!(ing.len(), 1, "{e}");
     let i = ing[0];
-    // 1 GiB/s of 1,000 B messages, each a 971 B row as BigQuery counts it (estimated).
-    let rows_s = 1073741824.0 / 1000.0;
-    let gib_h = 3600.0 * rows_s * 971.0 / 1073741824.0;
+    // 1 GiB/s of 1 KiB messages (the baseline's), each a 995 B row as BigQuery counts it
+    // (estimated: 24 B less than the message's JSON).
+    let row = e["row_bytes"].as_f64().unwrap();
+    assert!((row - 995.0).abs() < 1.0, "{row}");
+    let rows_s = 1073741824.0 / 1024.0;
+    let gib_h = 3600.0 * rows_s * row / 1073741824.0;
     assert!((i["quantity"].as_f64().unwrap() - gib_h).abs() < 0.01, "{i}");
     assert!((gib_h - 3600.0).abs() / 3600.0 < 0.05, "near 3,600 GiB/h: {gib_h}");
     assert_eq!(i["unit_price"].as_f64(), Some(0.025), "{i}");

@@ -21,13 +21,12 @@ fn config(args: &[&str]) -> SimConfig {
     }
 }
 
-/// The seed's setup: 1,000,000 msg/s of 1 KiB (976.6 MiB/s: the message rate and size
-/// the publication states, which the baseline's `input_mib_s` takes as the measured load),
+/// The seed's setup: the published 1 GiB/s of 1 KiB messages (the baseline's input),
 /// 1,000 partitions, e2-standard-2, at most 120 workers, 24 h, 400 streams.
 fn seed_setup(partitions: &str, duration: &str, extra: &[&str]) -> SimConfig {
     let mut args = vec![
-        "--qps",
-        "1000000",
+        "--rate",
+        "1GiB/s",
         "--message-size",
         "1KiB",
         "--partitions",
@@ -574,4 +573,15 @@ fn a_simulated_cdc_pipeline_is_billed_for_its_apply_jobs() {
     let apply = line(&r.summary, Line::BigqueryCdc).expect("a CDC line");
     assert!((apply - 730.0 * 6.0 * 100.0 / 1024.0 * 6.25).abs() < 1e-6, "{apply}");
     assert!(r.summary.cost_per_hour > plain.summary.cost_per_hour, "the apply jobs are on the bill");
+}
+
+/// Issue 52 item 4: the delivery comes from the one rule a run uses, so a CDC job
+/// (`cdcPrimaryKey`) is simulated at-least-once, as it runs, and so is the experiment.
+#[test]
+fn a_cdc_job_is_simulated_at_least_once_as_it_runs() {
+    use flexrun_estimator::Mode;
+    let mode = |params: &str| seed_setup("10", "1h", &["--parameters", params]).mode;
+    assert_eq!(mode("storageWriteApiTriggeringFrequencySec=5"), Mode::ExactlyOnce);
+    assert_eq!(mode("cdcPrimaryKey=id"), Mode::AtLeastOnce);
+    assert_eq!(mode("useStorageWriteApiAtLeastOnce=true"), Mode::AtLeastOnce);
 }

@@ -53,9 +53,9 @@ fn calibrate_writes_a_baseline_that_estimate_and_simulate_read() {
         "--format",
         "json",
     ]));
-    // simulate's default message is seed 001's 1,000 B.
-    let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1000.0;
-    let want_mib_s = 1000.0 / per_msg_s / (1024.0 * 1024.0);
+    // simulate's default message is the baseline's 1 KiB.
+    let per_msg_s = eo.vcpu_us_per_message.unwrap() * 1e-6 + eo.vcpu_ns_per_byte.unwrap() * 1e-9 * 1024.0;
+    let want_mib_s = 1024.0 / per_msg_s / (1024.0 * 1024.0);
     let got = s["summary"]["vcpu_capacity_mib_s"].as_f64().unwrap();
     assert!((got - want_mib_s).abs() / want_mib_s < 1e-6, "{got} vs {want_mib_s}");
 }
