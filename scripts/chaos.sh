@@ -3,8 +3,8 @@
 # exactly-once and at-least-once, and kafka-to-gcs to the Cloud Storage emulator), a
 # broker SIGKILL and restart, BigQuery UNAVAILABLE for 30 s and
 # RESOURCE_EXHAUSTED for 2 min, records of 1 MB, 9.9 MB and 15 MB, 20 SIGKILLs with rows
-# refused mid-batch and 200 kB requests, and an idle partition written while the job was
-# down, on the real local stack (its own ports: stack name "chaos"). Prints a markdown
+# refused mid-batch and 200 kB requests, an idle partition written while the job was
+# down, and topics joining a CDC pattern job under 10 SIGKILLs, on the real local stack (its own ports: stack name "chaos"). Prints a markdown
 # table; about 25 minutes.
 #
 #   scripts/chaos.sh                      every scenario

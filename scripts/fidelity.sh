@@ -21,9 +21,9 @@ sim() { "$BIN" simulate "$@" --format json 2>/dev/null; }
 sim "${SEED[@]}" > /tmp/fid-seed-eo.json
 sim "${SEED[@]}" "${ALO[@]}" > /tmp/fid-seed-alo.json
 # At-least-once predicted from exactly-once: the exactly-once capacity per vCPU
-# (976.6 MiB/s / (63 x 0.70 x 2) = 11.07 MiB/s) times the Beam blog's at-least-once /
+# (1024 MiB/s / (63 x 0.70 x 2) = 11.61 MiB/s) times the Beam blog's at-least-once /
 # exactly-once MB/s per core (6.4 / 6.0), instead of the published at-least-once row.
-sim "${SEED[@]}" "${ALO[@]}" --vcpu-capacity "$(python3 -c 'print(round(976.5625/(63*0.7*2)*6.4/6.0, 3))')MiB/s" > /tmp/fid-alo-pred.json
+sim "${SEED[@]}" "${ALO[@]}" --vcpu-capacity "$(python3 -c 'print(round(1024/(63*0.7*2)*6.4/6.0, 3))')MiB/s" > /tmp/fid-alo-pred.json
 sim "${BLOG[@]}" > /tmp/fid-blog-eo.json
 sim "${BLOG[@]}" "${ALO[@]}" > /tmp/fid-blog-alo.json
 sim "${STEP[@]}" > /tmp/fid-step.json

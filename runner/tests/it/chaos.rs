@@ -9,6 +9,7 @@
 
 use crate::common::*;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn row(scenario: &str, messages: u64, faults: &str, rows: i64, distinct: i64, recover_s: f64) {
@@ -297,4 +298,118 @@ async fn chaos_large_messages() {
         t.elapsed().as_secs_f64(),
     );
     assert_eq!(rows + dl, 1002);
+}
+
+/// Produce `n` seeded CDC changes over `keys` keys to `topic` (two partitions, each key
+/// on partition `key % 2`, the op in a header), in order, and return the final state
+/// they define (a key's last change wins when it is an UPSERT). Versions count from
+/// `first`, so they say nothing about order across topics.
+async fn produce_cdc(s: &Stack, topic: &str, n: i64, keys: i64, seed: u64, first: i64) -> BTreeMap<i64, i64> {
+    use rdkafka::message::OwnedHeaders;
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+    let p: FutureProducer = flexrun::kafka::Connection::plaintext(&s.kafka)
+        .client("a producer", &[("enable.idempotence", "true"), ("queue.buffering.max.messages", "1000000")])
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut last = BTreeMap::new();
+    let mut acks = Vec::new();
+    for version in first..first + n {
+        let id = rng.random_range(0..keys);
+        let op = if rng.random_bool(0.2) { "DELETE" } else { "UPSERT" };
+        last.insert(id, (version, op));
+        let value = serde_json::json!({"id": id, "version": version, "note": format!("v{version}")}).to_string();
+        let headers = OwnedHeaders::new().insert(rdkafka::message::Header { key: "op", value: Some(op) });
+        let key = id.to_string();
+        let r = FutureRecord::to(topic).key(&key).payload(&value).partition((id % 2) as i32).headers(headers);
+        acks.push(p.send_result(r).map_err(|(e, _)| e).unwrap());
+    }
+    for a in acks {
+        answer("produce", a).await.unwrap().map_err(|(e, _)| e).unwrap();
+    }
+    p.flush(CALL_LIMIT).unwrap();
+    last.into_iter().filter(|(_, (_, op))| *op == "UPSERT").map(|(k, (v, _))| (k, v)).collect()
+}
+
+/// Issue 49: a CDC pattern job (changes ordered by Kafka offset, each key on one of two
+/// partitions) with the template's default `kafkaReadOffset`, killed 10 times while
+/// topics join it: `t1` exists from the start, `t2` is created with its changes while
+/// the job is down after the third kill, `t3` while it runs after the sixth. Every
+/// topic's table ends in each key's exact final state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: scripts/chaos.sh"]
+async fn chaos_topics_join_a_cdc_pattern_job_under_10_sigkills() {
+    let s = stack();
+    let sd = seed();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(sd);
+    let p = unique("chaos_join");
+    let topics: Vec<String> = (1..=3).map(|i| format!("{p}_t{i}")).collect();
+    let tables: Vec<flexrun::bigquery::TableRef> = topics
+        .iter()
+        .map(|t| flexrun::bigquery::TableRef { project: PROJECT.into(), dataset: "cdc".into(), table: t.clone() })
+        .collect();
+    for t in &tables {
+        crate::cdc::create_keyed(&s, t).await;
+    }
+    flexrun::kafka::create_topic(&s.kafka, &topics[0], 2).await.unwrap();
+    let params = format!(
+        "readBootstrapServerAndTopic={};/{p}_t.*/,messageFormat=JSON,outputTableSpec={PROJECT}:cdc.{{topic}},kafkaReadAuthenticationMode=NONE,cdcPrimaryKey=id",
+        s.kafka
+    );
+    let ck = tempfile::tempdir().unwrap();
+    let flags = ["--batch-rows", "500"];
+    let (n, keys) = (20_000i64, 400i64);
+    let mut want: Vec<BTreeMap<i64, i64>> = vec![BTreeMap::new(); 3];
+    let changes = |t: &flexrun::bigquery::TableRef| fault_stats(t)["cdc_changes"].as_i64().unwrap_or(0);
+    let mut landed = 0;
+    for k in 1..=10i64 {
+        let mut child = spawn_job("chaos_join", ck.path(), &params, &flags);
+        if k == 1 {
+            // The default offset is latest: produce once t1's start is durable.
+            let starts = ck.path().join(format!("chaos_join.{}/starts.json", topics[0]));
+            while !starts.exists() {
+                assert!(child.try_wait().unwrap().is_none(), "the job ended before it started reading");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            want[0] = produce_cdc(&s, &topics[0], n, keys, sd, 0).await;
+        }
+        if k == 7 {
+            flexrun::kafka::create_topic(&s.kafka, &topics[2], 2).await.unwrap();
+            want[2] = produce_cdc(&s, &topics[2], n / 2, keys, sd ^ 3, 0).await;
+        }
+        // Kill once t1's table has received a seeded share of its changes more (and, on
+        // the seventh run, once t3, created while it runs, has been found and written to).
+        let goal = changes(&tables[0]) + rng.random_range(500..1_500);
+        let start = Instant::now();
+        let t3_read = |k: i64| k != 7 || changes(&tables[2]) > 0;
+        while (changes(&tables[0]) < goal || !t3_read(k)) && child.try_wait().unwrap().is_none() {
+            assert!(start.elapsed() < RUN_LIMIT, "kill {k}: the job made no progress");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "kill {k} would not land while the job runs");
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        landed += 1;
+        if k == 3 {
+            flexrun::kafka::create_topic(&s.kafka, &topics[1], 2).await.unwrap();
+            want[1] = produce_cdc(&s, &topics[1], n / 2, keys, sd ^ 2, 0).await;
+        }
+    }
+    let t = Instant::now();
+    let o = run_job("chaos_join", ck.path(), &params, "3s", &flags);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut exact = 0;
+    for (i, t) in tables.iter().enumerate() {
+        let got = crate::cdc::state_of(&s, t).await;
+        exact += (got == want[i]) as i64;
+        assert_eq!(got, want[i], "{}: each key's final state (seed {sd})", topics[i]);
+    }
+    // The row counts tables: three, each exact in every key.
+    row(
+        "CDC pattern job (tables exact, of 3), topics created while down and while running",
+        3,
+        &format!("{landed} SIGKILLs (seed {sd}), {} changes; t2 created while down, t3 while running", n * 2),
+        exact,
+        exact,
+        t.elapsed().as_secs_f64(),
+    );
 }
