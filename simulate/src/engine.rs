@@ -45,10 +45,23 @@ impl Window {
 
 /// Run the simulation. `progress` is called with the virtual time reached, now and then.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
+    run_until(cfg, progress, &std::sync::atomic::AtomicBool::new(false)).expect("never stopped")
+}
+
+/// [`run`], given up (None) as soon as `stop` is set: a caller that no longer wants the
+/// answer (a web client that went away) frees the cores within one step.
+pub fn run_until(
+    cfg: &SimConfig,
+    progress: &mut dyn FnMut(f64),
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<SimReport> {
     let mut sim = Sim::new(cfg);
     let steps = (cfg.workload.duration_s / STEP_S).ceil() as u64;
     let mut last_progress = 0.0;
     for step in 1..=steps {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         let t = step as f64 * STEP_S;
         sim.step(t);
         if t - last_progress >= 3600.0 {
@@ -57,7 +70,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> SimReport {
         }
     }
     progress(cfg.workload.duration_s);
-    sim.finish()
+    Some(sim.finish())
 }
 
 /// Rates that stay fixed over a run.

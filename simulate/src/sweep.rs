@@ -95,18 +95,29 @@ impl SweepRow {
 /// Simulate every candidate on all cores, in candidate order, and mark the front.
 /// `progress` is called with the number of finished configurations.
 pub fn run(candidates: &[Candidate], progress: &(dyn Fn(usize) + Sync)) -> Vec<SweepRow> {
+    run_until(candidates, progress, &std::sync::atomic::AtomicBool::new(false)).expect("never stopped")
+}
+
+/// [`run`], given up (None) as soon as `stop` is set: every running configuration stops
+/// within one simulated step, and none is started after.
+pub fn run_until(
+    candidates: &[Candidate],
+    progress: &(dyn Fn(usize) + Sync),
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<Vec<SweepRow>> {
     let hours_per_month = flexrun_estimator::Pricing::us_central1().hours_per_month;
     let finished = AtomicUsize::new(0);
-    let mut rows: Vec<SweepRow> = candidates
+    let rows: Option<Vec<SweepRow>> = candidates
         .par_iter()
         .map(|c| {
-            let report = super::run(&c.config, &mut |_| {});
+            let report = crate::engine::run_until(&c.config, &mut |_| {}, stop)?;
             progress(finished.fetch_add(1, Ordering::Relaxed) + 1);
-            SweepRow::from_summary(&c.settings, &report.summary, hours_per_month)
+            Some(SweepRow::from_summary(&c.settings, &report.summary, hours_per_month))
         })
         .collect();
+    let mut rows = rows?;
     mark_front(&mut rows);
-    rows
+    Some(rows)
 }
 
 /// Mark the rows on the Pareto front of cost against p99: those that no other row

@@ -8,6 +8,8 @@ use axum::Json;
 use flexrun_estimator as est;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A 400 or 404 with a message naming the field.
 #[derive(Debug, Serialize)]
@@ -325,6 +327,7 @@ pub fn sweep_from_query(
         profile,
         noise: flexrun_simulate::DEFAULT_NOISE,
     };
+    check_work(hours, partitions)?;
     let pricing = est::Pricing::us_central1();
     let mut out = Vec::new();
     for machine in SWEEP_MACHINES {
@@ -352,19 +355,91 @@ pub fn sweep_from_query(
     Ok((out, limit.as_secs_f64() * 1000.0))
 }
 
+/// The most simulated work one `/api/simulate` request may ask for, in partition-seconds:
+/// virtual seconds × (partitions + the largest pool, 1,000 workers) × the sweep's
+/// configurations. Each unit is one partition's or worker's flow for one virtual second,
+/// about a nanosecond of CPU; the bound is about two seconds on two cores. The default
+/// request (6 h, 1,000 partitions) is a fifth of it.
+pub const MAX_SIMULATED_WORK: f64 = 4e9;
+
+/// The simulated work a sweep of `hours` over `partitions` implies (see
+/// [`MAX_SIMULATED_WORK`]).
+pub fn simulated_work(hours: f64, partitions: u32) -> f64 {
+    let configurations = (SWEEP_MACHINES.len() * SWEEP_HINTS.len() * SWEEP_POLICIES.len()) as f64;
+    hours * 3600.0 * (partitions as f64 + 1000.0) * configurations
+}
+
+fn check_work(hours: f64, partitions: u32) -> Result<(), ApiError> {
+    let work = simulated_work(hours, partitions);
+    if work <= MAX_SIMULATED_WORK {
+        return Ok(());
+    }
+    Err(ApiError::bad(
+        "hours, partitions",
+        format!(
+            "{hours} virtual hours over {partitions} partitions is {work:.2e} units of simulated work, over the bound of {MAX_SIMULATED_WORK:.0e} (virtual seconds x (partitions + 1,000 workers) x {} configurations); ask for fewer hours or partitions, or run `flexrun simulate` on your own machine",
+            (SWEEP_MACHINES.len() * SWEEP_HINTS.len() * SWEEP_POLICIES.len())
+        ),
+    ))
+}
+
+/// One simulation at a time: a sweep keeps every core busy, and a second would only slow
+/// both. A request that finds it taken is answered 429 at once.
+static SIM_SLOT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+static SIMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static SIMS_CANCELLED: AtomicU64 = AtomicU64::new(0);
+
+/// Sweeps running now (this process).
+pub fn simulations_running() -> usize {
+    SIMS_RUNNING.load(Ordering::SeqCst)
+}
+
+/// Sweeps given up because their client went away (this process).
+pub fn simulations_cancelled() -> u64 {
+    SIMS_CANCELLED.load(Ordering::SeqCst)
+}
+
+/// Sets the sweep's stop flag when the request's future is dropped: hyper drops it when
+/// the client disconnects, so a sweep nobody waits for stops within one step.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// `GET /api/simulate?throughput=100MiB/s&...`: a small sweep in virtual time, on a
-/// blocking thread (it keeps the cores busy for a second or two).
+/// blocking thread, bounded ([`MAX_SIMULATED_WORK`]), one at a time, and stopped if the
+/// client goes away.
 pub async fn simulate(Query(q): Query<HashMap<String, String>>) -> Result<Json<SimulateResponse>, ApiError> {
     let (cands, limit) = sweep_from_query(&q)?;
     let hours = cands.first().map_or(0.0, |c| c.config.workload.duration_s / 3600.0);
-    let rows =
-        tokio::task::spawn_blocking(move || flexrun_simulate::sweep::run(&cands, &|_| {})).await.map_err(|e| {
-            ApiError {
-                field: "".into(),
-                error: format!("the simulation failed: {e}"),
-                status: StatusCode::INTERNAL_SERVER_ERROR,
-            }
-        })?;
+    let Ok(_slot) = SIM_SLOT.try_acquire() else {
+        return Err(ApiError {
+            field: "".into(),
+            error: "another simulation is running on this server; try again when it has finished".into(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+        });
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let _guard = StopOnDrop(stop.clone());
+    let rows = tokio::task::spawn_blocking(move || {
+        SIMS_RUNNING.fetch_add(1, Ordering::SeqCst);
+        let rows = flexrun_simulate::sweep::run_until(&cands, &|_| {}, &stop);
+        if rows.is_none() {
+            SIMS_CANCELLED.fetch_add(1, Ordering::SeqCst);
+        }
+        SIMS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+        rows
+    })
+    .await
+    .map_err(|e| ApiError {
+        field: "".into(),
+        error: format!("the simulation failed: {e}"),
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+    })?
+    .expect("stopped only when this request is gone");
     let chosen = flexrun_simulate::sweep::cheapest_within(&rows, limit);
     Ok(Json(SimulateResponse { configurations: rows, p99_limit_ms: limit, chosen, hours }))
 }

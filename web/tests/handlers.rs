@@ -345,3 +345,39 @@ async fn the_cost_page_links_to_the_simulate_view() {
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("/api/simulate?") && page.contains(r#"id="p99_limit""#), "{page}");
 }
+
+/// Issue 52 item 7: a request past the bound on simulated work is refused at once with a
+/// 400 naming the fields, and nothing is simulated.
+#[tokio::test]
+async fn a_simulation_past_the_work_bound_is_refused_naming_the_fields() {
+    let jobs = JobRegistry::default();
+    let (s, body) = get(&jobs, "/api/simulate?throughput=100000GiB/s&hours=24&partitions=100000").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["field"], "hours, partitions", "{body}");
+    assert!(j["error"].as_str().unwrap().contains("over the bound"), "{body}");
+    assert_eq!(flexrun_web::api::simulations_running(), 0);
+    assert!(flexrun_web::api::simulated_work(6.0, 1000) < flexrun_web::api::MAX_SIMULATED_WORK, "the default fits");
+}
+
+/// Issue 52 item 7: a client that goes away stops its simulation. The request's future is
+/// dropped once the sweep is running (what hyper does on a disconnect); the sweep then
+/// ends without finishing, counted as cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulation_whose_client_went_away_is_stopped() {
+    use flexrun_web::api::{simulations_cancelled, simulations_running};
+    let jobs = JobRegistry::default();
+    let req = Request::get("/api/simulate?throughput=1GiB/s&hours=40&partitions=100").body(Body::empty()).unwrap();
+    let mut call = Box::pin(router(jobs.clone()).oneshot(req));
+    while simulations_running() == 0 {
+        tokio::select! {
+            r = &mut call => panic!("the sweep answered before it could be abandoned: {:?}", r.map(|r| r.status())),
+            _ = tokio::task::yield_now() => {}
+        }
+    }
+    drop(call);
+    while simulations_running() > 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(simulations_cancelled(), 1, "the sweep stopped because its client went away");
+}
