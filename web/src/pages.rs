@@ -179,20 +179,24 @@ const fields = ["throughput","message_size","mode","partitions","streams","p99_l
 for (const k of fields) if (params.has(k)) $(k).value = params.get(k);
 function chart(rows, limit, chosen) {
   const W = 720, H = 360, L = 70, B = 40, xs = rows.map(r => Math.log10(Math.max(r.p99_ms, 1))), ys = rows.map(r => r.cost_per_month);
-  const x0 = Math.min(...xs, Math.log10(limit)) - 0.1, x1 = Math.max(...xs, Math.log10(limit)) + 0.1, y1 = Math.max(...ys) * 1.1;
-  const px = x => L + (x - x0) / (x1 - x0) * (W - L - 10), py = y => H - B - y / y1 * (H - B - 10);
-  let s = `<svg id="front-chart" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg" font-size="12">`;
+  // Zoomed to the points (and the limit): costs that differ by a few percent must not
+  // sit in one dot, as they did with the axis from 0.
+  const x0 = Math.min(...xs, Math.log10(limit)) - 0.1, x1 = Math.max(...xs, Math.log10(limit)) + 0.1;
+  const ylo = Math.min(...ys), yhi = Math.max(...ys), pad = Math.max((yhi - ylo) * 0.08, yhi * 0.01, 1);
+  const y0 = Math.max(ylo - pad, 0), y1 = yhi + pad;
+  const px = x => L + (x - x0) / (x1 - x0) * (W - L - 10), py = y => H - B - (y - y0) / (y1 - y0) * (H - B - 10);
+  let s = `<svg id="front-chart" data-y-min="${Math.round(y0)}" data-y-max="${Math.round(y1)}" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg" font-size="12">`;
   s += `<line x1="${L}" y1="${H-B}" x2="${W-10}" y2="${H-B}" stroke="#333"/><line x1="${L}" y1="10" x2="${L}" y2="${H-B}" stroke="#333"/>`;
   s += `<text x="${W/2}" y="${H-8}" text-anchor="middle">p99 latency incl. Kafka wait (ms, log scale)</text>`;
   s += `<text x="14" y="${H/2}" transform="rotate(-90 14 ${H/2})" text-anchor="middle">USD per month</text>`;
   for (let e = Math.ceil(x0); e <= x1; e++) s += `<text x="${px(e)}" y="${H-B+14}" text-anchor="middle">${10**e}</text>`;
-  for (let k = 0; k <= 4; k++) s += `<text x="${L-4}" y="${py(y1*k/5)+4}" text-anchor="end">${Math.round(y1*k/5)}</text>`;
+  for (let k = 0; k <= 4; k++) { const y = y0 + (y1 - y0) * k / 4; s += `<text x="${L-4}" y="${py(y)+4}" text-anchor="end">${Math.round(y)}</text>`; }
   s += `<line class="limit" x1="${px(Math.log10(limit))}" y1="10" x2="${px(Math.log10(limit))}" y2="${H-B}" stroke="#888" stroke-dasharray="4"/>`;
   const front = rows.map((r, i) => [xs[i], ys[i], r.pareto]).filter(p => p[2]).sort((a, b) => a[0] - b[0]);
   s += `<polyline fill="none" stroke="#d33" stroke-width="2" points="${front.map(p => px(p[0]) + "," + py(p[1])).join(" ")}"/>`;
   rows.forEach((r, i) => {
     const c = i === chosen ? "#1a9e3a" : r.pareto ? "#d33" : "#2a6fdb";
-    s += `<circle class="${r.pareto ? "pareto" : "point"}" cx="${px(xs[i])}" cy="${py(ys[i])}" r="${i === chosen ? 8 : 5}" fill="${c}"><title>${r.settings.map(x => x.key + "=" + x.value).join(" ")}</title></circle>`;
+    s += `<circle class="${r.pareto ? "pareto" : "point"}" cx="${px(xs[i])}" cy="${py(ys[i])}" r="${i === chosen ? 8 : 5}" fill="${c}"><title>${r.settings.map(x => x.key + "=" + x.value).join(" ")}: $${Math.round(r.cost_per_month)}/month, p99 ${Math.round(r.p99_ms)} ms${r.pareto ? " (Pareto front)" : ""}</title></circle>`;
   });
   return s + "</svg>";
 }

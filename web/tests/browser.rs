@@ -196,6 +196,16 @@ async fn the_estimate_page_and_a_job_page_render_with_charts() {
     .unwrap();
     assert!(dom.contains(r#"data-result="ok""#), "the sweep ran and answered:\n{dom}");
     assert!(dom.contains(r#"data-front-drawn="1""#), "the front was drawn");
+    // Issue 52 item 5: the cost axis is zoomed to the points, not drawn from 0, and each
+    // point names its configuration, cost and p99 on hover.
+    let y_min: f64 = dom
+        .split(r#"data-y-min=""#)
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|v| v.parse().ok())
+        .expect("the chart states its cost axis");
+    assert!(y_min > 0.0, "the cost axis starts near the cheapest point, not at 0:\n{dom}");
+    assert!(dom.contains("/month, p99 ") && dom.contains("(Pareto front)"), "hover labels:\n{dom}");
     assert!(dom.contains("Cheapest with p99") || dom.contains("No configuration has p99"), "{dom}");
 
     let dom = tokio::task::spawn_blocking({
