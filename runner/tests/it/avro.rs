@@ -536,3 +536,42 @@ async fn a_tombstone_with_an_avro_key_deletes_the_row_it_names() {
     let ids: Vec<String> = ids.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
     assert_eq!(ids, ["1", "2", "4", "5"], "the Avro key's row is deleted");
 }
+
+/// Issue 49 item 6: with per-record tables under CREATE_NEVER, a passing 503 while the
+/// job looks up a record type's table (the launcher's `rest_unavailable_next`) is waited
+/// out, and that type's records land in its table. Before, the error was remembered as
+/// "must exist" for the life of the process and every such record was dead-lettered.
+#[tokio::test]
+async fn a_passing_503_on_a_record_types_table_is_waited_out_not_remembered() {
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = topic(&s, "avro_503").await;
+    generate(&s, &t, &tmpl, &avsc, 50, &format!(",schemaRegistryConnectionUrl={registry}"));
+    let client = flexrun::avro::registry::Registry::new(&registry);
+    let refund_id = client.register("shop.events.Refund", REFUND).await.unwrap();
+    produce_refunds(&s, &t, refund_id, 1000..1010).await;
+    let prefix = unique("r503");
+    let dlq = table(&format!("{t}_dlq"));
+    let params = format!(
+        "{},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=avro,bqTableNamePrefix={prefix},outputDeadletterTable={dlq},useBigQueryDLQ=true",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let ck = dir.path().join("ck");
+    // 1. The tables are created (CREATE_IF_NEEDED, the default).
+    let o = run_job("avro-503", &ck, &params, "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let refunds = table(&format!("{prefix}-shop-events-Refund"));
+    assert_eq!(s.count(&refunds).await, (10, 10));
+    // 2. More refunds; the restarted job, now CREATE_NEVER, meets two 503s on their table.
+    produce_refunds(&s, &t, refund_id, 1010..1020).await;
+    table_faults(&refunds, r#""rest_unavailable_next": 2"#);
+    let o = run_job("avro-503", &ck, &format!("{params},createDisposition=CREATE_NEVER"), "3s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(fault_stats(&refunds)["injected_rest"], 2, "the 503s were served");
+    assert_eq!(s.count(&refunds).await, (20, 20), "every refund in its table");
+    let (dead, _) = flexrun::local::count_rows(&s.bq, &dlq, None).await.unwrap_or((0, None));
+    assert_eq!(dead, 0, "no refund dead-lettered");
+    assert!(text(&o).contains("reading a record type's table failed for now"), "{}", text(&o));
+}

@@ -133,8 +133,8 @@ async fn the_emulator_applies_changes_by_key_and_refuses_what_bigquery_refuses()
     assert!(state(&s, &bare).await.is_empty());
 }
 
-/// Produce `n` seeded changes over `keys` keys, each key on partition `key % 2` with
-/// its op header, and return the final state they define. Each change's `version` is
+/// Produce `n` seeded changes over `keys` keys, each key's changes spread over both
+/// partitions (`(key + version) % 2`) with its op header, and return the final state they define. Each change's `version` is
 /// its place in the source's order, but for about half the keys the last two changes
 /// are produced swapped, so records arrive out of sequence order: for each key the
 /// change with the highest version wins, if it is an UPSERT.
@@ -174,7 +174,10 @@ async fn produce_changes(s: &Stack, topic: &str, n: u64, keys: i64, seed: u64) -
         let value = json!({"id": id, "version": version, "note": format!("v{version}")}).to_string();
         let key = id.to_string();
         let headers = OwnedHeaders::new().insert(rdkafka::message::Header { key: "op", value: Some(op) });
-        let r = FutureRecord::to(topic).key(&key).payload(&value).partition((id % 2) as i32).headers(headers);
+        // A key's changes alternate between the two partitions, so only the sequence
+        // field orders them: offsets of different partitions are never comparable.
+        let r =
+            FutureRecord::to(topic).key(&key).payload(&value).partition(((id + version) % 2) as i32).headers(headers);
         inflight.push(p.send_result(r).map_err(|(e, _)| e).unwrap());
     }
     for f in inflight {
