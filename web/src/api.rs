@@ -357,9 +357,9 @@ pub fn sweep_from_query(
 
 /// The most simulated work one `/api/simulate` request may ask for, in partition-seconds:
 /// virtual seconds × (partitions + the largest pool, 1,000 workers) × the sweep's
-/// configurations. Each unit is one partition's or worker's flow for one virtual second,
-/// about a nanosecond of CPU; the bound is about two seconds on two cores. The default
-/// request (6 h, 1,000 partitions) is a fifth of it.
+/// configurations. Each unit is one partition's or worker's flow for one virtual second;
+/// on a 2-core machine 3.1e9 units (24 h over 1,000 partitions) answered in 0.56 s. The
+/// default request (6 h, 1,000 partitions) is a fifth of the bound.
 pub const MAX_SIMULATED_WORK: f64 = 4e9;
 
 /// The simulated work a sweep of `hours` over `partitions` implies (see
