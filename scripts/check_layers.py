@@ -24,7 +24,9 @@ SRC = ROOT / "runner" / "src"
 
 # Pure cores at the bottom, the web pages above them, the runner (I/O) on top.
 CRATE_LAYERS = [
-    {"flexrun-templates", "flexrun-autoscaler", "flexrun-estimator", "flexrun-generator"},
+    {"flexrun-templates", "flexrun-autoscaler", "flexrun-generator"},
+    # The estimate sizes its pool with the autoscaler's one sizing rule (`pool_for`).
+    {"flexrun-estimator"},
     {"flexrun-simulate"},
     {"flexrun-web"},
     {"flexrun"},

@@ -22,7 +22,7 @@
 
 use crate::decision::{Decision, Rationale};
 use crate::metrics::{Limits, Snapshot};
-use crate::policy::{decide_bounded, Policy};
+use crate::policy::{decide_bounded, pool_for, Policy};
 
 /// Dataflow policy settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,16 +138,16 @@ impl Policy for DataflowPolicy {
             // Capacity per worker inferred from throughput and utilization.
             let per_worker = s.throughput_records_per_s() / (cur.max(1) as f64 * u.max(0.05));
             let demand = s.input_records_per_s + s.backlog_records as f64 / c.backlog_scale_up_s;
-            let wanted = ((demand / (per_worker * hint)).ceil() as u32).max(cur + 1).min(step_cap);
+            let wanted = pool_for(demand / per_worker, hint).max(cur + 1).min(step_cap);
             decide_bounded(s, limits, wanted, Rationale::HighBacklog, detail)
         } else if u > hint + c.utilization_tolerance {
-            let wanted = ((cur as f64 * u / hint).ceil() as u32).max(cur + 1).min(step_cap);
+            let wanted = pool_for(cur as f64 * u, hint).max(cur + 1).min(step_cap);
             decide_bounded(s, limits, wanted, Rationale::HighWorkerUtilization, detail)
         } else if self.util_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s)
             && self.backlog_low_since.is_some_and(|since| t - since >= c.scale_down_sustain_s)
         {
             let peak = self.recent.iter().map(|(_, u)| *u).fold(u, f64::max);
-            let wanted = ((cur as f64 * peak / target).ceil() as u32).max(1);
+            let wanted = pool_for(cur as f64 * peak, target);
             if wanted < cur {
                 decide_bounded(s, limits, wanted, Rationale::LowWorkerUtilization, detail)
             } else {

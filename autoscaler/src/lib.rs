@@ -30,5 +30,5 @@ pub use dataflow::{DataflowConfig, DataflowPolicy};
 pub use decision::{Decision, Rationale};
 pub use ds2::{Ds2Config, Ds2Policy};
 pub use metrics::{Limits, Snapshot, WorkerMetrics, DEFAULT_UTILIZATION_HINT};
-pub use policy::{Algorithm, Policy, PolicyError, PolicyKind};
+pub use policy::{pool_for, Algorithm, Policy, PolicyError, PolicyKind};
 pub use spec::ScalingConfig;

@@ -12,6 +12,25 @@ pub trait Policy: Send {
     fn name(&self) -> &'static str;
 }
 
+/// The pool that carries `busy_workers` workers' worth of work (busy vCPUs ÷ vCPUs
+/// per worker) at `utilization`: the smallest whole count whose busy fraction is at
+/// most `utilization`, and at least one.
+///
+/// The one sizing rule: the policies size a pool with it on every change, and
+/// `flexrun estimate` sizes with it at the baseline's measured utilization, so an
+/// estimate and a simulation's settled pool are the same number.
+///
+/// ```
+/// use flexrun_autoscaler::pool_for;
+/// assert_eq!(pool_for(44.1, 0.70), 63);
+/// assert_eq!(pool_for(0.2, 0.8), 1);
+/// ```
+pub fn pool_for(busy_workers: f64, utilization: f64) -> u32 {
+    let exact = busy_workers / utilization.max(1e-9);
+    // A hair under a whole count is that count: the busy figure came through floats.
+    (exact - 1e-9).ceil().clamp(1.0, u32::MAX as f64) as u32
+}
+
 /// `--autoscaling-algorithm` (Dataflow's option).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Algorithm {

@@ -236,7 +236,9 @@ pub fn estimate(
     if workers_exact.is_nan() || workers_exact > u32::MAX as f64 {
         return Err(EstimateError::TooLarge(req.throughput_bytes_s, workers_exact));
     }
-    let workers = (workers_exact - 1e-9).ceil().max(1.0) as u32;
+    // The autoscaler's sizing rule at the baseline's measured utilization: the pool a
+    // simulation of this load settles at (`simulate` aims its scale-down there too).
+    let workers = flexrun_autoscaler::pool_for(vcpus_busy / machine.vcpus, b.mean_cpu);
     let w = workers as f64;
     let factor = req.throughput_bytes_s / (b.input_mib_s() * MIB);
     let secu = b.secu_per_hour * factor;
@@ -273,21 +275,9 @@ pub fn estimate(
     })
 }
 
-/// The limits a pipeline of `workers` workers of `vcpus` vCPUs crosses at `req`'s
-/// throughput: exactly-once holds about one Storage Write connection per worker vCPU
-/// (one COMMITTED stream each, as Beam's dynamic sharding does), at-least-once one
-/// `_default` connection per worker.
+/// The limits a pipeline of `workers` workers of `vcpus` vCPUs crosses at `req`'s throughput.
 fn limits_crossed(req: &Request, workers: f64, vcpus: f64) -> Vec<crate::limits::Crossed> {
-    let connections = match req.mode {
-        Mode::ExactlyOnce => workers * vcpus,
-        Mode::AtLeastOnce => workers,
-    };
-    let sized = crate::limits::Sized {
-        throughput_bytes_s: req.throughput_bytes_s,
-        workers,
-        connections,
-        location: req.dataset_location.clone(),
-    };
+    let sized = crate::limits::Sized::pipeline(req.mode, req.throughput_bytes_s, workers, vcpus, &req.dataset_location);
     crate::limits::crossed(&sized, &crate::limits::Limits::google())
 }
 
@@ -383,8 +373,14 @@ fn pipeline_notes(req: &Request, row_basis: &str, pricing: &Pricing) -> Vec<Stri
     }
     match (p.lines.contains(&Line::Kafka), p.kafka) {
         (true, pipeline::KafkaChoice::Managed) => notes.push(format!(
-            "Kafka: Managed Service for Apache Kafka sized by Google's guide, {:.0} h retention; inter-zone networking not priced ({}, {})",
-            p.kafka_retention_hours, pricing.managed_kafka.source, pricing.managed_kafka.date
+            "Kafka: Managed Service for Apache Kafka sized by Google's guide, {:.0} h retention, {:.0} replicas in {:.0} zones; inter-zone transfer at ${}/GiB (assumed: Google's rate between zones of a region), the job reading {} ({}, {})",
+            p.kafka_retention_hours,
+            pricing.managed_kafka.replicas,
+            pricing.managed_kafka.zones,
+            pricing.managed_kafka.inter_zone_gib,
+            if p.kafka_follower_fetch { "a follower in its zone (--kafka-follower-fetch)" } else { "each partition's leader" },
+            pricing.managed_kafka.source,
+            pricing.managed_kafka.date
         )),
         (true, pipeline::KafkaChoice::Own) => notes.push("Kafka: your own cluster, not priced (--kafka managed prices Google's)".into()),
         (false, _) => {}

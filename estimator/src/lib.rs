@@ -11,7 +11,8 @@
 //!   `1KiB`, `90s`).
 //! - [`baseline`]: baseline files (Google's kafka-to-bq figures ship built in).
 //! - [`pricing`]: prices and machine types (us-central1 ships built in).
-//! - [`estimate`](mod@estimate): workers from the CPU model, and the bill.
+//! - [`estimate`](mod@estimate): workers from the CPU model, sized by the autoscaler's
+//!   one rule (`flexrun_autoscaler::pool_for`), and the bill.
 //! - [`rowsize`]: the bytes BigQuery bills per row (its data size calculation).
 //! - [`pipeline`]: the bill's other lines: BigQuery ingestion and storage, Managed Kafka.
 //! - [`limits`]: Google's quotas and limits as data, and which a sized pipeline crosses.

@@ -49,6 +49,8 @@ pub struct StorageWrite {
     pub date: String,
     /// Bytes per second per project and location.
     pub throughput_bytes_s: ByLocation,
+    /// The throughput quota's token bucket depth, seconds of quota (calibrated, see the file).
+    pub throughput_burst_s: f64,
     /// Concurrent connections per project and location.
     pub concurrent_connections: ByLocation,
     /// CreateWriteStream calls per hour per project and region.
@@ -115,6 +117,20 @@ pub struct Sized {
     pub connections: f64,
     /// The dataset's location.
     pub location: String,
+}
+
+impl Sized {
+    /// A kafka-to-bq pipeline of `workers` workers of `vcpus` vCPUs writing
+    /// `throughput_bytes_s` into `location`: exactly-once holds about one Storage Write
+    /// connection per worker vCPU (one COMMITTED stream each, as Beam's dynamic sharding
+    /// does), at-least-once one `_default` connection per worker.
+    pub fn pipeline(mode: crate::Mode, throughput_bytes_s: f64, workers: f64, vcpus: f64, location: &str) -> Sized {
+        let connections = match mode {
+            crate::Mode::ExactlyOnce => workers * vcpus,
+            crate::Mode::AtLeastOnce => workers,
+        };
+        Sized { throughput_bytes_s, workers, connections, location: location.into() }
+    }
 }
 
 /// A limit the pipeline crosses.
@@ -207,7 +223,8 @@ mod tests {
         assert_eq!(names(&sized(1.07e9, 63.0, 126.0, "us-central1")), ["storage-write-throughput"]);
         assert!(names(&sized(1.07e9, 63.0, 126.0, "US")).is_empty());
         assert!(names(&sized(2.9e8, 10.0, 20.0, "europe-west1")).is_empty());
-        assert_eq!(names(&sized(3.1e9, 63.0, 126.0, "eu")), ["storage-write-throughput"]);
+        assert_eq!(names(&sized(3.3e9, 63.0, 126.0, "eu")), ["storage-write-throughput"]);
+        assert!(names(&sized(3.1e9, 63.0, 126.0, "eu")).is_empty(), "3 GiB/s, not 3 GB/s");
         let c = &crossed(&sized(1.07e9, 63.0, 126.0, "us-central1"), &l)[0];
         assert!(
             c.message.contains("multi-region") && c.message.contains("quota increase") && c.source.contains("2026")

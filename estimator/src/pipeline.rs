@@ -137,6 +137,11 @@ pub struct PipelineOptions {
     /// The rows are CDC changes to a table of this size (`cdcPrimaryKey`), if so.
     #[serde(default)]
     pub cdc: Option<CdcTable>,
+    /// The pipeline fetches from a follower in its own zone (`client.rack` set, KIP-392),
+    /// as Google's Managed Kafka sample workloads assume; otherwise its reads reach a
+    /// leader in another zone for all but one zone's share.
+    #[serde(default)]
+    pub kafka_follower_fetch: bool,
 }
 
 /// A table written by CDC upserts and deletes: it holds one row per key, so it does not
@@ -169,6 +174,7 @@ impl Default for PipelineOptions {
             bq_retention_days: None,
             partitioning: Partitioning::Day,
             cdc: None,
+            kafka_follower_fetch: false,
         }
     }
 }
@@ -346,6 +352,7 @@ pub fn kafka(bytes_s: f64, opts: &PipelineOptions, pricing: &Pricing) -> Vec<Cos
     let local = vcpus * k.local_storage_gib_per_vcpu;
     let retained = bytes_s * opts.kafka_retention_hours * 3600.0 / GIB;
     let compute = dcu * k.dcu_hour * hours;
+    let transfer = inter_zone_gib_month(bytes_s, opts, k, hours);
     vec![
         item(Line::Kafka, "Managed Kafka compute (DCU)", dcu, "DCU", k.dcu_hour, [compute; 2], hours),
         item(
@@ -366,7 +373,32 @@ pub fn kafka(bytes_s: f64, opts: &PipelineOptions, pricing: &Pricing) -> Vec<Cos
             [retained * k.persistent_storage_gib_month; 2],
             hours,
         ),
+        item(
+            Line::Kafka,
+            "Managed Kafka inter-zone transfer (replication and clients)",
+            transfer,
+            "GiB/month",
+            k.inter_zone_gib,
+            [transfer * k.inter_zone_gib; 2],
+            hours,
+        ),
     ]
+}
+
+/// GiB a month that cross zones when `bytes_s` are published and read once: each of
+/// the `replicas − 1` followers copies them from the leader, the producers reach a
+/// leader in another zone for `(zones − 1) / zones` of them, and so does the pipeline's
+/// read unless it fetches from a follower in its own zone.
+fn inter_zone_gib_month(
+    bytes_s: f64,
+    opts: &PipelineOptions,
+    k: &crate::pricing::ManagedKafkaPrices,
+    hours: f64,
+) -> f64 {
+    let gib_month = bytes_s * hours * 3600.0 / GIB;
+    let away = (k.zones - 1.0).max(0.0) / k.zones.max(1.0);
+    let read = if opts.kafka_follower_fetch { 0.0 } else { away };
+    gib_month * ((k.replicas - 1.0).max(0.0) + away + read)
 }
 
 /// The non-Dataflow items `opts` asks for: `rows_s` rows of `row_bytes` billed bytes into
@@ -551,6 +583,14 @@ mod tests {
         assert!(close(k[0].quantity, 13.0, 1e-9), "{:?}", k[0]);
         assert!(close(k[0].per_hour, 13.0 * 0.09, 1e-9));
         assert!(close(k[2].quantity, 100.0 * 86400.0 / 1024.0, 1e-9), "a day of one replica");
+        // Inter-zone: two followers' copies, two thirds of the producers' traffic, and
+        // two thirds of the pipeline's reads (none when it fetches from a local follower).
+        let month = 100.0 * 730.0 * 3600.0 / 1024.0;
+        assert!(close(k[3].quantity, month * (2.0 + 2.0 / 3.0 + 2.0 / 3.0), 1e-6), "{:?}", k[3]);
+        let local = PipelineOptions { kafka_follower_fetch: true, ..o.clone() };
+        let k = kafka(100.0 * 1024.0 * 1024.0, &local, &p);
+        assert!(close(k[3].quantity, month * (2.0 + 2.0 / 3.0), 1e-6), "{:?}", k[3]);
+        assert!(close(k[3].per_month, k[3].quantity * 0.01, 1e-6));
         // A trickle still pays for the smallest cluster.
         assert!(close(kafka(1.0, &o, &p)[0].quantity, 3.0, 1e-9));
         // Own Kafka prices nothing.

@@ -123,6 +123,14 @@ pub struct ManagedKafkaPrices {
     pub target_utilization: f64,
     /// The smallest cluster, vCPUs.
     pub min_vcpus: f64,
+    /// Replicas of each partition, one per zone (Google's sample workloads: 3 in 3 zones).
+    pub replicas: f64,
+    /// Zones the brokers span; a client reaches a leader in another zone for all but
+    /// one zone's share of its traffic.
+    pub zones: f64,
+    /// Inter-zone data transfer, per GiB: replication from leaders to followers, and
+    /// client traffic to a leader in another zone.
+    pub inter_zone_gib: f64,
 }
 
 /// A pricing file.

@@ -110,6 +110,10 @@ struct Sim<'a> {
     worker_records: Vec<f64>,
     stalls: StallAcc,
     state: StateAcc,
+    /// The Storage Write quota's bucket, when modelled.
+    bucket: Option<crate::quota::Bucket>,
+    /// The backlog left by the last step, records.
+    last_backlog: f64,
 }
 
 impl<'a> Sim<'a> {
@@ -146,6 +150,8 @@ impl<'a> Sim<'a> {
             worker_records: vec![0.0f64; running as usize],
             stalls: StallAcc::default(),
             state: StateAcc::default(),
+            bucket: cfg.write_quota.as_ref().map(crate::quota::Bucket::new),
+            last_backlog: 0.0,
         }
     }
 
@@ -186,10 +192,14 @@ impl<'a> Sim<'a> {
         let warm = t > cfg.warm_up_s;
         let reading = self.stalls.step(cfg.file_commit.as_ref(), t, self.running, warm);
         let reading = reading * self.state.step(cfg.file_commit.as_ref(), t, self.running, warm);
+        let reading = reading * self.quota_share(input, warm);
         let caps =
             Caps { worker: self.r.worker_rate * STEP_S * reading, partition: self.r.vcpu_rate * STEP_S * reading };
         serve(&mut self.backlog, per_partition, caps, &mut self.worker_records[..n], &mut self.backlog_empty);
         let processed: f64 = self.worker_records.iter().sum();
+        if let Some(b) = self.bucket.as_mut() {
+            b.spend(processed * self.r.mean_bytes);
+        }
         self.state.add(processed * self.r.mean_bytes);
         for (acc, r) in self.window.records.iter_mut().zip(&self.worker_records) {
             *acc += r;
@@ -200,6 +210,7 @@ impl<'a> Sim<'a> {
         self.lat_window.1 += busy_worker_s;
         self.lat_window.2 += self.running as f64 * STEP_S;
         let backlog_records: f64 = if self.backlog_empty { 0.0 } else { self.backlog.iter().sum() };
+        self.last_backlog = backlog_records;
         let figures = StepFigures {
             input,
             processed,
@@ -213,6 +224,15 @@ impl<'a> Sim<'a> {
             self.post.add(t, &figures);
         }
         backlog_records
+    }
+
+    /// The share of the workers' capacity the Storage Write quota leaves them this step:
+    /// they want what there is to read (`input` and the backlog), within their capacity.
+    fn quota_share(&mut self, input: f64, warm: bool) -> f64 {
+        let Some(b) = self.bucket.as_mut() else { return 1.0 };
+        let capacity = self.r.worker_rate * STEP_S * self.running as f64;
+        let want = capacity.min(input + self.last_backlog);
+        b.allow(want * self.r.mean_bytes, capacity * self.r.mean_bytes, STEP_S, warm)
     }
 
     /// Latency, once per latency window.
@@ -286,7 +306,7 @@ impl<'a> Sim<'a> {
 
     /// The summary after warm-up, and the report.
     fn finish(self) -> SimReport {
-        let Sim { cfg, r, controller, latency, post, stalls, state, backlog, running, mut report, .. } = self;
+        let Sim { cfg, r, controller, latency, post, stalls, state, backlog, running, mut report, bucket, .. } = self;
         let limits = *controller.limits();
         report.decisions = controller.into_decisions();
         let steps_post = post.totals.steps.max(1.0);
@@ -326,7 +346,9 @@ impl<'a> Sim<'a> {
             cost_per_hour: per_hour,
             backlog_final_mib: backlog.iter().sum::<f64>() * r.mean_bytes / MIB,
             backlog_peak_mib: post.peak_backlog * r.mean_bytes / MIB,
-            bottleneck: bottleneck(cfg, &r, &post, input_mib_s, limits.max_workers),
+            bottleneck: bottleneck(cfg, &r, &post, input_mib_s, limits.max_workers, bucket.as_ref()),
+            write_quota_throttled_s: bucket.as_ref().map_or(0.0, |b| b.throttled_s),
+            limits: crossed(cfg, input_mib_s * MIB, post.max_running as f64, r.vcpus),
             decisions: report.decisions.iter().filter(|d| d.is_change()).count(),
             vcpu_capacity_mib_s: r.vcpu_rate * r.mean_bytes / MIB,
             max_parallelism: r.max_parallelism,
@@ -339,13 +361,30 @@ impl<'a> Sim<'a> {
 
 /// What held the run back, if the backlog grew after warm-up: the partitions (each
 /// read by at most one vCPU) or the worker ceiling, whichever caps throughput first.
-fn bottleneck(cfg: &SimConfig, r: &Rates, post: &PostWarmUp, input_mib_s: f64, max_workers: u32) -> Bottleneck {
+fn bottleneck(
+    cfg: &SimConfig,
+    r: &Rates,
+    post: &PostWarmUp,
+    input_mib_s: f64,
+    max_workers: u32,
+    bucket: Option<&crate::quota::Bucket>,
+) -> Bottleneck {
     let growth_mib_s =
         (post.last_backlog - post.first_backlog) * r.mean_bytes / MIB / (post.last_t - post.first_t).max(1.0);
     let partition_cap_mib_s = r.parts as f64 * r.vcpu_rate * r.mean_bytes / MIB;
     let workers_cap_mib_s = max_workers as f64 * r.worker_rate * r.mean_bytes / MIB;
     if growth_mib_s <= 0.01 * input_mib_s.max(1e-9) {
         return Bottleneck::None;
+    }
+    if let (Some(q), Some(b)) = (&cfg.write_quota, bucket) {
+        if b.throttled_s > 0.0 && q.bytes_s / MIB < partition_cap_mib_s.min(workers_cap_mib_s) {
+            let quota_mib_s = q.bytes_s / MIB;
+            return Bottleneck::WriteQuota {
+                location: q.location.clone(),
+                quota_mib_s,
+                backlog_growth_mib_s: growth_mib_s,
+            };
+        }
     }
     if partition_cap_mib_s <= workers_cap_mib_s {
         Bottleneck::Partitions {
@@ -356,6 +395,17 @@ fn bottleneck(cfg: &SimConfig, r: &Rates, post: &PostWarmUp, input_mib_s: f64, m
     } else {
         Bottleneck::MaxWorkers { max_workers, max_mib_s: workers_cap_mib_s, backlog_growth_mib_s: growth_mib_s }
     }
+}
+
+/// Google's limits the run crosses: Storage Write's (when the job writes to BigQuery)
+/// and Dataflow's worker limits.
+fn crossed(cfg: &SimConfig, input_bytes_s: f64, workers: f64, vcpus: f64) -> Vec<flexrun_estimator::limits::Crossed> {
+    use flexrun_estimator::limits::{Limits, Sized};
+    let sized = match &cfg.write_quota {
+        Some(q) => Sized::pipeline(cfg.mode, input_bytes_s, workers, vcpus, &q.location),
+        None => Sized { throughput_bytes_s: 0.0, workers, connections: 0.0, location: "US".into() },
+    };
+    flexrun_estimator::limits::crossed(&sized, &Limits::google())
 }
 
 /// Window-commit stalls: when a window ends, every worker stops reading for its

@@ -23,6 +23,15 @@ pub enum Bottleneck {
         /// How fast the backlog grew after warm-up, MiB/s.
         backlog_growth_mib_s: f64,
     },
+    /// The Storage Write API's throughput quota for the dataset's location.
+    WriteQuota {
+        /// The dataset's location.
+        location: String,
+        /// The quota, MiB/s.
+        quota_mib_s: f64,
+        /// How fast the backlog grew after warm-up, MiB/s.
+        backlog_growth_mib_s: f64,
+    },
     /// The worker ceiling.
     MaxWorkers {
         /// --max-workers.
@@ -35,12 +44,13 @@ pub enum Bottleneck {
 }
 
 impl Bottleneck {
-    /// A short name: `none`, `partitions` or `max-workers`.
+    /// A short name: `none`, `partitions`, `max-workers` or `write-quota`.
     pub fn short(&self) -> &'static str {
         match self {
             Bottleneck::None => "none",
             Bottleneck::Partitions { .. } => "partitions",
             Bottleneck::MaxWorkers { .. } => "max-workers",
+            Bottleneck::WriteQuota { .. } => "write-quota",
         }
     }
 
@@ -50,6 +60,9 @@ impl Bottleneck {
             Bottleneck::None => "none: the job kept up with its input".into(),
             Bottleneck::Partitions { partitions, max_mib_s, backlog_growth_mib_s } => format!(
                 "Insufficient Apache Kafka source partitions: {partitions} partitions carry at most {max_mib_s:.1} MiB/s (one vCPU each), so the backlog grows by {backlog_growth_mib_s:.1} MiB/s; add partitions (at least the workers' total vCPUs)"
+            ),
+            Bottleneck::WriteQuota { location, quota_mib_s, backlog_growth_mib_s } => format!(
+                "Storage Write API throughput quota: {quota_mib_s:.0} MiB/s in {location} once its burst is spent, so the backlog grows by {backlog_growth_mib_s:.1} MiB/s; write to a US or EU multi-region dataset, or ask for a quota increase"
             ),
             Bottleneck::MaxWorkers { max_workers, max_mib_s, backlog_growth_mib_s } => {
                 format!("max workers: {max_workers} workers carry at most {max_mib_s:.1} MiB/s, so the backlog grows by {backlog_growth_mib_s:.1} MiB/s; raise --max-workers")
@@ -105,6 +118,11 @@ pub struct SimSummary {
     pub checkpoints: Option<CheckpointSummary>,
     /// What limited the job.
     pub bottleneck: Bottleneck,
+    /// Seconds after warm-up in which the Storage Write quota held writes back.
+    pub write_quota_throttled_s: f64,
+    /// Google's limits the simulated pipeline crosses (at its mean input and its largest
+    /// pool after warm-up), each with what to do.
+    pub limits: Vec<flexrun_estimator::limits::Crossed>,
     /// Worker-count changes over the whole run.
     pub decisions: usize,
     /// The capacity used: MiB/s per vCPU at 100% CPU.

@@ -64,8 +64,10 @@ pub struct SweepRow {
     pub stage_p99_ms: f64,
     /// The largest backlog after warm-up, MiB.
     pub backlog_peak_mib: f64,
-    /// What limited the job: `none`, `partitions` or `max-workers`.
+    /// What limited the job: `none`, `partitions`, `max-workers` or `write-quota`.
     pub bottleneck: String,
+    /// Google's limits this configuration crosses, each with what to do.
+    pub limits: Vec<String>,
     /// On the Pareto front of cost against p99 (no other row is cheaper and faster).
     pub pareto: bool,
 }
@@ -82,6 +84,7 @@ impl SweepRow {
             stage_p99_ms: s.latency_ms[2],
             backlog_peak_mib: s.backlog_peak_mib,
             bottleneck: s.bottleneck.short().into(),
+            limits: s.limits.iter().map(|l| l.message.clone()).collect(),
             pareto: false,
         }
     }

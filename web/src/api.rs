@@ -70,7 +70,7 @@ pub struct EstimateResponse {
 }
 
 /// The fields `/api/estimate` reads.
-pub const ESTIMATE_FIELDS: [&str; 16] = [
+pub const ESTIMATE_FIELDS: [&str; 17] = [
     "throughput",
     "message_size",
     "mode",
@@ -81,6 +81,7 @@ pub const ESTIMATE_FIELDS: [&str; 16] = [
     "lines",
     "kafka",
     "kafka_retention",
+    "kafka_reads",
     "bq_retention",
     "bq_partitioning",
     "cdc_table_size",
@@ -116,6 +117,16 @@ fn pipeline_from(get: &Get) -> Result<est::PipelineOptions, ApiError> {
             .parse()
             .map_err(|e| ApiError::bad("bq_partitioning", e))?,
         cdc: cdc_from(get)?,
+        kafka_follower_fetch: match get("kafka_reads").unwrap_or("leader") {
+            "leader" | "" => false,
+            "local-follower" => true,
+            other => {
+                return Err(ApiError::bad(
+                    "kafka_reads",
+                    format!("unknown {other:?}: expected leader or local-follower"),
+                ))
+            }
+        },
     };
     o.check().map_err(|e| ApiError::bad("lines", e))?;
     Ok(o)
@@ -287,12 +298,22 @@ pub struct SimulateResponse {
 }
 
 /// Parse the simulate query (`throughput`, `message_size`, `mode`, `partitions`,
-/// `p99_limit`, `profile`, `hours`, `streams`) into the sweep's candidates.
+/// `p99_limit`, `profile`, `hours`, `streams`, `dataset_location`) into the sweep's candidates.
 pub fn sweep_from_query(
     q: &HashMap<String, String>,
 ) -> Result<(Vec<flexrun_simulate::sweep::Candidate>, f64), ApiError> {
     use flexrun_simulate::{MessageSize, Profile, SimConfig, Workload};
-    let known = ["throughput", "message_size", "mode", "partitions", "p99_limit", "profile", "hours", "streams"];
+    let known = [
+        "throughput",
+        "message_size",
+        "mode",
+        "partitions",
+        "p99_limit",
+        "profile",
+        "hours",
+        "streams",
+        "dataset_location",
+    ];
     if let Some(k) = q.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(ApiError::bad(k, format!("unknown field {k:?}; expected one of {}", known.join(", "))));
     }
@@ -318,6 +339,8 @@ pub fn sweep_from_query(
         Ok(n) if (1..=10_000).contains(&n) => n as f64,
         _ => return Err(ApiError::bad("streams", "expected numStorageWriteApiStreams from 1 to 10000")),
     };
+    let quota = flexrun_simulate::WriteQuota::google(get("dataset_location").unwrap_or("US"))
+        .map_err(|e| ApiError::bad("dataset_location", e))?;
     let mean = message.mean();
     let workload = Workload {
         base_records_per_s: rate.bytes_per_second(mean) / mean,
@@ -347,7 +370,10 @@ pub fn sweep_from_query(
                 ];
                 out.push(flexrun_simulate::sweep::Candidate {
                     settings,
-                    config: SimConfig::google(workload.clone(), mode, pool, machine, streams),
+                    config: SimConfig {
+                        write_quota: Some(quota.clone()),
+                        ..SimConfig::google(workload.clone(), mode, pool, machine, streams)
+                    },
                 });
             }
         }
@@ -366,7 +392,7 @@ pub const MAX_SIMULATED_WORK: f64 = 4e9;
 /// [`MAX_SIMULATED_WORK`]).
 pub fn simulated_work(hours: f64, partitions: u32) -> f64 {
     let configurations = (SWEEP_MACHINES.len() * SWEEP_HINTS.len() * SWEEP_POLICIES.len()) as f64;
-    hours * 3600.0 * (partitions as f64 + 1000.0) * configurations
+    flexrun_simulate::work_units(hours * 3600.0, partitions, 1000) * configurations
 }
 
 fn check_work(hours: f64, partitions: u32) -> Result<(), ApiError> {

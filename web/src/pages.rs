@@ -53,6 +53,7 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 <label for="lines">Lines</label><input id="lines" name="lines" value="dataflow,bigquery-ingestion,bigquery-storage,bigquery-cdc,kafka">
 <label for="kafka">Kafka</label><select id="kafka" name="kafka"><option value="own">your own (not priced)</option><option value="managed">Managed Service for Apache Kafka</option></select>
 <label for="kafka_retention">Kafka retention</label><input id="kafka_retention" name="kafka_retention" value="7d">
+<label for="kafka_reads">Kafka reads from</label><select id="kafka_reads" name="kafka_reads" title="Managed Kafka's inter-zone transfer: the job reads from each partition's leader, or from a follower in its own zone (client.rack)"><option value="leader">the leader (2/3 cross zones)</option><option value="local-follower">a follower in its zone</option></select>
 <label for="bq_retention">BigQuery expiration</label><input id="bq_retention" name="bq_retention" placeholder="none (rows kept)">
 <label for="bq_partitioning">BigQuery partitioning</label><select id="bq_partitioning" name="bq_partitioning"><option>day</option><option>none</option></select>
 <label for="cdc_table_size">CDC table size</label><input id="cdc_table_size" name="cdc_table_size" placeholder="not CDC (e.g. 500GiB)">
@@ -68,7 +69,7 @@ const ESTIMATE_BODY: &str = r##"<p class="note">The whole pipeline, us-central1 
 
 const ESTIMATE_SCRIPT: &str = r##"
 const $ = id => document.getElementById(id);
-const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","bq_retention","bq_partitioning","cdc_table_size","cdc_max_staleness","row_bytes","dataset_location"];
+const FIELDS = ["throughput","unit","message_size","mode","machine_type","commitment","baseline","lines","kafka","kafka_retention","kafka_reads","bq_retention","bq_partitioning","cdc_table_size","cdc_max_staleness","row_bytes","dataset_location"];
 const COLORS = {"dataflow": "#2a6fdb", "bigquery-ingestion": "#e07b00", "bigquery-storage": "#1a9e3a", "bigquery-cdc": "#c0392b", "kafka": "#8e44ad"};
 const params = new URLSearchParams(location.search);
 for (const k of FIELDS) if (params.has(k)) $(k).value = params.get(k);
@@ -159,23 +160,25 @@ pub async fn simulate_page() -> Html<String> {
         r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see the README for what is calibrated and what is predicted). p99 includes the wait in Kafka. $/month is the whole pipeline's month-1 bill: Dataflow, BigQuery ingestion and storage.</p>
 <form id="f">
 <label for="throughput">Throughput</label><input id="throughput" name="throughput" value="100MiB/s" size="12" required>
-<label for="message_size">Message size</label><input id="message_size" name="message_size" value="1000B">
+<label for="message_size">Message size</label><input id="message_size" name="message_size" value="1KiB">
 <label for="mode">Mode</label><select id="mode" name="mode"><option>exactly-once</option><option>at-least-once</option></select>
 <label for="partitions">Kafka partitions</label><input id="partitions" name="partitions" value="1000">
 <label for="streams">Storage Write streams</label><input id="streams" name="streams" value="400">
 <label for="p99_limit">p99 limit</label><input id="p99_limit" name="p99_limit" value="10s">
 <label for="profile">Load profile</label><input id="profile" name="profile" value="sine:amplitude=0.3,period=6h">
 <label for="hours">Virtual hours</label><input id="hours" name="hours" value="6">
+<label for="dataset_location">Dataset location</label><input id="dataset_location" name="dataset_location" value="US" title="US or EU (multi-regions), or a region such as us-central1: its Storage Write throughput quota is simulated">
 <span></span><button id="go" type="submit">Simulate</button>
 </form>
 <div id="error" class="error" role="alert"></div>
 <p id="summary"></p>
+<div id="limits"></div>
 <div id="front"></div>
 <table id="rows"></table>"##,
         r##"
 const $ = id => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const fields = ["throughput","message_size","mode","partitions","streams","p99_limit","profile","hours"];
+const fields = ["throughput","message_size","mode","partitions","streams","p99_limit","profile","hours","dataset_location"];
 for (const k of fields) if (params.has(k)) $(k).value = params.get(k);
 function chart(rows, limit, chosen) {
   const W = 720, H = 360, L = 70, B = 40, xs = rows.map(r => Math.log10(Math.max(r.p99_ms, 1))), ys = rows.map(r => r.cost_per_month);
@@ -213,6 +216,8 @@ async function run(ev) {
   $("summary").innerHTML = c
     ? `Cheapest with p99 ≤ ${f(j.p99_limit_ms,0)} ms: <b id="chosen">${c.settings.map(x => x.value).join(", ")}</b> at <b>$${f(c.cost_per_month,0)}</b> per month (${rows.length} configurations × ${j.hours} h).`
     : `No configuration has p99 ≤ ${f(j.p99_limit_ms,0)} ms (${rows.length} configurations × ${j.hours} h).`;
+  const limits = [...new Set(rows.flatMap(r => r.limits))];
+  $("limits").innerHTML = limits.map(l => `<p class="limit"><b>Limit:</b> ${l}</p>`).join("");
   $("front").innerHTML = chart(rows, j.p99_limit_ms, j.chosen);
   let h = `<tr><th>front</th>${rows[0].settings.map(x => `<th>${x.key}</th>`).join("")}<th>$/month</th><th>workers</th><th>CPU</th><th>p50 ms</th><th>p99 ms</th><th>backlog peak MiB</th><th>bottleneck</th></tr>`;
   rows.forEach((r, i) => h += `<tr class="${r.pareto ? "pareto" : ""}"><td>${i === j.chosen ? "→" : r.pareto ? "*" : ""}</td>${r.settings.map(x => `<td>${x.value}</td>`).join("")}<td>${f(r.cost_per_month,0)}</td><td>${f(r.workers_mean,1)}</td><td>${f(r.mean_cpu*100,0)}%</td><td>${f(r.p50_ms,0)}</td><td>${f(r.p99_ms,0)}</td><td>${f(r.backlog_peak_mib,1)}</td><td>${r.bottleneck}</td></tr>`);

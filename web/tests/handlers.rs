@@ -327,11 +327,37 @@ async fn simulate_api_sweeps_and_marks_the_front_and_the_choice() {
         ("throughput=1MiB/s&lines=dataflow,snowflake", "lines"),
         ("throughput=1MiB/s&row_bytes=-5", "row_bytes"),
         ("throughput=1MiB/s&message_size=-5", "message_size"),
+        ("throughput=1MiB/s&dataset_location=moon", "dataset_location"),
     ] {
         let (s, body) = get(&jobs, &format!("/api/simulate?{q}")).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {body}");
         let j: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(j["field"], field, "{q}: {body}");
+    }
+}
+
+/// Issue 52: each configuration names the Storage Write quota it crosses at 1 GiB/s into
+/// us-central1, and is held to it; into US none is.
+#[tokio::test]
+async fn simulate_api_names_and_simulates_the_write_quota_by_dataset_location() {
+    let jobs = JobRegistry::default();
+    let rows = |body: &str| -> Vec<serde_json::Value> {
+        let j: serde_json::Value = serde_json::from_str(body).unwrap();
+        j["configurations"].as_array().unwrap().clone()
+    };
+    let q = "throughput=1GiB/s&message_size=1KiB&partitions=2000&hours=2&profile=constant";
+    let (s, body) = get(&jobs, &format!("/api/simulate?{q}&dataset_location=us-central1")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    for r in rows(&body) {
+        let limits = r["limits"].as_array().unwrap();
+        assert!(limits.iter().any(|l| l.as_str().unwrap().starts_with("Storage Write API throughput")), "{r}");
+        assert_eq!(r["bottleneck"], "write-quota", "{r}");
+    }
+    let (s, body) = get(&jobs, &format!("/api/simulate?{q}&dataset_location=US")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    for r in rows(&body) {
+        assert!(r["limits"].as_array().unwrap().iter().all(|l| !l.as_str().unwrap().contains("Storage Write")), "{r}");
+        assert_ne!(r["bottleneck"], "write-quota", "{r}");
     }
 }
 

@@ -8,7 +8,7 @@ use clap::Args;
 use flexrun_estimator::{self as est, KafkaChoice, Line, Partitioning, PipelineOptions};
 use std::path::PathBuf;
 
-/// `--lines`, `--kafka`, `--kafka-retention`, `--bq-retention`,
+/// `--lines`, `--kafka`, `--kafka-retention`, `--kafka-follower-fetch`, `--bq-retention`,
 /// `--bq-partitioning`, `--row-bytes`, `--table-schema`.
 #[derive(Debug, Args, Clone)]
 pub struct BillFlags {
@@ -24,6 +24,10 @@ pub struct BillFlags {
     /// How long Kafka keeps messages (what Managed Kafka stores): 24h, 7d, 0.
     #[arg(long, default_value = "7d", allow_hyphen_values = true)]
     pub kafka_retention: String,
+    /// With --kafka managed: the job fetches from a follower in its own zone (client.rack,
+    /// as Google's Managed Kafka sample workloads assume), so its reads cross no zone.
+    #[arg(long)]
+    pub kafka_follower_fetch: bool,
     /// BigQuery table or partition expiration (30d, 0 for none kept); default: rows are kept.
     #[arg(long, allow_hyphen_values = true)]
     pub bq_retention: Option<String>,
@@ -75,6 +79,7 @@ impl BillFlags {
             },
             partitioning: self.bq_partitioning,
             cdc: self.cdc()?,
+            kafka_follower_fetch: self.kafka_follower_fetch,
         };
         o.check().map_err(usage)?;
         Ok(o)

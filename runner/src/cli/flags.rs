@@ -97,6 +97,7 @@ impl ScalingFlags {
                     )
                 })?
             },
+            scale_down_target: d.scale_down_target,
         };
         if p.min_workers > p.max_workers {
             return Err(format!("--min-num-workers={} is above --max-workers={}", p.min_workers, p.max_workers));

@@ -78,6 +78,11 @@ pub struct SimulateArgs {
     /// Override the capacity: what one vCPU processes at 100% CPU (e.g. 11MiB/s or 12000msg/s).
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub vcpu_capacity: Option<Rate>,
+    /// The BigQuery dataset's location: a multi-region (US, EU) or a region
+    /// (us-central1, ...). Its Storage Write throughput quota is simulated as a token
+    /// bucket, and the limits the run crosses are named.
+    #[arg(long, default_value = flexrun_estimator::estimate::DEFAULT_DATASET_LOCATION)]
+    pub dataset_location: String,
     /// Random seed (input noise and latency samples): the same inputs and seed give the same output.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -221,6 +226,8 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         None => ("google-kafka-to-bq-e2-standard-2.yaml".to_string(), flexrun_estimator::google_kafka_to_bq()),
     };
     let b = baseline.for_mode(&baseline_name, t.mode).map_err(|e| usage(e.to_string()))?;
+    // The pool settles at the baseline's measured utilization, where `estimate` sizes it.
+    let pool = flexrun_autoscaler::ScalingConfig { scale_down_target: b.mean_cpu, ..pool };
     let pricing = flexrun_estimator::Pricing::us_central1();
     let base_vcpus = match pricing.machine_types.get(&baseline.machine_type) {
         Some(m) => m.vcpus,
@@ -269,6 +276,14 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         ),
         (None, None) => None,
     };
+    // kafka-to-gcs writes files: no Storage Write quota applies.
+    let write_quota = match t.file_commit {
+        Some(_) => None,
+        None => Some(
+            flexrun_simulate::WriteQuota::google(&a.dataset_location)
+                .map_err(|e| usage(format!("--dataset-location: {e}")))?,
+        ),
+    };
     let series_interval_s = a.series_interval.as_secs_f64().round();
     if series_interval_s < 1.0 {
         return Err(usage("--series-interval must be at least 1s"));
@@ -298,6 +313,7 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         file_commit: t.file_commit,
         pipeline,
         row_bytes,
+        write_quota,
     })
 }
 
@@ -305,9 +321,10 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
 /// [`super::sweep::run`], which builds on this file's [`config`]).
 pub fn run(a: &SimulateArgs) -> Result<()> {
     let cfg = config(a)?;
+    say_how_long(&cfg);
     let bar = super::ui::progress_bar(
         cfg.workload.duration_s as u64,
-        "simulating {bar:40} {pos}/{len} virtual s ({elapsed})",
+        "simulating {bar:40} {pos}/{len} virtual s ({elapsed}, about {eta} left)",
     );
     let started = std::time::Instant::now();
     let report = flexrun_simulate::run(&cfg, &mut |t| bar.set_position(t as u64));
@@ -329,6 +346,22 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
         SimFormat::Table => print_table(&cfg, &report, wall, a.baseline.is_none() && a.vcpu_capacity.is_none()),
     }
     Ok(())
+}
+
+/// Before a large run, say how long it may take (at the engine's measured worst-case
+/// rate), so a long simulation does not look like a hang.
+fn say_how_long(cfg: &SimConfig) {
+    let w = &cfg.workload;
+    let units = flexrun_simulate::work_units(w.duration_s, w.partitions, cfg.pool.max_workers);
+    let secs = units / flexrun_simulate::WORK_UNITS_PER_CORE_S;
+    if secs >= 5.0 {
+        eprintln!(
+            "simulating {:.1} virtual hours over {} partitions and up to {} workers: {units:.2e} units of work, up to about {secs:.0} s on one core (less when the pool keeps up)",
+            w.duration_s / 3600.0,
+            w.partitions,
+            cfg.pool.max_workers
+        );
+    }
 }
 
 /// The summary table; with Google's published column when the capacity is Google's.
@@ -408,6 +441,16 @@ fn print_table(cfg: &SimConfig, r: &SimReport, wall: Duration, compare: bool) {
         );
     }
     println!("bottleneck: {}", s.bottleneck.describe());
+    if s.write_quota_throttled_s > 0.0 {
+        println!(
+            "Storage Write quota: writes held back for {:.0} s after warm-up ({:.0}% of the time)",
+            s.write_quota_throttled_s,
+            s.write_quota_throttled_s / (cfg.workload.duration_s - cfg.warm_up_s).max(1.0) * 100.0
+        );
+    }
+    for l in &s.limits {
+        println!("LIMIT: {} [{}]", l.message, l.source);
+    }
     println!(
         "capacity: {:.2} MiB/s per vCPU at 100% CPU; useful parallelism {} workers; {} worker-count changes",
         s.vcpu_capacity_mib_s, s.max_parallelism, s.decisions

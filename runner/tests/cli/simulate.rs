@@ -206,6 +206,26 @@ fn the_same_inputs_and_seed_give_the_same_output() {
     assert_ne!(a, c, "another seed draws other noise");
 }
 
+/// Issue 52: the text names the Storage Write quota at 1 GiB/s into us-central1 and
+/// simulates it (the backlog waits in Kafka); into the US multi-region it does not.
+#[test]
+fn a_regional_dataset_is_held_to_its_storage_write_quota_and_the_text_says_so() {
+    let run = |loc: &str| {
+        let args =
+            ["simulate", "--rate", "1GiB/s", "--message-size", "1KiB", "--partitions", "2000", "--max-workers", "200"];
+        let out = flexrun(&[&args[..], &["--duration", "6h", "--dataset-location", loc]].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let region = run("us-central1");
+    assert!(region.contains("LIMIT: Storage Write API throughput"), "{region}");
+    assert!(region.contains("bottleneck: Storage Write API throughput quota: 300 MiB/s in us-central1"), "{region}");
+    assert!(region.contains("Storage Write quota: writes held back for"), "{region}");
+    let us = run("US");
+    assert!(!us.contains("Storage Write"), "{us}");
+    assert!(us.contains("bottleneck: none"), "{us}");
+}
+
 fn flexrun(args: &[&str]) -> std::process::Output {
     Process::new(env!("CARGO_BIN_EXE_flexrun")).args(args).output().expect("runs")
 }
@@ -252,6 +272,7 @@ fn bad_simulate_flags_exit_2_with_a_message() {
         (vec!["simulate", "--qps", "10", "--sweep", "partitions=1,0"], "--sweep partitions=0"),
         (vec!["simulate", "--qps", "10", "--p99-limit", "2s"], "--sweep"),
         (vec!["simulate", "--qps", "10", "--sweep", "hint=0.5", "--p99-limit", "soon"], "invalid duration"),
+        (vec!["simulate", "--qps", "10", "--dataset-location", "moon"], "--dataset-location: invalid dataset location"),
     ] {
         let out = flexrun(&args);
         let err = String::from_utf8_lossy(&out.stderr);
