@@ -108,6 +108,8 @@ pub struct Estimate {
     pub vcpus_busy: f64,
     /// Throughput ÷ the baseline's throughput (informational).
     pub scaling_factor: f64,
+    /// The publication's own rule of thumb, beside the model.
+    pub rule_of_thumb: RuleOfThumb,
     /// Workers needed, unrounded.
     pub workers_exact: f64,
     /// Workers billed (rounded up, at least 1).
@@ -256,6 +258,7 @@ pub fn estimate(
         cpu,
         vcpus_busy,
         scaling_factor: factor,
+        rule_of_thumb: RuleOfThumb::of(b, factor),
         workers_exact,
         workers,
         vcpus: w * machine.vcpus,
@@ -273,6 +276,29 @@ pub fn estimate(
         notes,
         limits,
     })
+}
+
+/// The publication's rule of thumb, as seed 001's worked example applies it: the
+/// baseline's workers and SECU times the scaling factor (throughput ÷ the baseline's),
+/// with the factor rounded to two decimals as the example rounds 100 MiB/s ÷ 1 GiB/s
+/// (0.098) to 0.1. The model's own figures (`workers_exact`, `secu_per_hour`) use the
+/// exact factor and the two-term CPU model; this is shown so a reader can match the page.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RuleOfThumb {
+    /// The scaling factor, rounded to two decimals.
+    pub factor: f64,
+    /// The baseline's workers × the factor.
+    pub workers: f64,
+    /// The baseline's SECU per hour × the factor.
+    pub secu_per_hour: f64,
+}
+
+impl RuleOfThumb {
+    /// The rule for `factor` (unrounded) against baseline `b`.
+    pub fn of(b: &crate::baseline::Baseline, factor: f64) -> RuleOfThumb {
+        let factor = (factor * 100.0).round() / 100.0;
+        RuleOfThumb { factor, workers: b.workers * factor, secu_per_hour: b.secu_per_hour * factor }
+    }
 }
 
 /// The limits a pipeline of `workers` workers of `vcpus` vCPUs crosses at `req`'s throughput.
@@ -472,6 +498,12 @@ mod tests {
         let tenth = est(100.0 * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
         assert!((tenth.workers_exact - 63.0 * 100.0 / 1024.0).abs() < 1e-4 && tenth.workers == 7);
         assert!(close(tenth.secu_per_hour, 58.0 * 100.0 / 1024.0) && close(tenth.scaling_factor, 100.0 / 1024.0));
+        // The page's own rule, shown beside the model: 63 x 0.1 and 58 x 0.1.
+        let rule = tenth.rule_of_thumb;
+        assert!(close(rule.factor, 0.1) && close(rule.workers, 6.3) && close(rule.secu_per_hour, 5.8), "{rule:?}");
+        let at = |mib: f64| est(mib * MIB, Mode::ExactlyOnce, "e2-standard-2", Commitment::None).rule_of_thumb;
+        assert!(close(at(1024.0).workers, 63.0) && close(at(1024.0).secu_per_hour, 58.0));
+        assert!(close(at(300.0).factor, 0.29), "300/1024 = 0.293 at two decimals");
     }
 
     /// Issue 52: a throughput that would overflow the worker count is refused; one past

@@ -37,7 +37,7 @@ pub use baseline::{
     google_kafka_to_bq, Baseline, BaselineError, BaselineFile, CpuTerms, Mode, GOOGLE_KAFKA_TO_BQ_NAME,
 };
 pub use boundary::{search, Boundary, SearchError, SearchSpace, Trial};
-pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request};
+pub use estimate::{bill, estimate, CostItem, Estimate, EstimateError, Request, RuleOfThumb};
 pub use pipeline::{KafkaChoice, Line, Partitioning, PipelineOptions, Totals};
 pub use pricing::{Commitment, MachineType, Pricing};
 pub use units::{parse_duration, parse_duration_or_zero, parse_size, Rate, UnitError};

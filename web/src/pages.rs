@@ -83,6 +83,7 @@ function query() {
 function table(e) {
   let h = `<p id="summary"><b>${f(e.workers_exact,2)}</b> workers → <b id="workers">${e.workers}</b> billed, <b>${f(e.secu_per_hour,2)}</b> SECU/h;
     whole pipeline <b id="per_hour">$${f(e.per_hour,2)}</b> per hour, <b id="per_month">$${f(e.per_month,0)}</b> in month 1, <b id="per_month_12">$${f(e.per_month_12,0)}</b> in month 12</p>
+    <p id="rule" class="note">The publication's rule of thumb: factor ${f(e.rule_of_thumb.factor,2)} → <b>${f(e.rule_of_thumb.workers,1)}</b> workers, <b>${f(e.rule_of_thumb.secu_per_hour,1)}</b> SECU/h (the figures above use the exact factor, ${f(e.scaling_factor,4)}, and the two-term CPU model).</p>
     <p id="dominant">${e.totals.summary}</p>
     <table id="items"><tr><th>line</th><th>item</th><th>quantity</th><th>unit</th><th>$/unit</th><th>$/hour</th><th>month 1</th><th>month 12</th></tr>`;
   for (const i of e.items) h += `<tr data-line="${i.line}"><td>${i.line}</td><td>${i.item}</td><td>${f(i.quantity,2)}</td><td>${i.unit}</td><td>${Number(i.unit_price).toPrecision(3)}</td><td>${f(i.per_hour,2)}</td><td>${f(i.per_month,0)}</td><td>${f(i.per_month_12,0)}</td></tr>`;

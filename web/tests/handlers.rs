@@ -40,6 +40,10 @@ async fn estimate_api_answers_and_names_bad_fields() {
     // 2-vCPU workers at Google's 70 % mean CPU.
     let want = 102_400.0 * (49.37362e-6 + 33.92622e-9 * 1024.0) / (2.0 * 0.7);
     assert!((j["estimate"]["workers_exact"].as_f64().unwrap() - want).abs() < 1e-6, "{want}: {body}");
+    // Seed 001's worked example, as the page states it: 63 x 0.1 and 58 x 0.1.
+    let rule = &j["estimate"]["rule_of_thumb"];
+    let near = |k: &str, v: f64| (rule[k].as_f64().unwrap() - v).abs() < 1e-9;
+    assert!(near("factor", 0.1) && near("workers", 6.3) && near("secu_per_hour", 5.8), "{rule}");
     assert_eq!(j["curve"].as_array().unwrap().len(), 20);
     let modes = j["modes"].as_array().unwrap();
     assert_eq!(modes.len(), 2, "exactly-once and at-least-once side by side");

@@ -226,6 +226,11 @@ fn print_table(e: &flexrun_estimator::Estimate) {
         e.mean_cpu * 100.0,
         e.vcpus_busy
     );
+    let g = &e.rule_of_thumb;
+    println!(
+        "the publication's rule of thumb: factor {:.2} ({:.1} MiB/s ÷ the baseline's, {:.4} unrounded) → {:.1} workers, {:.1} SECU/h; the figures above use the exact factor and the two-term CPU model",
+        g.factor, e.throughput_mib_s, e.scaling_factor, g.workers, g.secu_per_hour
+    );
     println!(
         "{:<20} {:<34} {:>12} {:>9} {:>10} {:>10} {:>12} {:>12}",
         "line", "item", "quantity", "unit", "$/unit", "$/hour", "$ month 1", "$ month 12"

@@ -292,6 +292,9 @@ fn estimate_gives_the_published_figures_and_rejects_bad_input() {
     let want = 102400.0 * (49.37362e-6 + 33.92622e-9 * 1024.0) / 1.4;
     assert!((j["workers_exact"].as_f64().unwrap() - want).abs() < 1e-9, "{} vs {want}", j["workers_exact"]);
     assert_eq!(j["workers"], 7);
+    // Issue 52: the text also gives seed 001's worked example as the page computes it.
+    let text = String::from_utf8_lossy(&flexrun(&["estimate", "--throughput", "100MiB/s"]).stdout).to_string();
+    assert!(text.contains("rule of thumb: factor 0.10") && text.contains("→ 6.3 workers, 5.8 SECU/h"), "{text}");
     let o = flexrun(&[
         "estimate",
         "--throughput",

@@ -84,8 +84,11 @@ fn wait_for_point(
 async fn a_running_job_publishes_its_dashboard_and_metrics() {
     let s = stack();
     let f = s.fixture("web", 4).await;
-    // About 10 s of work at the 4 MB/s worker capacity below, so values move while polled.
+    // About 10 s of work at the 4 MB/s worker capacity below, then traffic throughout: the
+    // checks below wait for the written count to grow twice, which a job that had already
+    // drained a one-off backlog could never show (this failed once under load).
     f.produce(&s, 0, 40_000, None).await;
+    let traffic = BackgroundProducer::start(&s, &f);
     let addr = free_addr();
     let ck = tempfile::tempdir().unwrap();
     let child = spawn_job(
@@ -139,6 +142,7 @@ async fn a_running_job_publishes_its_dashboard_and_metrics() {
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap();
     assert!(p99 > 0.0, "end-to-end p99 after traffic: {p99}");
+    assert!(traffic.stop().await > 0, "the background producer produced");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert!(o.status.success(), "{}", text(&o));
