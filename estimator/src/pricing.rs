@@ -115,10 +115,10 @@ pub struct ManagedKafkaPrices {
     pub local_storage_gib_month: f64,
     /// Persistent storage of one replica of what topics retain, per GiB-month.
     pub persistent_storage_gib_month: f64,
-    /// Publish traffic one vCPU handles, MiB/s.
-    pub publish_mib_s_per_vcpu: f64,
-    /// Consume traffic one vCPU handles, MiB/s.
-    pub consume_mib_s_per_vcpu: f64,
+    /// Write-equivalent traffic one vCPU handles at 100 % utilization, MB/s (decimal).
+    pub write_mb_s_per_vcpu: f64,
+    /// How much cheaper a byte read is than a byte written (the guide's 4).
+    pub read_efficiency: f64,
     /// The vCPU utilization the guide sizes at.
     pub target_utilization: f64,
     /// The smallest cluster, vCPUs.
