@@ -321,7 +321,9 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
 /// [`super::sweep::run`], which builds on this file's [`config`]).
 pub fn run(a: &SimulateArgs) -> Result<()> {
     let cfg = config(a)?;
-    say_how_long(&cfg);
+    if let Some(say) = how_long(&cfg) {
+        eprintln!("{say}");
+    }
     let bar = super::ui::progress_bar(
         cfg.workload.duration_s as u64,
         "simulating {bar:40} {pos}/{len} virtual s ({elapsed}, about {eta} left)",
@@ -348,20 +350,20 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
     Ok(())
 }
 
-/// Before a large run, say how long it may take (at the engine's measured worst-case
-/// rate), so a long simulation does not look like a hang.
-fn say_how_long(cfg: &SimConfig) {
+/// Before a large run, what to say about how long it may take (at the engine's measured
+/// worst-case rate), so a long simulation does not look like a hang; None for a quick one.
+pub fn how_long(cfg: &SimConfig) -> Option<String> {
     let w = &cfg.workload;
     let units = flexrun_simulate::work_units(w.duration_s, w.partitions, cfg.pool.max_workers);
     let secs = units / flexrun_simulate::WORK_UNITS_PER_CORE_S;
-    if secs >= 5.0 {
-        eprintln!(
+    (secs >= 5.0).then(|| {
+        format!(
             "simulating {:.1} virtual hours over {} partitions and up to {} workers: {units:.2e} units of work, up to about {secs:.0} s on one core (less when the pool keeps up)",
             w.duration_s / 3600.0,
             w.partitions,
             cfg.pool.max_workers
-        );
-    }
+        )
+    })
 }
 
 /// The summary table; with Google's published column when the capacity is Google's.

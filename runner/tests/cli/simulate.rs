@@ -226,6 +226,16 @@ fn a_regional_dataset_is_held_to_its_storage_write_quota_and_the_text_says_so() 
     assert!(us.contains("bottleneck: none"), "{us}");
 }
 
+/// Issue 52: a large simulation says up front how long it may take; a small one does not.
+#[test]
+fn a_large_simulation_says_how_long_it_may_take() {
+    let big = config(&["--qps", "1000", "--partitions", "100000", "--duration", "48h", "--max-workers", "1000"]);
+    let say = flexrun::cli::simulate::how_long(&big).expect("48 h over 100,000 partitions is large");
+    assert!(say.contains("up to about") && say.contains("100000 partitions"), "{say}");
+    let small = config(&["--qps", "1000", "--partitions", "100", "--duration", "1h"]);
+    assert_eq!(flexrun::cli::simulate::how_long(&small), None);
+}
+
 fn flexrun(args: &[&str]) -> std::process::Output {
     Process::new(env!("CARGO_BIN_EXE_flexrun")).args(args).output().expect("runs")
 }
