@@ -206,7 +206,7 @@ struct Inner {
 }
 
 /// What went wrong on the way and how it was handled: the events that the
-/// exactly-once guarantee and the README's list of remaining cases talk about.
+/// exactly-once guarantee and docs/guide/guarantees.md's list of remaining cases talk about.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Reliability {
     /// Transient BigQuery errors that were retried, by status code.

@@ -158,7 +158,7 @@ run();
 pub async fn simulate_page() -> Html<String> {
     layout(
         "Simulate: cost against p99",
-        r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see the README for what is calibrated and what is predicted). p99 includes the wait in Kafka. $/month is the whole pipeline's month-1 bill: Dataflow, BigQuery ingestion and storage.</p>
+        r##"<p class="note">Each configuration runs the kafka-to-bq job in virtual time with the real autoscaler in the loop (capacity calibrated to Google's published benchmark; see docs/guide/simulate.md for what is calibrated and what is predicted). p99 includes the wait in Kafka. $/month is the whole pipeline's month-1 bill: Dataflow, BigQuery ingestion and storage.</p>
 <form id="f">
 <label for="throughput">Throughput</label><input id="throughput" name="throughput" value="100MiB/s" size="12" required>
 <label for="message_size">Message size</label><input id="message_size" name="message_size" value="1KiB">

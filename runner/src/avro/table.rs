@@ -8,7 +8,7 @@
 //! type or fails at run time (Beam makes `date` a TIMESTAMP whose values then fail,
 //! reads `timestamp-millis` as micros, turns `timestamp-micros` and `time-*` into
 //! INTEGER, and cannot write maps, fixed or decimal-in-fixed), flexrun maps to the
-//! BigQuery type the logical type names, as the README's Avro table states:
+//! BigQuery type the logical type names, as docs/parity.md's Avro table states:
 //! date → DATE, time-* → TIME, timestamp-* → TIMESTAMP, local-timestamp-* → DATETIME,
 //! decimal → NUMERIC (BIGNUMERIC when precision or scale exceed NUMERIC's 38/9),
 //! fixed → BYTES, and map<V> → REPEATED RECORD {key STRING REQUIRED, value V}.

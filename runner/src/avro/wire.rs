@@ -11,7 +11,7 @@
 //! With `schemaFormat=SINGLE_SCHEMA_FILE` every message is decoded with the file's
 //! schema whatever id it carries. Google's template registers the file as id 1 in a
 //! mock registry, which (by our reading of Confluent's `MockSchemaRegistryClient`)
-//! would refuse other ids; flexrun does not, and the README says so.
+//! would refuse other ids; flexrun does not, and docs/guide/kafka-to-bq.md says so.
 //! With `schemaFormat=SCHEMA_REGISTRY` the writer schema is fetched by id
 //! ([`super::registry`]) before a batch is mapped, and cached: ids never change meaning.
 
