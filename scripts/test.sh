@@ -42,8 +42,9 @@ mkdir -p "${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}"
 INSTALL_LOG="${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}/test-install.log"
 (bash scripts/install-chromium.sh && nice -n 5 bash scripts/stack.sh install) >"$INSTALL_LOG" 2>&1 &
 INSTALL_PID=$!
-step "layering: no module names a layer above it"
+step "layering and structure: no module names a layer above it; no file or function too long"
 python3 scripts/check_layers.py
+python3 scripts/check_structure.py
 
 # Lints and the test build are one build. clippy-driver is rustc plus clippy's lints;
 # as the workspace's rustc wrapper (what `cargo clippy` itself sets up) it lints each

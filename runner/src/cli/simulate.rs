@@ -211,11 +211,9 @@ fn profile(a: &SimulateArgs) -> Result<Profile> {
     Profile::from_yaml(&name, &text).map_err(|e| usage(e.to_string()))
 }
 
-/// Build the configuration from the flags (every problem is a usage error).
-pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
-    let t = template_settings(a)?;
-    let pool = a.scaling.pool().map_err(usage)?;
-    let machine_type = a.scaling.worker_machine_type.clone().unwrap_or_else(|| "e2-standard-2".into());
+/// The baseline for `mode` (`--baseline`, or Google's) and the CPU a message costs (from it,
+/// or `--vcpu-capacity`).
+fn capacity(a: &SimulateArgs, mode: flexrun_estimator::Mode) -> Result<(flexrun_estimator::Baseline, CpuCost)> {
     let (baseline_name, baseline) = match &a.baseline {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| usage(format!("--baseline {}: {e}", p.display())))?;
@@ -225,9 +223,7 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
         }
         None => ("google-kafka-to-bq-e2-standard-2.yaml".to_string(), flexrun_estimator::google_kafka_to_bq()),
     };
-    let b = baseline.for_mode(&baseline_name, t.mode).map_err(|e| usage(e.to_string()))?;
-    // The pool settles at the baseline's measured utilization, where `estimate` sizes it.
-    let pool = flexrun_autoscaler::ScalingConfig { scale_down_target: b.mean_cpu, ..pool };
+    let b = baseline.for_mode(&baseline_name, mode).map_err(|e| usage(e.to_string()))?.clone();
     let pricing = flexrun_estimator::Pricing::us_central1();
     let base_vcpus = match pricing.machine_types.get(&baseline.machine_type) {
         Some(m) => m.vcpus,
@@ -238,26 +234,43 @@ pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
             ))
         })?,
     };
-    let mean = a.message_size.mean();
     let cost = match a.vcpu_capacity {
         Some(Rate::BytesPerSecond(r)) => CpuCost::bytes_per_s(r),
         Some(Rate::MessagesPerSecond(r)) => CpuCost::messages_per_s(r),
-        None => CpuCost::from_baseline(b, base_vcpus),
+        None => CpuCost::from_baseline(&b, base_vcpus),
     };
-    let profile = profile(a)?;
-    let recorded_mean = match &profile {
+    Ok((b, cost))
+}
+
+/// Messages per second at the profile's 1×: `--qps`, `--rate` at the mean size, or a
+/// recorded profile's mean.
+fn input_rate(a: &SimulateArgs, profile: &Profile, mean: f64) -> Result<f64> {
+    let recorded_mean = match profile {
         Profile::Recorded(r) => Some(r.mean_rate()),
         _ => None,
     };
-    let base_records_per_s = match (a.qps, a.rate, recorded_mean) {
-        (Some(q), None, _) => q,
-        (None, Some(r), _) => r.bytes_per_second(mean) / mean,
-        (None, None, Some(m)) => m,
-        (None, None, None) => {
-            return Err(usage("flexrun simulate needs the input: --qps N (messages/s), --rate RATE (e.g. 1GiB/s) or a traffic CSV as --profile-file"))
-        }
+    match (a.qps, a.rate, recorded_mean) {
+        (Some(q), None, _) => Ok(q),
+        (None, Some(r), _) => Ok(r.bytes_per_second(mean) / mean),
+        (None, None, Some(m)) => Ok(m),
+        (None, None, None) => Err(usage(
+            "flexrun simulate needs the input: --qps N (messages/s), --rate RATE (e.g. 1GiB/s) or a traffic CSV as --profile-file",
+        )),
         (Some(_), Some(_), _) => unreachable!("clap rejects --qps with --rate"),
-    };
+    }
+}
+
+/// Build the configuration from the flags (every problem is a usage error).
+pub fn config(a: &SimulateArgs) -> Result<SimConfig> {
+    let t = template_settings(a)?;
+    let pool = a.scaling.pool().map_err(usage)?;
+    let machine_type = a.scaling.worker_machine_type.clone().unwrap_or_else(|| "e2-standard-2".into());
+    let (b, cost) = capacity(a, t.mode)?;
+    // The pool settles at the baseline's measured utilization, where `estimate` sizes it.
+    let pool = flexrun_autoscaler::ScalingConfig { scale_down_target: b.mean_cpu, ..pool };
+    let mean = a.message_size.mean();
+    let profile = profile(a)?;
+    let base_records_per_s = input_rate(a, &profile, mean)?;
     let duration_s = a.duration.as_secs_f64();
     if duration_s < 60.0 {
         return Err(usage(format!("--duration {duration_s} s is too short: expected at least 1m")));
