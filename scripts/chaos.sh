@@ -21,7 +21,7 @@ eval "$(bash scripts/stack.sh env chaos)"
 export FLEXRUN_RESTART_BROKER="bash $(pwd)/scripts/stack.sh restart-kafka chaos"
 out=$(mktemp)
 bash scripts/build-deps.sh
-cargo test --release --no-fail-fast --features flexrun/failpoints,flexrun/integration -p flexrun --test it -- --ignored --test-threads=1 --nocapture "${@:-chaos}" 2>&1 | tee "$out" | grep -E "^(CHAOS|test |thread)" || true
+cargo test --release --no-fail-fast --features flexrun/failpoints,flexrun/integration,flexrun/lsm -p flexrun --test it -- --ignored --test-threads=1 --nocapture "${@:-chaos}" 2>&1 | tee "$out" | grep -E "^(CHAOS|test |thread)" || true
 echo
 echo "| scenario | messages | faults | rows | distinct ids | lost | duplicates | recovery (s) |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|"

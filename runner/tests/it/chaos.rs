@@ -305,6 +305,31 @@ async fn chaos_large_messages() {
 /// they define (a key's last change wins when it is an UPSERT). Versions count from
 /// `first`, so they say nothing about order across topics.
 async fn produce_cdc(s: &Stack, topic: &str, n: i64, keys: i64, seed: u64, first: i64) -> BTreeMap<i64, i64> {
+    let mut state = BTreeMap::new();
+    apply_cdc(&mut state, produce_cdc_ops(s, topic, n, keys, seed, first).await);
+    state
+}
+
+/// A final state moved on by a slice of changes: each key's last change in the slice
+/// upserts it or deletes it.
+fn apply_cdc(state: &mut BTreeMap<i64, i64>, slice: BTreeMap<i64, (i64, &'static str)>) {
+    for (k, (v, op)) in slice {
+        match op {
+            "UPSERT" => state.insert(k, v),
+            _ => state.remove(&k),
+        };
+    }
+}
+
+/// [`produce_cdc`]'s changes, as each key's last (version, op).
+async fn produce_cdc_ops(
+    s: &Stack,
+    topic: &str,
+    n: i64,
+    keys: i64,
+    seed: u64,
+    first: i64,
+) -> BTreeMap<i64, (i64, &'static str)> {
     use rdkafka::message::OwnedHeaders;
     use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
     let p: FutureProducer = flexrun::kafka::Connection::plaintext(&s.kafka)
@@ -327,14 +352,14 @@ async fn produce_cdc(s: &Stack, topic: &str, n: i64, keys: i64, seed: u64, first
         answer("produce", a).await.unwrap().map_err(|(e, _)| e).unwrap();
     }
     p.flush(CALL_LIMIT).unwrap();
-    last.into_iter().filter(|(_, (_, op))| *op == "UPSERT").map(|(k, (v, _))| (k, v)).collect()
+    last
 }
 
 /// Issue 49: a CDC pattern job (changes ordered by Kafka offset, each key on one of two
 /// partitions) with the template's default `kafkaReadOffset`, killed 10 times while
-/// topics join it: `t1` exists from the start, `t2` is created with its changes while
-/// the job is down after the third kill, `t3` while it runs after the sixth. Every
-/// topic's table ends in each key's exact final state.
+/// topics join it: `t1` exists from the start and gets a tenth of its changes before each
+/// run, `t2` is created with its changes while the job is down after the third kill, `t3`
+/// while it runs after the sixth. Every topic's table ends in each key's exact final state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: scripts/chaos.sh"]
 async fn chaos_topics_join_a_cdc_pattern_job_under_10_sigkills() {
@@ -370,15 +395,23 @@ async fn chaos_topics_join_a_cdc_pattern_job_under_10_sigkills() {
                 assert!(child.try_wait().unwrap().is_none(), "the job ended before it started reading");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            want[0] = produce_cdc(&s, &topics[0], n, keys, sd, 0).await;
         }
+        // A fresh slice of t1's changes for every run (the first once its start is
+        // durable, the others as each run starts), so each run has changes left for its
+        // kill to wait on, whatever the seed.
+        let before = changes(&tables[0]);
+        let slice = n / 10;
+        apply_cdc(
+            &mut want[0],
+            produce_cdc_ops(&s, &topics[0], slice, keys, sd ^ ((k as u64) << 8), (k - 1) * slice).await,
+        );
         if k == 7 {
             flexrun::kafka::create_topic(&s.kafka, &topics[2], 2).await.unwrap();
             want[2] = produce_cdc(&s, &topics[2], n / 2, keys, sd ^ 3, 0).await;
         }
         // Kill once t1's table has received a seeded share of its changes more (and, on
         // the seventh run, once t3, created while it runs, has been found and written to).
-        let goal = changes(&tables[0]) + rng.random_range(500..1_500);
+        let goal = before + rng.random_range(500..1_500);
         let start = Instant::now();
         let t3_read = |k: i64| k != 7 || changes(&tables[2]) > 0;
         while (changes(&tables[0]) < goal || !t3_read(k)) && child.try_wait().unwrap().is_none() {

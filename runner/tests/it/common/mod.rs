@@ -249,6 +249,19 @@ pub fn test_seed(what: &str) -> u64 {
     seed
 }
 
+/// The last 4,000 bytes of an exited job's piped stderr, so a test that sees a job end
+/// early says why it ended.
+pub fn stderr_tail(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let cut = err.len().saturating_sub(4000);
+    let cut = (cut..err.len()).find(|&i| err.is_char_boundary(i)).unwrap_or(err.len());
+    err[cut..].to_string()
+}
+
 /// Wait until `t` holds at least `rows` rows while `child` still runs, and return the
 /// count seen: the condition a kill or a SIGTERM waits on, so that it lands mid-work
 /// whatever the machine's load, instead of after a guessed sleep. Fails the test when
@@ -261,7 +274,10 @@ pub async fn wait_for_rows(s: &Stack, t: &TableRef, rows: i64, child: &mut Child
             return n;
         }
         if let Some(status) = child.try_wait().expect("poll the job") {
-            panic!("the job ended ({status}) before {t} held {rows} rows (it holds {n})");
+            panic!(
+                "the job ended ({status}) before {t} held {rows} rows (it holds {n}); its stderr ends:\n{}",
+                stderr_tail(child)
+            );
         }
         assert!(start.elapsed() < RUN_LIMIT, "{t} did not reach {rows} rows within {RUN_LIMIT:?} (it holds {n})");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -275,7 +291,10 @@ pub async fn wait_for_injected_failure(t: &TableRef, counter: &str, child: &mut 
     let start = std::time::Instant::now();
     while fault_stats(t)[counter].as_u64().unwrap_or(0) == 0 {
         if let Some(status) = child.try_wait().expect("poll the job") {
-            panic!("the job ended ({status}) before any call on {t} met the injected fault ({counter})");
+            panic!(
+                "the job ended ({status}) before any call on {t} met the injected fault ({counter}); its stderr ends:\n{}",
+                stderr_tail(child)
+            );
         }
         assert!(start.elapsed() < RUN_LIMIT, "no call on {t} met the injected fault ({counter}) within {RUN_LIMIT:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
