@@ -212,6 +212,22 @@ mod tests {
         assert_eq!(rule_for(Some(&k), "c"), StartRule::Earliest);
     }
 
+    /// Issue 49: a damaged topics.json is an error, never "no topics known": read as
+    /// none, every topic would start afresh at the template's `kafkaReadOffset` (latest by
+    /// default), and what was produced while the job was down would be skipped.
+    #[test]
+    fn a_damaged_known_file_is_an_error_not_a_first_start() {
+        let root = tempfile::tempdir().unwrap();
+        let k = Known::from([("a".into(), StartRule::Initial)]);
+        write_known(root.path(), "j", &k).unwrap();
+        let file = root.path().join("j").join(KNOWN_FILE);
+        for damaged in [&b"{\"a\": \"Initi"[..], b"", b"\x00\x01not json", b"[\"a\"]"] {
+            std::fs::write(&file, damaged).unwrap();
+            let e = read_known(root.path(), "j").unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{damaged:?}: {e}");
+        }
+    }
+
     #[test]
     fn checkpoints_from_before_the_known_file_count_as_known() {
         let root = tempfile::tempdir().unwrap();
