@@ -35,6 +35,12 @@ async fn estimate_api_answers_and_names_bad_fields() {
     let jobs = JobRegistry::default();
     let (s, body) = get(&jobs, "/api/estimate?throughput=100MiB/s&mode=exactly-once").await;
     assert_eq!(s, StatusCode::OK, "{body}");
+    // The Managed Kafka read placement takes two words; anything else names the field.
+    let (bad, why) = get(&jobs, "/api/estimate?throughput=100MiB/s&kafka=managed&kafka_reads=sideways").await;
+    assert_eq!(bad, StatusCode::BAD_REQUEST, "{why}");
+    assert!(why.contains("kafka_reads") && why.contains("leader or local-follower"), "{why}");
+    let (ok, body2) = get(&jobs, "/api/estimate?throughput=100MiB/s&kafka=managed&kafka_reads=local-follower").await;
+    assert_eq!(ok, StatusCode::OK, "{body2}");
     let j: serde_json::Value = serde_json::from_str(&body).unwrap();
     // 102,400 messages/s of 1 KiB, each 49.37362 vCPU-µs + 33.92622 vCPU-ns per byte, on
     // 2-vCPU workers at Google's 70 % mean CPU.
