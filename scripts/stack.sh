@@ -48,6 +48,11 @@ KAFKA_LIB=$STACK/kafka-$KAFKA_VERSION-$KAFKA_KEY/lib
 VENV=$STACK/bqemulator-$BQEMULATOR_VERSION
 GCS_VENV=$STACK/gcs-emulator-$GCS_EMULATOR_VERSION
 TLS=$STACK/tls
+# The broker's OAUTHBEARER check of Google's token shape, compiled from its source.
+VALIDATOR_SRC=$HERE/kafka/validator/flexrun/GoogleTokenValidator.java
+VALIDATOR=$STACK/validator-$(sha256sum "$VALIDATOR_SRC" | cut -c1-12)
+# The prefix of the access tokens the test's token endpoint issues (see the validator).
+GOOGLE_TOKEN_PREFIX=ya29.flexrun-local
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 
@@ -172,6 +177,7 @@ install() {
   exec 9>"$STACK/.install.lock"
   flock 9
   install_kafka
+  build_validator
   install_tls
   install_bqemulator
   install_gcs_emulator
@@ -245,9 +251,11 @@ ssl.client.auth=requested
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512,OAUTHBEARER
 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
-# OAUTHBEARER with Kafka's unsecured validator: any well-formed unsigned JWT with a
-# "sub" passes (a test stand-in for Google Managed Kafka's token check).
-listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredValidatorAllowableClockSkewMs="60000";
+# OAUTHBEARER as Google Managed Kafka takes it: the token Google's GcpLoginCallbackHandler
+# makes from an access token (scripts/kafka/validator checks its shape and the access
+# token's prefix; Kafka's unsecured validator would refuse it, wanting alg "none").
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" googleAccessTokenPrefix="$GOOGLE_TOKEN_PREFIX";
+listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=flexrun.GoogleTokenValidator
 EOF
   common_config 1
 }
@@ -273,6 +281,17 @@ EOF
   common_config 3
 }
 
+# Compile the OAUTHBEARER validator against the broker's own jars (once per source).
+build_validator() {
+  [ -f "$VALIDATOR/flexrun/GoogleTokenValidator.class" ] && return
+  command -v javac >/dev/null || {
+    log "the broker's OAUTHBEARER validator needs javac (17+): apt-get install openjdk-17-jdk-headless"
+    exit 1
+  }
+  mkdir -p "$VALIDATOR"
+  javac -d "$VALIDATOR" -cp "$KAFKA_LIB/*" "$VALIDATOR_SRC"
+}
+
 java_run() { # log file, then the class and its arguments
   local out=$1
   shift
@@ -280,7 +299,7 @@ java_run() { # log file, then the class and its arguments
   # configuration is the stack's.
   exec nohup java -Xms256m -Xmx${FLEXRUN_KAFKA_HEAP:-512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$HERE/kafka/log4j2.yaml" \
-    -cp "$KAFKA_LIB/*" "$@" >>"$out" 2>&1
+    -cp "$KAFKA_LIB/*:$VALIDATOR" "$@" >>"$out" 2>&1
 }
 
 format_node() { # dir config cluster-id [extra args]
@@ -433,6 +452,7 @@ env_vars() {
   echo "export FLEXRUN_KAFKA_SSL=localhost:$((KAFKA_PORT + 2))"
   echo "export FLEXRUN_KAFKA_SASL_USER=$SASL_USER"
   echo "export FLEXRUN_KAFKA_SASL_PASSWORD=$SASL_PASSWORD"
+  echo "export FLEXRUN_GOOGLE_TOKEN_PREFIX=$GOOGLE_TOKEN_PREFIX"
   echo "export FLEXRUN_KAFKA_TLS_DIR=$TLS"
   echo "export FLEXRUN_KAFKA_CLUSTER=$(cluster_bootstrap)"
   echo "export FLEXRUN_STACK_SH=$HERE/stack.sh"

@@ -1,8 +1,10 @@
 //! [`Connection`]: where the brokers are and how to authenticate, turned into
 //! librdkafka settings. The only place a `ClientConfig` is created.
 
+use super::oauth::AuthContext;
 use super::KafkaError;
 use rdkafka::config::{ClientConfig, FromClientConfig, FromClientConfigAndContext};
+use rdkafka::consumer::Consumer;
 use rdkafka::producer::{ProducerContext, ThreadedProducer};
 
 /// How to authenticate to the brokers (`kafkaReadAuthenticationMode`).
@@ -26,6 +28,13 @@ pub enum Auth {
         /// Password.
         password: String,
         /// PEM CA file.
+        ca: Option<String>,
+    },
+    /// SASL/OAUTHBEARER over TLS with a token from Google's application default
+    /// credentials (`APPLICATION_DEFAULT_CREDENTIALS`, for Google Managed Kafka; see
+    /// [`super::oauth`]).
+    GoogleAdc {
+        /// PEM CA file (else the system's CAs, as Managed Kafka's certificates need).
         ca: Option<String>,
     },
     /// TLS, optionally with a client certificate.
@@ -107,8 +116,40 @@ impl Connection {
         c
     }
 
-    /// A client of type `T` with these settings plus `extra`; `what` names it in errors.
+    /// The context every client of this connection is made with: it answers
+    /// librdkafka's OAUTHBEARER token requests with Google tokens under
+    /// [`Auth::GoogleAdc`].
+    pub fn context(&self) -> AuthContext {
+        match self.auth {
+            Auth::GoogleAdc { .. } => AuthContext::google(),
+            _ => AuthContext::default(),
+        }
+    }
+
+    /// A client of type `T` with these settings plus `extra`, and the [`AuthContext`]
+    /// that answers token requests; `what` names it in errors. Every client that reads
+    /// a job's topic is made here or by [`super::SourceSettings::consumer`].
+    pub fn reader<T: FromClientConfigAndContext<AuthContext> + Consumer<AuthContext>>(
+        &self,
+        what: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<T, KafkaError> {
+        let mut c = self.config();
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        let t: T =
+            c.create_with_context(self.context()).map_err(|e| self.error(format!("cannot create {what}: {e}")))?;
+        super::oauth::seed(t.client()).map_err(|e| self.error(format!("{what}: no OAUTHBEARER token: {e}")))?;
+        Ok(t)
+    }
+
+    /// A client of type `T` with librdkafka's default context (set-up, tests): it cannot
+    /// answer token requests, so it is refused under [`Auth::GoogleAdc`].
     pub fn client<T: FromClientConfig>(&self, what: &str, extra: &[(&str, &str)]) -> Result<T, KafkaError> {
+        if matches!(self.auth, Auth::GoogleAdc { .. }) {
+            return Err(self.error(format!("{what} cannot authenticate with APPLICATION_DEFAULT_CREDENTIALS")));
+        }
         let mut c = self.config();
         for (k, v) in extra {
             c.set(*k, *v);
@@ -125,6 +166,9 @@ impl Connection {
     where
         ThreadedProducer<C>: FromClientConfigAndContext<C>,
     {
+        if matches!(self.auth, Auth::GoogleAdc { .. }) {
+            return Err(self.error("writing to Kafka with APPLICATION_DEFAULT_CREDENTIALS is not built (flexrun reads Managed Kafka with it); use SASL_PLAIN, SASL_SCRAM_512, TLS or NONE for the topic written to".into()));
+        }
         let mut c = self.config();
         for (k, v) in extra {
             c.set(*k, *v);
@@ -158,6 +202,13 @@ pub(crate) fn apply_auth(c: &mut ClientConfig, auth: &Auth, check: HostnameCheck
                 .set("sasl.mechanism", "SCRAM-SHA-512")
                 .set("sasl.username", username)
                 .set("sasl.password", password);
+            if let Some(ca) = ca {
+                c.set("ssl.ca.location", ca);
+            }
+        }
+        Auth::GoogleAdc { ca } => {
+            // KafkaConfig.java: SASL_SSL, OAUTHBEARER, GcpLoginCallbackHandler.
+            c.set("security.protocol", "sasl_ssl").set("sasl.mechanism", "OAUTHBEARER");
             if let Some(ca) = ca {
                 c.set("ssl.ca.location", ca);
             }

@@ -7,6 +7,7 @@
 use super::connection::Connection;
 use super::metadata::Metadata;
 use super::KafkaError;
+use crate::kafka::oauth::AuthContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ pub async fn read_topic(
     let md = Metadata::new(conn, topic)?;
     let parts = md.partitions().await?;
     let marks = md.watermarks(&parts).await?;
-    let consumer: BaseConsumer = conn.client(
+    let consumer: BaseConsumer<AuthContext> = conn.reader(
         "a history reader",
         &[("group.id", "flexrun-topic-rates"), ("enable.auto.commit", "false"), ("enable.partition.eof", "false")],
     )?;
@@ -46,7 +47,7 @@ pub async fn read_topic(
 }
 
 fn read_blocking(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<AuthContext>,
     bootstrap: &str,
     topic: &str,
     marks: &BTreeMap<i32, (i64, i64)>,

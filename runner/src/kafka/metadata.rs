@@ -6,6 +6,7 @@
 //! 1,000-message job (BENCHMARKS.md, "Hot path").
 
 use super::connection::Connection;
+use super::oauth::AuthContext;
 use super::KafkaError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -19,7 +20,7 @@ pub const PARTITION_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duratio
 /// Partition and watermark lookups for one topic, on one shared client. Cheap to clone.
 #[derive(Clone)]
 pub struct Metadata {
-    client: Arc<BaseConsumer>,
+    inner: Arc<BaseConsumer<AuthContext>>,
     bootstrap: String,
     topic: String,
 }
@@ -37,8 +38,15 @@ impl Metadata {
     }
 
     fn with(conn: &Connection, topic: &str, extra: &[(&str, &str)]) -> Result<Metadata, KafkaError> {
-        let client: BaseConsumer = conn.client("a metadata client", extra)?;
-        Ok(Metadata { client: Arc::new(client), bootstrap: conn.bootstrap.clone(), topic: topic.to_string() })
+        let client: BaseConsumer<AuthContext> = conn.reader("a metadata client", extra)?;
+        Ok(Metadata { inner: Arc::new(client), bootstrap: conn.bootstrap.clone(), topic: topic.to_string() })
+    }
+
+    /// The client, its queue polled first: a client that authenticates with Google's
+    /// credentials is asked for a new token through that queue ([`super::oauth`]).
+    fn client(&self) -> &BaseConsumer<AuthContext> {
+        let _ = self.inner.poll(Duration::ZERO);
+        &self.inner
     }
 
     /// The offsets the client's consumer group has committed for these partitions,
@@ -53,7 +61,7 @@ impl Metadata {
             for p in &partitions {
                 tpl.add_partition(&m.topic, *p);
             }
-            let Ok(committed) = m.client.committed_offsets(tpl, Duration::from_secs(10)) else {
+            let Ok(committed) = m.client().committed_offsets(tpl, Duration::from_secs(10)) else {
                 return BTreeMap::new();
             };
             partitions
@@ -80,7 +88,7 @@ impl Metadata {
 
     fn partitions_blocking(&self) -> Result<Vec<i32>, KafkaError> {
         let md = self
-            .client
+            .client()
             .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
             .map_err(|e| self.err(format!("broker unreachable or metadata failed: {e}")))?;
         let t = md
@@ -105,7 +113,7 @@ impl Metadata {
         let m = self.clone();
         tokio::task::spawn_blocking(move || {
             let md = m
-                .client
+                .client()
                 .fetch_metadata(None, Duration::from_secs(10))
                 .map_err(|e| m.err(format!("broker unreachable or metadata failed: {e}")))?;
             let mut names: Vec<String> =
@@ -167,7 +175,7 @@ impl Metadata {
             tpl.add_partition_offset(&self.topic, *p, at).map_err(|e| self.err(format!("partition {p}: {e}")))?;
         }
         let found = self
-            .client
+            .client()
             .offsets_for_times(tpl, Duration::from_secs(10))
             .map_err(|e| self.err(format!("watermarks of partitions {partitions:?}: {e}")))?;
         partitions

@@ -11,6 +11,9 @@
 //!   their partitions from split partition queues.
 //! - [`metadata`]: [`Metadata`], one long-lived client per job for partitions and
 //!   watermarks (the dashboard and the autoscaler read them every few seconds).
+//! - [`oauth`]: [`oauth::AuthContext`], the context of every other client, which answers
+//!   OAUTHBEARER token requests with Google's credentials
+//!   (`APPLICATION_DEFAULT_CREDENTIALS`).
 //! - [`acks`]: [`AckContext`], the one producer context: counts acknowledgements and
 //!   failures, and times them when messages carry their creation time.
 //! - [`admin`]: topic creation for the local stack, tests and the demo.
@@ -33,6 +36,7 @@ pub mod connection;
 pub mod gaps;
 pub mod history;
 pub mod metadata;
+pub mod oauth;
 pub mod params;
 pub mod shared;
 pub mod source;

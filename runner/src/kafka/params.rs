@@ -34,7 +34,10 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Problems) -> O
             };
             key_password.map(|kp| Auth::Tls { ca: path("kafkaReadTruststoreLocation"), keystore: path("kafkaReadKeystoreLocation"), key_password: kp })
         }
-        other => Err(format!("kafkaReadAuthenticationMode={other} is for Google Managed Kafka (OAuth with Google credentials), which is not reachable from here; use NONE, SASL_PLAIN, SASL_SCRAM_512 or TLS")),
+        // Google's template takes no truststore here (Managed Kafka's certificates are
+        // publicly trusted); kafkaReadTruststoreLocation is honoured if given.
+        "APPLICATION_DEFAULT_CREDENTIALS" => Ok(Auth::GoogleAdc { ca: path("kafkaReadTruststoreLocation") }),
+        other => Err(format!("kafkaReadAuthenticationMode={other}: expected APPLICATION_DEFAULT_CREDENTIALS, SASL_PLAIN, SASL_SCRAM_512, TLS or NONE")),
     };
     let auth = auth.map_err(|e| errs.push(e)).ok();
     let gap_policy =

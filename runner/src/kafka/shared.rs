@@ -33,7 +33,7 @@
 use super::{KafkaError, SourceSettings};
 use crate::retry::{note_retry, Service};
 use rdkafka::bindings as rdsys;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError as ReadError;
 use rdkafka::message::{Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::{Offset, TopicPartitionList};
@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 
 /// One worker's consumer, shared by the shards it runs.
 pub struct SharedConsumer {
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<super::source::Consumer>,
     topic: String,
     serve: tokio::task::JoinHandle<()>,
 }
@@ -177,7 +177,7 @@ pub struct Partitions {
 ///
 /// librdkafka requires every message to be destroyed before its consumer is closed:
 /// who keeps a `Held` past [`Partitions::take_ready`] keeps the
-/// [`Partitions::consumer`] too (`kafka_to_bq::records::Records` does).
+/// [`Partitions::consumer`] too (`kafka_to_bq::run::records::Records` does).
 pub struct Held(NonNull<rdsys::rd_kafka_message_t>);
 
 // SAFETY: a message is read-only once librdkafka hands it out, and may be read and

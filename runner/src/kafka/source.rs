@@ -4,7 +4,10 @@
 use super::connection::Connection;
 use super::metadata::Metadata;
 use super::KafkaError;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+
+/// A stream consumer with flexrun's client context ([`super::oauth::AuthContext`]).
+pub type Consumer = StreamConsumer<super::oauth::AuthContext>;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 
@@ -85,8 +88,13 @@ pub const SHARD_CONSUMER: &[(&str, &str)] = &[
 
 impl SourceSettings {
     /// A consumer for manual assignment (no auto commit, low fetch wait).
-    pub fn consumer(&self) -> Result<StreamConsumer, KafkaError> {
-        self.consumer_config().create().map_err(|e| self.broker_err(format!("cannot create a consumer: {e}")))
+    pub fn consumer(&self) -> Result<Consumer, KafkaError> {
+        let c: Consumer = self
+            .consumer_config()
+            .create_with_context(self.conn.context())
+            .map_err(|e| self.broker_err(format!("cannot create a consumer: {e}")))?;
+        super::oauth::seed(c.client()).map_err(|e| self.broker_err(format!("no OAUTHBEARER token: {e}")))?;
+        Ok(c)
     }
 
     /// The settings of [`SourceSettings::consumer`]: the connection's, the group,
@@ -156,7 +164,7 @@ impl SourceSettings {
 }
 
 /// Point `consumer` at `positions` (partition → next offset).
-pub fn assign(consumer: &StreamConsumer, topic: &str, positions: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
+pub fn assign(consumer: &Consumer, topic: &str, positions: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
     let mut tpl = TopicPartitionList::new();
     for (p, o) in positions {
         tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
@@ -166,7 +174,7 @@ pub fn assign(consumer: &StreamConsumer, topic: &str, positions: &BTreeMap<i32, 
 }
 
 /// Commit processed positions to the consumer group (informational).
-pub fn commit_positions(consumer: &StreamConsumer, topic: &str, positions: &BTreeMap<i32, i64>) {
+pub fn commit_positions(consumer: &Consumer, topic: &str, positions: &BTreeMap<i32, i64>) {
     let mut tpl = TopicPartitionList::new();
     for (p, o) in positions {
         let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(*o));

@@ -214,7 +214,7 @@ struct Job {
     checkpoints: Arc<tokio::sync::Mutex<Checkpoints>>,
     ticker: super::checkpoints::Ticker,
     publisher: Option<super::publish::Publisher>,
-    commit_consumer: Option<rdkafka::consumer::StreamConsumer>,
+    commit_consumer: Option<crate::kafka::source::Consumer>,
     report: GcsReport,
     started: Instant,
     _lock: crate::control::lock::JobLock,

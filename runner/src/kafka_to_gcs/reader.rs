@@ -14,11 +14,11 @@
 
 use super::config::KafkaToGcsConfig;
 use super::open_windows::{Msg, OpenWindows};
+use crate::kafka::source::Consumer;
 use crate::retry::{wait_unless_stopped, Backoff};
 use crate::scaling::WorkerSlot;
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::Message;
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ impl Readers {
                 continue;
             }
             crate::kafka::gaps::simulate_cut_log(&mut mine);
-            let consumer: StreamConsumer = cfg.source.consumer()?;
+            let consumer: Consumer = cfg.source.consumer()?;
             crate::kafka::source::assign(&consumer, &cfg.source.topic, &mine)?;
             let (slot, windows, stop) = (slot.clone(), windows.clone(), stop.subscribe());
             let reader = Reader { consumer, cfg: cfg.clone(), at: mine };
@@ -93,7 +93,7 @@ impl Readers {
 
 /// One reader's consumer and what it reads.
 struct Reader {
-    consumer: StreamConsumer,
+    consumer: Consumer,
     cfg: Arc<KafkaToGcsConfig>,
     /// Per partition, the next offset the consumer fetches.
     at: BTreeMap<i32, i64>,

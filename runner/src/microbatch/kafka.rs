@@ -2,6 +2,7 @@
 //! re-serialize, or copy), write to another topic and wait for the acknowledgements.
 
 use super::{Batch, Latencies, Record, Sink, Source};
+use crate::kafka::oauth::AuthContext;
 use crate::kafka::{parse_server_and_topic, AckContext, Acks, Connection};
 use anyhow::{anyhow, bail, Result};
 use flexrun_templates::ResolvedParams;
@@ -48,7 +49,7 @@ impl KafkaToKafkaConfig {
 /// Reads one topic from explicit positions (no consumer-group offsets: the job's own
 /// logs are the progress record).
 pub struct KafkaSource {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<AuthContext>,
     topic: String,
     partitions: Vec<i32>,
     earliest: bool,
@@ -58,7 +59,7 @@ impl KafkaSource {
     /// A source for `topic` on `conn`; `earliest` decides where a fresh job starts.
     pub fn new((conn, topic): &(Connection, String), earliest: bool) -> Result<KafkaSource> {
         let bootstrap = &conn.bootstrap;
-        let consumer: BaseConsumer = conn.client(
+        let consumer: BaseConsumer<AuthContext> = conn.reader(
             "a Kafka consumer",
             &[
                 ("group.id", "flexrun-kafka-to-kafka"),

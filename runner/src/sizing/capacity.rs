@@ -15,6 +15,7 @@
 //! trials do not carry each other's backlog.
 
 use crate::kafka::acks::now_us;
+use crate::kafka::oauth::AuthContext;
 use crate::kafka::{AckContext, Acks, Connection};
 use anyhow::{anyhow, Result};
 use flexrun_estimator::Trial;
@@ -108,7 +109,7 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
     )?;
 
     // The consumer starts at the end of every partition.
-    let consumer: BaseConsumer = conn.client(
+    let consumer: BaseConsumer<AuthContext> = conn.reader(
         "a Kafka consumer",
         &[("group.id", "flexrun-capacity"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "10")],
     )?;
