@@ -9,7 +9,11 @@ Three rules, each read from the code itself:
    "# Layers" heading; a module may name (`crate::m`, `use crate::{m, ..}`) only
    modules of a lower layer. Items at the crate root (`usage`, `crash_point!`) are
    open to every module.
-3. Inside a module folder, the files' `super::x` / `crate::m::x` references form no
+3. kafka_to_bq's stages: runner/src/kafka_to_bq/mod.rs lists them in numbered
+   layers under "# Layout, by stage"; a file of one stage may name
+   (`crate::kafka_to_bq::x`, or `super::x` from a file at the folder's top) only its
+   own stage or a lower one.
+4. Inside a module folder, the files' `super::x` / `crate::m::x` references form no
    cycle (mod.rs, which only declares and re-exports, is left out).
 
 Comments and doc comments are ignored, so a doc link upwards is not an import.
@@ -95,13 +99,46 @@ def check_modules(problems):
                 )
 
 
+def stage_layers():
+    text = (SRC / "kafka_to_bq" / "mod.rs").read_text(encoding="utf-8")
+    section = text.split("//! # Layout, by stage", 1)[1].split("//! #", 1)[0]
+    stages = {}
+    for n, body in re.findall(r"^//! (\d+)\. ((?:.|\n//!    )+)", section, re.M):
+        for name in re.findall(r"\[`([a-z_]+)`\]:", body):
+            stages[name] = int(n)
+    return stages
+
+
+def check_stages(problems):
+    stages = stage_layers()
+    top = SRC / "kafka_to_bq"
+    declared = set(re.findall(r"^pub mod ([a-z_0-9]+);", (top / "mod.rs").read_text(encoding="utf-8"), re.M))
+    for m in sorted(declared - set(stages)):
+        problems.append(f"runner/src/kafka_to_bq/mod.rs: module {m} is in no stage of '# Layout, by stage'")
+    for path in sorted(top.rglob("*.rs")):
+        rel = path.relative_to(top)
+        me = rel.parts[0].removesuffix(".rs")
+        if me == "mod":
+            continue
+        code = code_of(path)
+        used = names_after("crate::kafka_to_bq", code)
+        if len(rel.parts) == 1:
+            used |= names_after("super", code)
+        for u in sorted(used & set(stages)):
+            if u != me and stages[u] > stages[me]:
+                problems.append(
+                    f"runner/src/kafka_to_bq/{rel}: stage {me} ({stages[me]}) names {u} ({stages[u]})"
+                )
+
+
 def file_cycles(problems):
-    for folder in sorted(p for p in SRC.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in SRC.rglob("*") if p.is_dir()):
         files = {p.stem: p for p in folder.glob("*.rs") if p.stem != "mod"}
         graph = {}
         for stem, path in files.items():
             code = code_of(path)
-            used = names_after("super", code) | names_after(f"crate::{folder.name}", code)
+            modpath = "::".join(folder.relative_to(SRC).parts)
+            used = names_after("super", code) | names_after(f"crate::{modpath}", code)
             graph[stem] = sorted(u for u in used if u in files and u != stem)
         state = {}
 
@@ -110,7 +147,7 @@ def file_cycles(problems):
             for nxt in graph[node]:
                 if state.get(nxt) == "open":
                     cycle = trail[trail.index(nxt):] + [nxt]
-                    problems.append(f"runner/src/{folder.name}/: files import each other: {' -> '.join(cycle)}")
+                    problems.append(f"runner/src/{folder.relative_to(SRC)}/: files import each other: {' -> '.join(cycle)}")
                 elif nxt not in state:
                     visit(nxt, trail + [nxt])
             state[node] = "done"
@@ -124,13 +161,14 @@ def main():
     problems = []
     check_crates(problems)
     check_modules(problems)
+    check_stages(problems)
     file_cycles(problems)
     if problems:
         print("layering: a lower layer names a higher one (see runner/src/lib.rs, '# Layers'):", file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
         return 1
-    print(f"layering: {len(module_layers())} runner modules in layers, every import points down", file=sys.stderr)
+    print(f"layering: {len(module_layers())} runner modules in layers and {len(stage_layers())} kafka_to_bq stages, every import points down", file=sys.stderr)
     return 0
 
 

@@ -30,7 +30,7 @@ ALLOWED = {
         "not yet cut (issue 50 item 3): one capacity trial's set-up, load, measurement and tear-down",
     ("runner/src/kafka_to_bq/job.rs", "run"):
         "not yet cut (issue 50 item 3): the job's start, recovery and steady loop",
-    ("runner/src/kafka_to_bq/shard.rs", "write_bq"):
+    ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
         "not yet cut (issue 50 item 3): one batch's log, append and commit",
     ("runner/src/cli/sizing.rs", "calibrate_cmd"):
         "not yet cut (issue 50 item 3): calibrate's flags, runs and baseline file",

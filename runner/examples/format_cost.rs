@@ -14,7 +14,7 @@
 use flexrun::avro::table::table_schema;
 use flexrun::avro::wire::{confluent_frame, AvroDecoder, Framing};
 use flexrun::avro::{from_json::to_avro, WriterSchema};
-use flexrun::kafka_to_bq::transform::{Input, Mapper};
+use flexrun::kafka_to_bq::map::transform::{Input, Mapper};
 use flexrun::udf::Udf;
 use std::sync::Arc;
 use std::time::Instant;

@@ -28,9 +28,9 @@
 
 use flexrun::bigquery::framed::frame;
 use flexrun::bigquery::rows::Rows;
-use flexrun::kafka_to_bq::ascii_run::ascii_run;
-use flexrun::kafka_to_bq::batch::{crcs_digest, map_values, RowPool};
-use flexrun::kafka_to_bq::transform::{Mapper, DEFAULT_MAX_ROW_BYTES};
+use flexrun::kafka_to_bq::map::ascii_run::ascii_run;
+use flexrun::kafka_to_bq::map::transform::{Mapper, DEFAULT_MAX_ROW_BYTES};
+use flexrun::kafka_to_bq::run::batch::{crcs_digest, map_values, RowPool};
 use flexrun::sizing::calibrate::Shape;
 use flexrun::stats::StageSamples;
 use std::hint::black_box;

@@ -1,5 +1,5 @@
 //! What a Kafka record can fail as on its way to a row, and the timestamp text forms
-//! BigQuery accepts: shared by the JSON mapper (`kafka_to_bq::transform`), the Avro
+//! BigQuery accepts: shared by the JSON mapper (`kafka_to_bq::map::transform`), the Avro
 //! decoders (`avro`) and the generator's JSON → Avro path, so it sits below them all.
 //!
 //! ```
@@ -56,6 +56,10 @@ pub enum RecordError {
     /// the delete event itself (with its log position) carries the DELETE.
     #[error("a tombstone without the sequence field in its key: skipped")]
     TombstoneSkipped,
+    /// A Debezium record that is no change (a tombstone, heartbeat, schema change,
+    /// transaction marker or message; `cdcFormat=DEBEZIUM`): skipped and counted.
+    #[error("a Debezium {0}: skipped")]
+    DebeziumSkipped(&'static str),
     /// With per-record tables: a record of another type, which goes to its own table.
     #[error("record {0} goes to its own table")]
     OtherRecord(String),
@@ -87,6 +91,7 @@ impl RecordError {
             RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",
             RecordError::TombstoneSkipped => "tombstone_skipped",
+            RecordError::DebeziumSkipped(_) => "debezium_skipped",
             RecordError::Cdc(_) => "cdc",
         }
     }

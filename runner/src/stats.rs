@@ -193,7 +193,7 @@ struct Inner {
     dead_lettered: u64,
     udf_dropped: u64,
     bad_dropped: u64,
-    tombstones_skipped: u64,
+    cdc_skipped: u64,
     bytes_read: u64,
     by_class: BTreeMap<String, u64>,
     batches: u64,
@@ -224,7 +224,7 @@ pub struct Reliability {
     /// (`offsetGapPolicy=SKIP`; see `kafka::gaps`).
     pub partitions_past_end: u64,
     /// At-least-once: messages a restart re-reads that had been sent after the last
-    /// commit, so may be written twice (an upper bound; see `kafka_to_bq::sent`).
+    /// commit, so may be written twice (an upper bound; see `kafka_to_bq::run::sent`).
     pub messages_possibly_duplicated: u64,
     /// Changes the job made to its table's schema (`schemaUpdateOptions`): columns
     /// added and columns relaxed to NULLABLE.
@@ -266,7 +266,7 @@ pub struct BatchCounts {
     /// Bad records logged and dropped (`badRecordPolicy=LOG_AND_DROP`, no dead-letter table).
     pub bad_dropped: u64,
     /// CDC tombstones skipped: no `cdcSequenceField` in their key.
-    pub tombstones_skipped: u64,
+    pub cdc_skipped: u64,
     /// Dead-letter rows by error class.
     pub by_class: BTreeMap<&'static str, u64>,
     /// Whether the batch was a recovery replay.
@@ -306,9 +306,11 @@ pub struct Summary {
     /// Bad records logged and dropped for want of a dead-letter table
     /// (`badRecordPolicy=LOG_AND_DROP`).
     pub bad_records_dropped: u64,
-    /// CDC tombstones skipped because their key lacks `cdcSequenceField` (Debezium writes
-    /// one after each delete event, which carries the delete).
-    pub cdc_tombstones_skipped: u64,
+    /// CDC records that are no change, skipped: tombstones whose key lacks
+    /// `cdcSequenceField` (Debezium writes one after each delete event, which carries the
+    /// delete), and with `cdcFormat=DEBEZIUM` every tombstone, heartbeat, schema-change
+    /// event, transaction marker and logical decoding message.
+    pub cdc_skipped: u64,
     /// Message value bytes read.
     pub bytes_read: u64,
     /// Dead-letter rows by error class.
@@ -374,7 +376,7 @@ impl JobStats {
         g.dead_lettered += counts.dead_lettered;
         g.udf_dropped += counts.udf_dropped;
         g.bad_dropped += counts.bad_dropped;
-        g.tombstones_skipped += counts.tombstones_skipped;
+        g.cdc_skipped += counts.cdc_skipped;
         for (k, v) in &counts.by_class {
             *g.by_class.entry(k.to_string()).or_default() += v;
         }
@@ -427,7 +429,7 @@ impl JobStats {
             dead_lettered: g.dead_lettered,
             udf_dropped: g.udf_dropped,
             bad_records_dropped: g.bad_dropped,
-            cdc_tombstones_skipped: g.tombstones_skipped,
+            cdc_skipped: g.cdc_skipped,
             bytes_read: g.bytes_read,
             dead_letter_by_class: g.by_class.clone(),
             batches: g.batches,
@@ -487,7 +489,7 @@ impl Summary {
             out.dead_lettered += p.dead_lettered;
             out.udf_dropped += p.udf_dropped;
             out.bad_records_dropped += p.bad_records_dropped;
-            out.cdc_tombstones_skipped += p.cdc_tombstones_skipped;
+            out.cdc_skipped += p.cdc_skipped;
             out.bytes_read += p.bytes_read;
             for (k, v) in &p.dead_letter_by_class {
                 *out.dead_letter_by_class.entry(k.clone()).or_default() += v;
@@ -534,17 +536,13 @@ impl Summary {
             ));
         }
         let reconciles = self.messages_read
-            == self.rows_written
-                + self.dead_lettered
-                + self.udf_dropped
-                + self.bad_records_dropped
-                + self.cdc_tombstones_skipped;
+            == self.rows_written + self.dead_lettered + self.udf_dropped + self.bad_records_dropped + self.cdc_skipped;
         let mut what = String::from("read = written + dead-lettered");
         let mut dropped = String::new();
         for (n, name) in [
             (self.udf_dropped, "dropped by the UDF"),
             (self.bad_records_dropped, "bad records dropped"),
-            (self.cdc_tombstones_skipped, "tombstones skipped"),
+            (self.cdc_skipped, "CDC records skipped (tombstones, heartbeats, schema changes)"),
         ] {
             if n > 0 {
                 what.push_str(&format!(" + {name}"));

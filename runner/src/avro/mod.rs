@@ -62,6 +62,20 @@ impl WriterSchema {
         }
     }
 
+    /// The record in field `name` of the top-level record (a union with null unwrapped),
+    /// as a schema of its own: Debezium's `after` in its `Envelope`.
+    pub fn field_record(&self, name: &str) -> Option<WriterSchema> {
+        let Schema::Record(r) = &self.schema else { return None };
+        let f = r.fields.iter().find(|f| f.name == name)?;
+        let inner = match self.resolve(&f.schema) {
+            Schema::Union(u) => {
+                u.variants().iter().map(|v| self.resolve(v)).find(|v| matches!(v, Schema::Record(_)))?
+            }
+            s => s,
+        };
+        matches!(inner, Schema::Record(_)).then(|| WriterSchema { schema: inner.clone(), names: self.names.clone() })
+    }
+
     /// The top-level record's full name, `namespace.name` (or `name`), if it is a record.
     pub fn full_name(&self) -> Option<String> {
         self.record_full_name().map(|(ns, n)| wire::full_name(ns.as_deref(), &n))

@@ -36,6 +36,45 @@ pub fn encode_record(w: &WriterSchema, table: &BqSchema, v: &Value, out: &mut Ve
     encode_fields(w, table, &rs.fields, fields, "", out)
 }
 
+/// Encode the record in field `name` of the top-level record `v` (an envelope, such
+/// as Debezium's `after`) as a row of `table`. Ok(None) when the field is absent;
+/// Ok(Some(false)) when it is null.
+pub fn encode_field_record(
+    w: &WriterSchema,
+    table: &BqSchema,
+    v: &Value,
+    name: &str,
+    out: &mut Vec<u8>,
+) -> Result<Option<bool>, RecordError> {
+    let (Schema::Record(rs), Value::Record(fields)) = (&w.schema, v) else {
+        return Err(RecordError::Avro("the writer schema is not a record".into()));
+    };
+    let Some((f, (_, fv))) = rs.fields.iter().zip(fields).find(|(f, _)| f.name == name) else {
+        return Ok(None);
+    };
+    match unwrap_union(w, &f.schema, fv) {
+        (_, Value::Null) => Ok(Some(false)),
+        (Schema::Record(inner), Value::Record(values)) => {
+            encode_fields(w, table, &inner.fields, values, "", out).map(|()| Some(true))
+        }
+        _ => Err(RecordError::Avro(format!("field {name} is not a record"))),
+    }
+}
+
+/// A top-level record's fields other than `skip`, as JSON (an envelope's small fields;
+/// the row itself is encoded by [`encode_field_record`]).
+pub fn fields_as_json(v: &Value, skip: &[&str]) -> Result<serde_json::Map<String, serde_json::Value>, RecordError> {
+    let Value::Record(fields) = v else {
+        return Err(RecordError::Avro("the decoded value is not a record".into()));
+    };
+    let mut out = serde_json::Map::new();
+    for (k, fv) in fields.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
+        let j = serde_json::Value::try_from(fv.clone()).map_err(|e| RecordError::Avro(format!("field {k}: {e}")))?;
+        out.insert(k.clone(), j);
+    }
+    Ok(out)
+}
+
 fn encode_fields(
     w: &WriterSchema,
     table: &BqSchema,

@@ -389,7 +389,7 @@ impl WriteClient {
     }
 
     /// The stream's metadata (GetWriteStream). The pipeline never asks this to decide
-    /// whether a stream is usable (see `kafka_to_bq::writer::open_target`); it is here for
+    /// whether a stream is usable (see `kafka_to_bq::run::writer::open_target`); it is here for
     /// diagnostics and for tests of the emulator's fidelity.
     pub async fn get_stream(&self, stream: &str) -> Result<WriteStream, WriteError> {
         let req = self

@@ -7,9 +7,9 @@
 
 use super::flags::JobFlags;
 use super::run::{kafka_to_bq_config, parse_pairs, resolve};
-use crate::kafka_to_bq::config::KafkaToBqConfig;
 use crate::kafka_to_bq::replay::{self, ReplayOptions, ReplayReport};
-use crate::kafka_to_bq::topics::{Topics, TOPIC_PLACEHOLDER};
+use crate::kafka_to_bq::setup::config::KafkaToBqConfig;
+use crate::kafka_to_bq::setup::topics::{Topics, TOPIC_PLACEHOLDER};
 use crate::usage;
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -104,7 +104,7 @@ fn replays(cfg: KafkaToBqConfig, root: &std::path::Path) -> Result<Vec<(String, 
     if !cfg.topics.is_several() {
         return Ok(vec![(cfg.job_name.clone(), cfg)]);
     }
-    let known = crate::kafka_to_bq::layout::read_known(root, &cfg.job_name)?.unwrap_or_default();
+    let known = crate::kafka_to_bq::setup::layout::read_known(root, &cfg.job_name)?.unwrap_or_default();
     let topics: Vec<String> = match &cfg.topics {
         Topics::List(ts) => ts.clone(),
         _ => known.keys().cloned().collect(),

@@ -110,7 +110,8 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
     if l.max_workers.is_none() {
         match a.throughput {
             Some(rate) => {
-                let mode = crate::kafka_to_bq::config::Delivery::of(&resolved, s.at_least_once_experiment()).mode();
+                let mode =
+                    crate::kafka_to_bq::setup::config::Delivery::of(&resolved, s.at_least_once_experiment()).mode();
                 let machine = l.machine_type.clone().unwrap_or_default();
                 let baseline = est::google_kafka_to_bq();
                 let msg = baseline.message_bytes.unwrap_or(1024.0);

@@ -2,7 +2,7 @@
 //! `flexrun dataflow flex-template run`), the scaling flags `simulate` shares with them,
 //! and the value parsers used across subcommands.
 
-use crate::kafka_to_bq::config::{RunFlags, SinkKind};
+use crate::kafka_to_bq::setup::config::{RunFlags, SinkKind};
 use crate::progress::ProgressConfig;
 use crate::scaling::Capacity;
 use crate::state::{Backend, Kind};
@@ -174,7 +174,7 @@ pub struct JobFlags {
     #[arg(long)]
     pub stop_when_caught_up: bool,
     /// Largest encoded row; larger ones go to the dead-letter table (Beam's default).
-    #[arg(long, default_value_t = crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES, value_parser = usize_in::<1, 10_000_000>)]
+    #[arg(long, default_value_t = crate::kafka_to_bq::map::transform::DEFAULT_MAX_ROW_BYTES, value_parser = usize_in::<1, 10_000_000>)]
     pub max_row_bytes: usize,
     /// The largest AppendRows request, in bytes (storage.proto: "must be less than 10 MB").
     /// Batches are split into requests under it; rows that cannot fit go to the dead-letter table.

@@ -5,7 +5,7 @@
 use super::flags::{ErrorFormat, JobFlags};
 use super::ui::spawn_signal_handler;
 use crate::bigquery::Endpoints;
-use crate::kafka_to_bq::config::{KafkaToBqConfig, SinkKind};
+use crate::kafka_to_bq::setup::config::{KafkaToBqConfig, SinkKind};
 use crate::{data_generator, invalid_parameters, kafka_to_bq, microbatch, usage};
 use anyhow::{anyhow, Context, Result};
 use flexrun_templates::{parse_parameter_list, validate, ParameterViolation, ResolvedParams, Template};
@@ -236,7 +236,8 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
         return run_kafka_to_bq_topics(cfg, endpoints, job_name, flags, (web, cancel_tx, control)).await;
     }
     let result =
-        kafka_to_bq::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone())).await;
+        kafka_to_bq::job::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone()))
+            .await;
     if let Ok(report) = &result {
         control.set_summary(serde_json::json!({
             "job_name": job_name,
@@ -271,7 +272,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     Ok(())
 }
 
-/// A kafka-to-bq job of several topics ([`kafka_to_bq::run_topics`]): the job holds its
+/// A kafka-to-bq job of several topics ([`kafka_to_bq::fan_out::run_topics`]): the job holds its
 /// own lock and control socket, each topic's pipeline runs as `<job>.<topic>`; the summary
 /// adds the topics up and lists each.
 async fn run_kafka_to_bq_topics(
@@ -286,7 +287,8 @@ async fn run_kafka_to_bq_topics(
     ),
 ) -> Result<()> {
     let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
-    let result = kafka_to_bq::run_topics(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await;
+    let result =
+        kafka_to_bq::fan_out::run_topics(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await;
     let merged = result
         .as_ref()
         .ok()

@@ -187,8 +187,8 @@ fn template_settings(a: &SimulateArgs) -> Result<TemplateSettings> {
         }
     }
     let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
-    let delivery = crate::kafka_to_bq::config::Delivery::of(&p, a.scaling.at_least_once_experiment());
-    use crate::kafka_to_bq::config::{storage_write_streams, triggering_frequency_s};
+    let delivery = crate::kafka_to_bq::setup::config::Delivery::of(&p, a.scaling.at_least_once_experiment());
+    use crate::kafka_to_bq::setup::config::{storage_write_streams, triggering_frequency_s};
     let streams = storage_write_streams(&p).map_err(usage)? as f64;
     // 0 means Beam's dynamic sharding: modelled as one stream per vCPU of the largest pool.
     let streams = if streams > 0.0 { streams } else { a.scaling.max_workers.unwrap_or(100) as f64 * 2.0 };

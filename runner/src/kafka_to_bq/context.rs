@@ -3,13 +3,13 @@
 //! with. It sits below everything that runs the job (`job`, `autoscale`, `pool`,
 //! `shard`, `batch`, `writer`, `publish`), which all read it and none of which it names.
 
-use super::config::KafkaToBqConfig;
+use super::setup::config::KafkaToBqConfig;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::{proto, write::WriteClient, Endpoints, TableRef};
 use crate::control::lock;
 use crate::kafka::Metadata;
-use crate::kafka_to_bq::metadata::{MetaColumn, MetaPlan};
-use crate::kafka_to_bq::transform::{Input, Mapper};
+use crate::kafka_to_bq::map::metadata::{MetaColumn, MetaPlan};
+use crate::kafka_to_bq::map::transform::{Input, Mapper};
 use crate::stats::{watermark_age_s, JobStats};
 use anyhow::{Context, Result};
 use prost_types::DescriptorProto;
@@ -61,9 +61,9 @@ impl Mapping {
 
     /// Rows that are CDC changes (`cdcPrimaryKey`): the key checked against the schema,
     /// the pseudo-columns added to the descriptor and written after each row.
-    pub fn with_cdc(mut self, cdc: Option<&super::cdc::CdcConfig>) -> Result<Mapping> {
+    pub fn with_cdc(mut self, cdc: Option<&super::map::cdc::CdcConfig>) -> Result<Mapping> {
         if let Some(c) = cdc {
-            let plan = super::cdc::CdcPlan::resolve(c, self.mapper.schema()).map_err(anyhow::Error::msg)?;
+            let plan = super::map::cdc::CdcPlan::resolve(c, self.mapper.schema()).map_err(anyhow::Error::msg)?;
             self.descriptor = plan.descriptor(self.descriptor);
             self.mapper = self.mapper.with_cdc(Some(Arc::new(plan)));
         }
@@ -90,7 +90,7 @@ pub struct JobCtx {
     pub job_dir: PathBuf,
     /// The table's current schema ([`JobCtx::current`]); schema evolution replaces it.
     pub(super) mapping: std::sync::RwLock<Arc<Mapping>>,
-    /// Held while the table's schema is being changed ([`super::evolve`]).
+    /// Held while the table's schema is being changed ([`super::run::evolve`]).
     pub(super) evolving: tokio::sync::Mutex<()>,
     /// Row descriptor of the dead-letter table.
     pub dlq_descriptor: DescriptorProto,
@@ -252,8 +252,8 @@ impl JobCtx {
             }
         }
         for (name, w) in new {
-            let r =
-                super::table::side_table(&self.cfg, self.endpoints.as_ref(), &w).await?.and_then(|(table, schema)| {
+            let r = super::setup::table::side_table(&self.cfg, self.endpoints.as_ref(), &w).await?.and_then(
+                |(table, schema)| {
                     let m = Mapping::with_input(
                         schema,
                         mapper.max_row_bytes(),
@@ -262,9 +262,12 @@ impl JobCtx {
                         &self.cfg.metadata,
                     )
                     .map_err(|e| format!("{e:#}"))?;
-                    let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m };
+                    let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m }
+                        .with_cdc(self.cfg.cdc.as_ref())
+                        .map_err(|e| format!("{e:#}"))?;
                     Ok(Arc::new(Route { table, mapping: Arc::new(mapping) }))
-                });
+                },
+            );
             if let Err(e) = &r {
                 tracing::error!(record = %name, error = %e, "records of this type cannot be written: they go to the dead-letter table");
             }

@@ -3,20 +3,20 @@
 //!
 //! Each topic's pipeline is a whole job of its own ([`super::job::run`]) under the name
 //! `<job>.<topic>`: its own checkpoint directory, offset and commit logs, write streams
-//! and table ([`super::topics::TopicRoutes`]), so exactly-once holds per topic-partition
+//! and table ([`super::setup::topics::TopicRoutes`]), so exactly-once holds per topic-partition
 //! exactly as for one topic, and a restart resumes every topic where its logs leave it.
 //! With a pattern, the broker's topics are listed every
 //! [`crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL`] and a topic that starts to match gets
 //! its pipeline while the job runs; a failed listing is tried again while the running
 //! pipelines go on. A topic that joins a job already started (found by the pattern,
 //! created while the job was down, added to the list) begins at its earliest offset
-//! ([`super::layout`]). A drain or cancel reaches every pipeline; when one fails, the
+//! ([`super::setup::layout`]). A drain or cancel reaches every pipeline; when one fails, the
 //! others are drained and the job fails naming the topic.
 
-use super::config::KafkaToBqConfig;
 use super::job::{run, RunReport};
-use super::layout;
-use super::topics::Topics;
+use super::setup::config::KafkaToBqConfig;
+use super::setup::layout;
+use super::setup::topics::Topics;
 use crate::bigquery::Endpoints;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;

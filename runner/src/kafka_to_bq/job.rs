@@ -2,9 +2,10 @@
 //! of every schema batches were mapped with), the dead-letter table, start positions,
 //! the job lock, then the pool until a drain, and the summary.
 
-use super::config::{Delivery, KafkaToBqConfig, SinkKind};
 use super::context::{store_schema, JobCtx, Mapping};
-use super::{autoscale, positions};
+use super::run::autoscale;
+use super::setup::config::{Delivery, KafkaToBqConfig, SinkKind};
+use super::setup::positions;
 use crate::bigquery::{proto, rest, write::WriteClient, Endpoints};
 use crate::control::lock;
 use crate::kafka::Metadata;
@@ -81,7 +82,7 @@ fn check_identity(job_dir: &Path, want: &JobIdentity) -> Result<JobIdentity> {
 /// The job's mapping onto its destination: the input format, the Kafka key and
 /// metadata columns, the UDF. A row must fit in one AppendRows request with room to
 /// spare; larger ones are dead-lettered as "Row payload too large".
-pub fn job_mapping(cfg: &KafkaToBqConfig, dest: super::table::Destination) -> Result<Mapping> {
+pub fn job_mapping(cfg: &KafkaToBqConfig, dest: super::setup::table::Destination) -> Result<Mapping> {
     let max_row =
         cfg.run.max_row_bytes.min(crate::bigquery::write::request_row_budget(cfg.run.append_request_bytes) - 16);
     let mut mapping = Mapping::with_input(dest.schema, max_row, dest.input, cfg.persist_key, &cfg.metadata)
@@ -196,14 +197,14 @@ pub async fn run(
     let job_dir = checkpoint_root.join(&cfg.job_name);
     let job_lock = lock::JobLock::acquire(&job_dir, &cfg.job_name)?;
     if cfg.parent.is_none() {
-        super::layout::to_one(checkpoint_root, &cfg.job_name, &cfg.source.topic)
+        super::setup::layout::to_one(checkpoint_root, &cfg.job_name, &cfg.source.topic)
             .with_context(|| format!("moving job {}'s checkpoint for topic {}", cfg.job_name, cfg.source.topic))?;
     }
     if let Some(c) = &control {
         c.start(&job_dir)?;
     }
     let existed = job_dir.join("job.json").exists();
-    let dest = super::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
+    let dest = super::setup::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
     cfg.table = dest.table.clone();
     let want = JobIdentity {
         template: "kafka-to-bq".into(),
@@ -223,7 +224,7 @@ pub async fn run(
         (SinkKind::BigQuery, Some(ep)) => {
             if let Some(dlq) = &cfg.dlq {
                 let client = rest::client(ep).await?;
-                rest::ensure_table(&client, ep, dlq, &crate::kafka_to_bq::dlq::schema())
+                rest::ensure_table(&client, ep, dlq, &crate::kafka_to_bq::map::dlq::schema())
                     .await
                     .with_context(|| format!("preparing the dead-letter table {dlq}"))?;
             }
@@ -239,7 +240,7 @@ pub async fn run(
         evolving: tokio::sync::Mutex::new(()),
         cfg,
         job_dir,
-        dlq_descriptor: proto::descriptor(&crate::kafka_to_bq::dlq::write_schema(), "DeadLetter"),
+        dlq_descriptor: proto::descriptor(&crate::kafka_to_bq::map::dlq::write_schema(), "DeadLetter"),
         mappings: std::sync::Mutex::new(HashMap::new()),
         endpoints: endpoints.clone(),
         routes: std::sync::Mutex::new(HashMap::new()),

@@ -1,30 +1,21 @@
 //! The kafka-to-bq pipeline: shards that read, map and write, with exactly-once
 //! delivery that survives SIGKILL anywhere.
 //!
-//! # Layout
-//! - [`config`]: the job's settings from template parameters and run flags;
-//!   [`format`]: `messageFormat`, the schema source, dynamic tables, dispositions.
-//! - [`transform`]: message (JSON, or Avro through [`crate::avro`]) → protobuf row,
-//!   or the reason it cannot be ([`json_shaped`]: the layout learned from earlier messages;
-//!   [`json_flat`]: the lean parser of the usual flat object, its strings read by [`ascii_run`];
-//!   [`json_row`]: a JSON object's row; [`metadata`]: the
-//!   Kafka metadata columns; [`cdc`]: CDC's change type and sequence number); [`dlq`]: dead-letter rows; [`table`]: the
-//!   destination table's schema at start (read, or created from the Avro schema).
-//! - [`job`]: job set-up ([`run`]): checkpoint identity, schema, dead-letter table,
-//!   start positions ([`positions`]), the job lock ([`crate::control::lock`]), drain and the summary.
-//! - [`shard`]: one shard's loop (recover, collect a batch into [`records`], process it); [`batch`]:
-//!   a batch from cut to mapped rows; [`writer`]: the shard's write targets and appends;
-//!   [`evolve`]: the table's schema changed for new records (`schemaUpdateOptions`).
-//! - [`pool`]: the live worker pool (shards on workers, moves on a rescale; each
-//!   worker's emulated CPU is a [`crate::scaling::WorkerSlot`]); [`autoscale`] feeds the autoscaler's
-//!   [`flexrun_autoscaler::Controller`] a snapshot per interval, applies its decisions
-//!   and discovers new partitions; [`publish`] sends the dashboard its points.
-//! - [`topics`]: the topics a job reads (one, a list, a pattern) and each one's table;
-//!   [`fan_out`]: a job of several topics, one pipeline per topic; [`layout`]: where each
-//!   topic's checkpoint lives and where a topic that joins a running job starts.
-//! - [`replay`]: `flexrun dlq replay`, dead letters back through the mapping into the
-//!   table exactly once, with a ledger table that a later replay skips by.
+//! # Layout, by stage
+//! The folders are the pipeline's stages, lowest first; a module names only its own
+//! stage or a lower one (`scripts/check_layers.py` reads the numbers below).
 //!
+//! 1. [`map`]: a record → a row or a dead-letter row (JSON ladder, Avro, metadata
+//!    columns, CDC, dead-letter rows). Pure.
+//! 2. [`setup`]: the job's settings, topics, destination table and start positions.
+//! 3. [`context`]: what every shard of a job shares ([`context::JobCtx`]) and each
+//!    table's mapping ([`context::Mapping`]).
+//! 4. [`run`]: shards (recovery, then the steady loop), batches, writers, schema
+//!    evolution, the worker pool, autoscaling and the dashboard's points.
+//! 5. [`job`]: one topic's job from set-up to summary; [`fan_out`]: a job of several
+//!    topics, one pipeline per topic; [`replay`]: `flexrun dlq replay`, dead letters
+//!    back through the mapping into the table exactly once.
+
 //! # Per-record tables
 //! With `schemaFormat=SCHEMA_REGISTRY` records of different types go to different tables
 //! ([`table`]). The first is the shard's main table; each other table a shard meets gets
@@ -103,34 +94,10 @@
 //! it holds through step 4 and the job exits 0. A restart with the same job name
 //! resumes from the logs.
 
-pub mod ascii_run;
-pub mod autoscale;
-pub mod batch;
-pub mod cdc;
-pub mod config;
 pub mod context;
-pub mod dlq;
-pub mod evolve;
 pub mod fan_out;
-pub mod format;
 pub mod job;
-pub mod json_flat;
-pub mod json_row;
-pub mod json_shaped;
-pub mod layout;
-pub mod metadata;
-pub mod pool;
-pub mod positions;
-pub mod publish;
-pub mod records;
+pub mod map;
 pub mod replay;
-pub mod sent;
-pub mod shard;
-pub mod table;
-pub mod topics;
-pub mod transform;
-pub mod writer;
-
-pub use context::{JobCtx, Mapping};
-pub use fan_out::{run_topics, TopicsReport};
-pub use job::{run, JobIdentity, RunReport};
+pub mod run;
+pub mod setup;

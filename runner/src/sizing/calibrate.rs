@@ -5,8 +5,8 @@
 //! The path measured is the runner's own, batch by batch as a shard runs it, through the
 //! same functions: map every message onto the table's schema as a protobuf row, timed
 //! per batch, each row's CRC taken as it is written
-//! ([`crate::kafka_to_bq::batch::map_values`]), digest the rows from those CRCs
-//! ([`crate::kafka_to_bq::batch::crcs_digest`]), split them into requests under the
+//! ([`crate::kafka_to_bq::run::batch::map_values`]), digest the rows from those CRCs
+//! ([`crate::kafka_to_bq::run::batch::crcs_digest`]), split them into requests under the
 //! 10 MB limit and build each `AppendRowsRequest`
 //! ([`crate::bigquery::write::split_requests`], [`crate::bigquery::framed::frame`]),
 //! whose rows are a slice of the batch's buffer as the writer sends them, and, for
@@ -22,8 +22,8 @@
 use crate::bigquery::framed::frame;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::write::{request_row_budget, split_requests, MAX_REQUEST_BYTES};
-use crate::kafka_to_bq::batch::{crcs_digest, map_values, RowPool};
-use crate::kafka_to_bq::transform::Mapper;
+use crate::kafka_to_bq::map::transform::Mapper;
+use crate::kafka_to_bq::run::batch::{crcs_digest, map_values, RowPool};
 use crate::progress::{CommitEntry, DigestKind, OffsetEntry, Purge, ShardLog, StreamSlot};
 use crate::stats::{BatchCounts, JobStats, StageSamples};
 use anyhow::{Context, Result};
@@ -113,7 +113,7 @@ fn thread_cpu_s() -> f64 {
 /// Run the processing path for `mode` over `shape` for about `seconds` of CPU time.
 /// `progress` gets the fraction done.
 pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut(f64)) -> Result<Measurement> {
-    let mapper = Mapper::new(shape.schema.clone(), crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
+    let mapper = Mapper::new(shape.schema.clone(), crate::kafka_to_bq::map::transform::DEFAULT_MAX_ROW_BYTES);
     let descriptor = crate::bigquery::proto::descriptor(&shape.schema, "Row");
     let dir = tempfile::tempdir().context("creating a scratch directory for the progress logs")?;
     let mut log = match mode {

@@ -202,7 +202,7 @@ async fn large_batches_are_split_into_requests_and_oversize_rows_are_dead_letter
     assert_eq!(dl.len(), 1, "{dl:?} {}", text(&o));
     let msg = dl[0][0].clone().unwrap_or_default();
     assert!(msg.contains("Row payload too large") && msg.contains("truncated"), "{msg}");
-    assert_eq!(dl[0][1].as_deref(), Some(flexrun::kafka_to_bq::dlq::MAX_DLQ_PAYLOAD_BYTES.to_string().as_str()));
+    assert_eq!(dl[0][1].as_deref(), Some(flexrun::kafka_to_bq::map::dlq::MAX_DLQ_PAYLOAD_BYTES.to_string().as_str()));
     assert_eq!(j["summary"]["dead_lettered"], 1);
 }
 
@@ -357,7 +357,7 @@ async fn a_request_over_10_mb_is_refused_with_invalid_argument_as_documented() {
     let c = flexrun::bigquery::write::WriteClient::connect(&s.bq).await.unwrap();
     let stream = c.create_committed_stream(&f.table).await.unwrap();
     let schema = flexrun::local::demo_schema();
-    let row = flexrun::kafka_to_bq::transform::Mapper::new(schema.clone(), 20_000_000)
+    let row = flexrun::kafka_to_bq::map::transform::Mapper::new(schema.clone(), 20_000_000)
         .map(&flexrun::local::seed_message(1, 42, 10_600_000))
         .unwrap();
     let mut conn = c.open(&stream, flexrun::bigquery::proto::descriptor(&schema, "Row")).await.unwrap();

@@ -100,7 +100,7 @@ async fn at_least_once_loses_nothing_and_reports_duplicates() {
     assert_eq!(st["default_stream_appends"], st["append_requests"], "every append went to _default: {st}");
     assert!(st["append_requests"].as_u64().unwrap() > 0, "{st}");
     // One more kill mid-write: the restart says how many messages it may write twice,
-    // an upper bound on the duplicates it then writes (kafka_to_bq::sent).
+    // an upper bound on the duplicates it then writes (kafka_to_bq::run::sent).
     let dups_before = rows - distinct;
     f.produce(&s, 30_000, 20_000, None).await;
     // The kill comes from a crash point after the 6th batch's append and before its

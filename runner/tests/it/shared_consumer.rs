@@ -101,7 +101,7 @@ async fn shards_on_one_consumer_read_only_their_partitions_and_can_be_moved() {
 /// shard and its consumer were dropped, with the batch the last to hold the consumer.
 #[tokio::test]
 async fn held_records_outlive_a_reassignment_and_keep_their_consumer_open() {
-    use flexrun::kafka_to_bq::records::Records;
+    use flexrun::kafka_to_bq::run::records::Records;
     use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
     let s = stack();
     let topic = unique("held_records");

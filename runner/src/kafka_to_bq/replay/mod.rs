@@ -25,9 +25,9 @@
 pub mod ledger;
 pub mod record;
 
-use super::config::KafkaToBqConfig;
-use super::dlq::Payload;
-use super::transform::{Input, Mapper};
+use super::map::dlq::Payload;
+use super::map::transform::{Input, Mapper};
+use super::setup::config::KafkaToBqConfig;
 use crate::bigquery::rows::Rows;
 use crate::bigquery::target::{BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{framed_len, request_row_budget, WriteClient};
@@ -114,7 +114,7 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
     let dir = root.join(&cfg.job_name).join("dlq-replay");
     let _lock = crate::control::lock::JobLock::acquire(&dir, &format!("{} (dlq replay)", cfg.job_name))?;
     let client = rest::client(&ep).await?;
-    let dest = super::table::prepare(&cfg, Some(&ep), false).await?;
+    let dest = super::setup::table::prepare(&cfg, Some(&ep), false).await?;
     let table = dest.table.clone();
     let mapping = super::job::job_mapping(&cfg, dest)?;
     let payload = match mapping.mapper.input() {
@@ -479,7 +479,7 @@ impl Batches<'_> {
             offset: t.next,
             rows: rows.len() as i64,
             table: t.table.to_string(),
-            digest: Some(super::batch::rows_digest(rows)),
+            digest: Some(super::run::batch::rows_digest(rows)),
             digest_kind: crate::progress::DigestKind::RowBytes,
             requests: Vec::new(),
         };

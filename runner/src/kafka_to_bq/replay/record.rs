@@ -1,7 +1,7 @@
 //! A dead-letter row read back into the Kafka record it came from, and the key that
 //! names that record in the replay ledger.
 //!
-//! What a row holds depends on the path that wrote it ([`super::super::dlq::encode`]):
+//! What a row holds depends on the path that wrote it ([`crate::kafka_to_bq::map::dlq::encode`]):
 //! - the JSON path ([`Payload::Text`]): `payloadBytes` is the value; the key, topic,
 //!   partition, offset, timestamp and headers are in `payloadString`, Jackson's
 //!   rendering of Beam's `KafkaRecord`;
@@ -11,8 +11,8 @@
 //! A row whose payload was cut when it was dead-lettered cannot be replayed: what is
 //! left is not the record.
 
-use crate::kafka_to_bq::dlq::Payload;
-use crate::kafka_to_bq::metadata::KafkaMeta;
+use crate::kafka_to_bq::map::dlq::Payload;
+use crate::kafka_to_bq::map::metadata::KafkaMeta;
 use base64::Engine;
 
 /// One dead-letter row as read from the table.
@@ -123,11 +123,11 @@ fn from_payload_string(text: &str, value: Vec<u8>) -> Recovered {
 }
 
 /// Decode Beam's `KafkaRecordCoder` bytes, the inverse of
-/// [`crate::kafka_to_bq::dlq::kafka_record_coder_bytes`] (a null header value reads
+/// [`crate::kafka_to_bq::map::dlq::kafka_record_coder_bytes`] (a null header value reads
 /// back as empty, as the coder writes it).
 ///
 /// ```
-/// use flexrun::kafka_to_bq::dlq::{kafka_record_coder_bytes, Payload, RecordRef, TimestampType};
+/// use flexrun::kafka_to_bq::map::dlq::{kafka_record_coder_bytes, Payload, RecordRef, TimestampType};
 /// use flexrun::kafka_to_bq::replay::record::decode_coder;
 /// let headers = [("h", Some(&b"v"[..]))];
 /// let rec = RecordRef { topic: "t", partition: 3, offset: 42, timestamp_ms: 1_700_000_000_000,
@@ -189,7 +189,7 @@ fn nullable<'a>(b: &mut &'a [u8], what: &str) -> Result<Option<&'a [u8]>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka_to_bq::dlq::{kafka_record_coder_bytes, payload_string, RecordRef, TimestampType};
+    use crate::kafka_to_bq::map::dlq::{kafka_record_coder_bytes, payload_string, RecordRef, TimestampType};
 
     fn rec<'a>(headers: &'a [(&'a str, Option<&'a [u8]>)], payload: Payload) -> RecordRef<'a> {
         RecordRef {

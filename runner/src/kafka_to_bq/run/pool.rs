@@ -6,8 +6,8 @@
 //! the new owner open the shard, which starts with recovery from the shard's logs.
 
 use super::shard::Shard;
-use super::JobCtx;
 use crate::kafka::shared::SharedConsumer;
+use crate::kafka_to_bq::context::JobCtx;
 use crate::scaling::{Capacity, WorkerSlot};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::WorkerMetrics;

@@ -2,7 +2,7 @@
 //! second: workers, throughput, backlog, utilization, per-stage latency and the
 //! reliability counters.
 
-use super::context::JobCtx;
+use crate::kafka_to_bq::context::JobCtx;
 use std::time::Instant;
 
 /// The pool as the autoscaler sees it, for one published point.

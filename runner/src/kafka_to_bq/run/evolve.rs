@@ -20,12 +20,12 @@
 //! ([`crate::bigquery::write`]).
 
 use super::batch::Cut;
-use super::context::{store_schema, JobCtx, Mapping, Route};
-use super::transform::{Input, RecordError};
 use crate::bigquery::evolution::{apply, from_json_value, from_schema, pending, Change, SchemaUpdates};
 use crate::bigquery::rest;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::TableRef;
+use crate::kafka_to_bq::context::{store_schema, JobCtx, Mapping, Route};
+use crate::kafka_to_bq::map::transform::{Input, RecordError};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! portable fold elsewhere. `map_floor` times it beside the passes it replaced.
 //!
 //! ```
-//! use flexrun::kafka_to_bq::ascii_run::ascii_run;
+//! use flexrun::kafka_to_bq::map::ascii_run::ascii_run;
 //! assert_eq!(ascii_run(b"abc\"def"), 3);
 //! assert_eq!(ascii_run("caf\u{e9}".as_bytes()), 3);
 //! assert_eq!(ascii_run(&[b'x'; 40]), 40);

@@ -3,15 +3,15 @@
 //! to the dead letters (recorded in the log entry so a replay does the same), and the
 //! check that a replay re-sends exactly what was logged ([`verify_replay`]).
 
-use super::context::{JobCtx, Mapping};
-use super::dlq::{self, Payload, RecordRef, TimestampType};
-use super::metadata::KafkaMeta;
 use super::records::{Record, Records};
-use super::transform::{Mapper, RecordError};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::rows::Rows;
 use crate::bigquery::TableRef;
 use crate::checksum::{crc32c, Crc32c};
+use crate::kafka_to_bq::context::{JobCtx, Mapping};
+use crate::kafka_to_bq::map::dlq::{self, Payload, RecordRef, TimestampType};
+use crate::kafka_to_bq::map::metadata::KafkaMeta;
+use crate::kafka_to_bq::map::transform::{Mapper, RecordError};
 use crate::progress::{DigestKind, OffsetEntry};
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{bail, Result};
@@ -80,7 +80,7 @@ pub fn rows_digest(rows: &Rows) -> u32 {
 ///
 /// ```
 /// use flexrun::bigquery::rows::Rows;
-/// use flexrun::kafka_to_bq::batch::crcs_digest;
+/// use flexrun::kafka_to_bq::run::batch::crcs_digest;
 /// let rows = Rows::from(vec![b"ab".to_vec(), b"c".to_vec()]);
 /// let crcs: Vec<u32> = rows.iter().map(flexrun::checksum::crc32c).collect();
 /// let first = Rows::from(vec![b"ab".to_vec()]);
@@ -255,7 +255,7 @@ pub fn map_values<'a>(
                 out.row_src.push(i);
             }
             Err(RecordError::Dropped) => out.dropped += 1,
-            Err(RecordError::TombstoneSkipped) => out.skipped += 1,
+            Err(RecordError::TombstoneSkipped | RecordError::DebeziumSkipped(_)) => out.skipped += 1,
             Err(e) => out.failed.push((i, e)),
         }
     }
@@ -576,7 +576,7 @@ mod tests {
             {"name": "logStreamId", "type": "INTEGER", "mode": "NULLABLE"}
         ]))
         .unwrap();
-        let mapper = Mapper::new(schema, crate::kafka_to_bq::transform::DEFAULT_MAX_ROW_BYTES);
+        let mapper = Mapper::new(schema, crate::kafka_to_bq::map::transform::DEFAULT_MAX_ROW_BYTES);
         let values: [&[u8]; 3] = [br#"{"logStreamId": 1}"#, b"not json", br#"{"logStreamId": 3}"#];
         let mut stages = StageSamples::default();
         let out =

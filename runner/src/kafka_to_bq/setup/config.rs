@@ -5,11 +5,11 @@
 //! connects.
 
 use super::format::{format_params, Dispositions, DynamicTables, InputFormat};
-use super::metadata::{parse_columns, MetaColumn};
 use super::topics::{TopicRoutes, Topics};
 use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::TableRef;
 use crate::kafka::SourceSettings;
+use crate::kafka_to_bq::map::metadata::{parse_columns, MetaColumn};
 use crate::progress::ProgressConfig;
 use crate::scaling::Capacity;
 use crate::udf::Udf;
@@ -85,7 +85,7 @@ pub struct KafkaToBqConfig {
     pub job_name: String,
     /// Kafka source (with several topics, `source.topic` is the topic part as given).
     pub source: SourceSettings,
-    /// The topics the job reads (several: one pipeline each, [`super::fan_out`]).
+    /// The topics the job reads (several: one pipeline each, [`crate::kafka_to_bq::fan_out`]).
     pub topics: Topics,
     /// Each topic's table and dead-letter table.
     pub routes: TopicRoutes,
@@ -104,7 +104,7 @@ pub struct KafkaToBqConfig {
     /// `schemaUpdateOptions`: the changes the job may make to its table's schema.
     pub schema_updates: SchemaUpdates,
     /// `cdcPrimaryKey` and `cdcChangeTypeHeader`: records are changes by key (CDC).
-    pub cdc: Option<super::cdc::CdcConfig>,
+    pub cdc: Option<crate::kafka_to_bq::map::cdc::CdcConfig>,
     /// The JavaScript UDF (JSON path), loaded and checked at launch.
     pub udf: Option<Arc<Udf>>,
     /// Dead-letter table, if any.
@@ -250,8 +250,8 @@ fn cdc_params(
     p: &ResolvedParams,
     fp: &super::format::FormatParams,
     errs: &mut Problems,
-) -> Option<super::cdc::CdcConfig> {
-    let cdc = super::cdc::parse(p.get("cdcPrimaryKey"), p.get("cdcChangeTypeHeader"));
+) -> Option<crate::kafka_to_bq::map::cdc::CdcConfig> {
+    let cdc = crate::kafka_to_bq::map::cdc::parse(p.get("cdcPrimaryKey"), p.get("cdcChangeTypeHeader"));
     if p.get("cdcSequenceField").is_some() && !matches!(cdc, Ok(Some(_))) {
         errs.push("cdcSequenceField needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
@@ -265,19 +265,45 @@ fn cdc_params(
         errs.push("cdcKeySchemaPath needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
     let key_schema = cdc_key_schema(p, fp, errs);
+    let format = cdc_format(p, matches!(cdc, Ok(Some(_))), errs);
     let cdc = cdc
         .map_err(|e| errs.push(e))
         .ok()??
         .with_sequence_field(p.get("cdcSequenceField"))
         .with_change_type_field(p.get("cdcChangeTypeField"))
-        .with_key_schema(key_schema);
+        .with_key_schema(key_schema)
+        .with_format(format);
     if p.was_given("useStorageWriteApiAtLeastOnce") && !p.flag("useStorageWriteApiAtLeastOnce") {
         errs.push("cdcPrimaryKey: BigQuery takes CDC writes only on the _default stream (\"You must use the Storage Write API in the default stream\"), and useStorageWriteApiAtLeastOnce=false asks for COMMITTED streams; drop it. Each key's final state is still exact after a crash");
     }
-    if fp.dynamic.is_some() {
-        errs.push("cdcPrimaryKey: not built for schemaFormat=SCHEMA_REGISTRY per-record tables; use one table (outputTableSpec)");
+    if fp.dynamic.is_some() && cdc.format == crate::kafka_to_bq::map::cdc::CdcFormat::Flat {
+        errs.push("cdcPrimaryKey: not built for schemaFormat=SCHEMA_REGISTRY per-record tables with flat rows; use one table (outputTableSpec), or cdcFormat=DEBEZIUM (each table's envelope is a record type of its own)");
     }
     Some(cdc)
+}
+
+/// `cdcFormat`: DEBEZIUM reads the change type and the order from the envelope, so the
+/// flat format's parameters for them cannot go with it.
+fn cdc_format(p: &ResolvedParams, cdc_on: bool, errs: &mut Problems) -> crate::kafka_to_bq::map::cdc::CdcFormat {
+    use crate::kafka_to_bq::map::cdc::CdcFormat;
+    let format = CdcFormat::parse(p.get("cdcFormat")).unwrap_or_else(|e| {
+        errs.push(e);
+        CdcFormat::Flat
+    });
+    if format == CdcFormat::Debezium {
+        if p.get("javascriptTextTransformGcsPath").is_some_and(|s| !s.is_empty()) {
+            errs.push("javascriptTextTransformGcsPath cannot go with cdcFormat=DEBEZIUM: the envelope is read as Debezium writes it; change the rows with a BigQuery view instead");
+        }
+        if !cdc_on {
+            errs.push("cdcFormat=DEBEZIUM needs cdcPrimaryKey: the table's primary key columns, which each event's after (or before, for a delete) carries");
+        }
+        for flat in ["cdcChangeTypeHeader", "cdcChangeTypeField", "cdcSequenceField", "cdcKeySchemaPath"] {
+            if p.get(flat).is_some() {
+                errs.push(format!("{flat} cannot go with cdcFormat=DEBEZIUM: the envelope's op is the change type, its source block's log position the order, and the delete event (not the tombstone after it) names the row"));
+            }
+        }
+    }
+    format
 }
 
 /// CDC without `cdcSequenceField` orders a key's changes by Kafka offset, which orders
@@ -285,8 +311,13 @@ fn cdc_params(
 /// compare offsets of different logs, and a newer change could lose to an older one
 /// without a word, so that is refused; with `cdcSequenceField` the order is the
 /// records' own and several topics may share a table.
-fn check_cdc_inputs(cdc: &super::cdc::CdcConfig, topics: &Topics, routes: &TopicRoutes, errs: &mut Problems) {
-    if cdc.sequence_field.is_some() {
+fn check_cdc_inputs(
+    cdc: &crate::kafka_to_bq::map::cdc::CdcConfig,
+    topics: &Topics,
+    routes: &TopicRoutes,
+    errs: &mut Problems,
+) {
+    if !cdc.orders_by_offset() {
         return;
     }
     if let Some((a, b)) = routes.shared_table(topics) {
@@ -302,7 +333,7 @@ fn cdc_key_schema(
     p: &ResolvedParams,
     fp: &super::format::FormatParams,
     errs: &mut Problems,
-) -> Option<super::cdc::KeySchema> {
+) -> Option<crate::kafka_to_bq::map::cdc::KeySchema> {
     use crate::avro::wire::{AvroDecoder, Framing};
     let path = p.get("cdcKeySchemaPath")?;
     let framing = match &fp.format {
@@ -319,7 +350,7 @@ fn cdc_key_schema(
     let w =
         crate::avro::WriterSchema::parse(&text).map_err(|e| errs.push(format!("cdcKeySchemaPath={path}: {e}"))).ok()?;
     let decoder = std::sync::Arc::new(AvroDecoder::with_file(framing, w));
-    Some(super::cdc::KeySchema { path: path.to_string(), decoder })
+    Some(crate::kafka_to_bq::map::cdc::KeySchema { path: path.to_string(), decoder })
 }
 
 /// `cdcMaxStaleness` as BigQuery's interval text.
@@ -353,7 +384,7 @@ fn check_layout(fp: &super::format::FormatParams, persist_key: bool, meta: &[Met
         .ok()
         .and_then(|text| crate::avro::WriterSchema::parse(&text).ok())
         .and_then(|w| crate::avro::table::table_schema(&w, persist_key).ok())
-        .and_then(|s| super::metadata::with_columns(&s, meta).ok());
+        .and_then(|s| crate::kafka_to_bq::map::metadata::with_columns(&s, meta).ok());
     // A file that does not read or parse is reported by the schema file's own check.
     if let Some(schema) = schema {
         if let Err(why) = fp.dispositions.layout.check(&schema) {
@@ -593,7 +624,7 @@ mod tests {
         assert!(KafkaToBqConfig::from_params(&p, f.clone()).is_ok());
         let e = cfg(&format!("{OK},storageWriteApiTriggeringFrequencySec=0")).unwrap_err();
         assert!(e.0[0].to_string().contains("above 0"), "{e:?}");
-        let e = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS").unwrap_err();
-        assert!(e.0[0].to_string().contains("Managed Kafka"), "{e:?}");
+        let adc = cfg("readBootstrapServerAndTopic=h:1;t,messageFormat=JSON,outputTableSpec=p:d.t,kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS").unwrap();
+        assert_eq!(adc.source.conn.auth, crate::kafka::Auth::GoogleAdc { ca: None });
     }
 }

@@ -50,6 +50,31 @@ pub struct CdcConfig {
     pub sequence_field: Option<String>,
     /// `cdcKeySchemaPath`: how an Avro job reads a tombstone's key (None: as JSON).
     pub key_schema: Option<KeySchema>,
+    /// `cdcFormat`: a flat row per change, or Debezium's envelope.
+    pub format: CdcFormat,
+}
+
+/// How a change is written in a record (`cdcFormat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CdcFormat {
+    /// The row itself, its change type in a header or column (`cdcChangeTypeHeader`,
+    /// `cdcChangeTypeField`), its order in a column or the offset (`cdcSequenceField`).
+    #[default]
+    Flat,
+    /// Debezium's envelope (`before`, `after`, `op`, `source`): see
+    /// [`super::debezium`].
+    Debezium,
+}
+
+impl CdcFormat {
+    /// Parse `cdcFormat` (FLAT or DEBEZIUM, case-insensitive).
+    pub fn parse(s: Option<&str>) -> Result<CdcFormat, String> {
+        match s.map(str::to_ascii_uppercase).as_deref() {
+            None | Some("FLAT") => Ok(CdcFormat::Flat),
+            Some("DEBEZIUM") => Ok(CdcFormat::Debezium),
+            Some(other) => Err(format!("cdcFormat: {other:?}; expected FLAT or DEBEZIUM")),
+        }
+    }
 }
 
 /// The Avro schema a tombstone's key is written in (`cdcKeySchemaPath`), read in the
@@ -75,7 +100,7 @@ impl Eq for KeySchema {}
 /// [`CdcConfig::with_sequence_field`].)
 ///
 /// ```
-/// use flexrun::kafka_to_bq::cdc::parse;
+/// use flexrun::kafka_to_bq::map::cdc::parse;
 /// let c = parse(Some("id|region"), None).unwrap().unwrap();
 /// assert_eq!((c.primary_key.len(), c.change_type_header.as_str()), (2, "op"));
 /// assert!(parse(Some("id|id"), None).unwrap_err().contains("twice"));
@@ -113,6 +138,7 @@ pub fn parse(primary_key: Option<&str>, header: Option<&str>) -> Result<Option<C
         change_type_field: None,
         sequence_field: None,
         key_schema: None,
+        format: CdcFormat::Flat,
     }))
 }
 
@@ -125,6 +151,17 @@ impl CdcConfig {
     /// Read an Avro job's tombstone keys with this schema instead of as JSON.
     pub fn with_key_schema(self, key_schema: Option<KeySchema>) -> CdcConfig {
         CdcConfig { key_schema, ..self }
+    }
+
+    /// Read changes in this format.
+    pub fn with_format(self, format: CdcFormat) -> CdcConfig {
+        CdcConfig { format, ..self }
+    }
+
+    /// Whether a key's changes are ordered by Kafka offset (no `cdcSequenceField`, and
+    /// not Debezium, whose order is the source's log position).
+    pub fn orders_by_offset(&self) -> bool {
+        self.sequence_field.is_none() && self.format == CdcFormat::Flat
     }
 
     /// Read the change type from this STRING column instead of a header.
@@ -164,6 +201,8 @@ pub struct CdcPlan {
     type_from: Option<(u32, String)>,
     /// How a tombstone's key is read when it is Avro (`cdcKeySchemaPath`).
     key: Option<KeySchema>,
+    /// The records' format.
+    format: CdcFormat,
 }
 
 impl CdcPlan {
@@ -227,7 +266,20 @@ impl CdcPlan {
             seq_from,
             type_from,
             key,
+            format: cfg.format,
         })
+    }
+
+    /// Whether records are Debezium envelopes.
+    pub fn debezium(&self) -> bool {
+        self.format == CdcFormat::Debezium
+    }
+
+    /// Append the pseudo-columns with the change type and sequence number given (a
+    /// Debezium change's, read from its envelope).
+    pub fn encode_with(&self, change: ChangeType, sequence: &str, out: &mut Vec<u8>) {
+        put_bytes(self.type_tag, change.as_str().as_bytes(), out);
+        put_bytes(self.seq_tag, sequence.as_bytes(), out);
     }
 
     /// The rows' descriptor with the two pseudo-columns added.
@@ -369,7 +421,7 @@ impl CdcConfig {
     /// partition count), and a recreated topic restarts its offsets, so a newer change
     /// could lose to an older one without a word.
     pub fn offset_order_broken(&self, topic: &str, what: &str) -> Option<String> {
-        self.sequence_field.is_none().then(|| format!(
+        self.orders_by_offset().then(|| format!(
             "cdcPrimaryKey without cdcSequenceField orders each key's changes by Kafka offset, which holds within one partition's log only, and {what} on topic {topic}: a key's newer change could now lose to an older one. Set cdcSequenceField to a column that orders each key's changes, then run the job again"
         ))
     }
@@ -378,7 +430,7 @@ impl CdcConfig {
 /// `_CHANGE_SEQUENCE_NUMBER` for a Kafka offset: one hexadecimal section.
 ///
 /// ```
-/// assert_eq!(flexrun::kafka_to_bq::cdc::sequence_number(255), "FF");
+/// assert_eq!(flexrun::kafka_to_bq::map::cdc::sequence_number(255), "FF");
 /// ```
 pub fn sequence_number(offset: i64) -> String {
     format!("{:X}", offset.max(0))

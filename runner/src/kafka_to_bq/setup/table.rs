@@ -17,7 +17,6 @@
 
 use super::config::{KafkaToBqConfig, SinkKind};
 use super::format::{DynamicTables, InputFormat, WriteDisposition};
-use super::transform::Input;
 use crate::avro::registry::Registry;
 use crate::avro::table::{dynamic_table_name, table_schema, KAFKA_KEY_FIELD};
 use crate::avro::wire::{AvroDecoder, Framing};
@@ -25,6 +24,7 @@ use crate::avro::WriterSchema;
 use crate::bigquery::rest;
 use crate::bigquery::schema::Schema;
 use crate::bigquery::{Endpoints, TableRef};
+use crate::kafka_to_bq::map::transform::Input;
 use anyhow::{bail, Context, Result};
 use std::sync::Arc;
 
@@ -105,10 +105,17 @@ async fn lookup(c: &gcp_bigquery_client::Client, ep: &Endpoints, table: &TableRe
 }
 
 /// The schema of a table created for records of `w`: the Avro schema's columns, then
-/// `_key` with `persistKafkaKey`, then the `kafkaMetadataColumns`.
+/// `_key` with `persistKafkaKey`, then the `kafkaMetadataColumns`. Debezium's records
+/// are envelopes: the table is made from their `after` record.
 fn new_table_schema(cfg: &KafkaToBqConfig, w: &WriterSchema) -> Result<Schema> {
-    let s = table_schema(w, cfg.persist_key)?;
-    crate::kafka_to_bq::metadata::with_columns(&s, &cfg.metadata).map_err(anyhow::Error::msg)
+    let row = match cfg.cdc.as_ref().map(|c| c.format) {
+        Some(crate::kafka_to_bq::map::cdc::CdcFormat::Debezium) => w.field_record("after").with_context(|| {
+            "cdcFormat=DEBEZIUM: the writer schema has no after record (Debezium's Envelope has before, after, source and op)"
+        })?,
+        _ => w.clone(),
+    };
+    let s = table_schema(&row, cfg.persist_key)?;
+    crate::kafka_to_bq::map::metadata::with_columns(&s, &cfg.metadata).map_err(anyhow::Error::msg)
 }
 
 /// The input and, for Avro, the writer schema the table would be created from.

@@ -1,5 +1,5 @@
 //! Several topics in one job (flexrun's extension): which topics a job reads, and the
-//! table and dead-letter table each one's records go to. Pure; [`super::fan_out`] runs
+//! table and dead-letter table each one's records go to. Pure; [`crate::kafka_to_bq::fan_out`] runs
 //! one pipeline per topic.
 //!
 //! - `readBootstrapServerAndTopic=host:port;orders|refunds|returns` reads those topics;
@@ -12,7 +12,7 @@
 //!   `project:dataset.table`), as Kafka Connect's `topic2TableMap` does.
 //!
 //! ```
-//! use flexrun::kafka_to_bq::topics::{Topics, TopicRoutes};
+//! use flexrun::kafka_to_bq::setup::topics::{Topics, TopicRoutes};
 //! use flexrun::bigquery::TableRef;
 //! let t = Topics::parse("/shop[.].*/").unwrap();
 //! assert!(t.matches("shop.orders") && !t.matches("xshop.orders"));
@@ -140,7 +140,7 @@ impl TopicRoutes {
     /// topics `topicTableMap` sends to one table.
     ///
     /// ```
-    /// use flexrun::kafka_to_bq::topics::{Topics, TopicRoutes};
+    /// use flexrun::kafka_to_bq::setup::topics::{Topics, TopicRoutes};
     /// use flexrun::bigquery::TableRef;
     /// let r = TopicRoutes::parse(TableRef::parse("p:d.{topic}").unwrap(), None, "b:a").unwrap();
     /// let (a, b) = r.shared_table(&Topics::parse("a|b").unwrap()).unwrap();

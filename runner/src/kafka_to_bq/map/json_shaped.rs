@@ -18,8 +18,8 @@
 //!
 //! ```
 //! use flexrun::bigquery::schema::Schema;
-//! use flexrun::kafka_to_bq::json_flat::scan;
-//! use flexrun::kafka_to_bq::json_shaped::Shape;
+//! use flexrun::kafka_to_bq::map::json_flat::scan;
+//! use flexrun::kafka_to_bq::map::json_shaped::Shape;
 //! let schema = Schema::from_json(&serde_json::json!([
 //!     {"name": "id", "type": "INTEGER", "mode": "REQUIRED"}, {"name": "m", "type": "STRING"}
 //! ])).unwrap();

@@ -183,6 +183,9 @@ impl Mapper {
         meta: Option<&KafkaMeta>,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        if let Some(cdc) = self.cdc.as_ref().filter(|c| c.debezium()) {
+            return self.map_debezium(cdc, key, value, meta, out);
+        }
         // A tombstone is a record whose value is null; an empty value is a bad record.
         if let (Some(cdc), Some(m)) = (&self.cdc, meta.filter(|m| m.null_value)) {
             return self.map_tombstone(cdc, key, m, out);
@@ -223,6 +226,61 @@ impl Mapper {
         if let (Some(plan), Some(m)) = (&self.cdc, meta) {
             plan.encode(m, out)?;
         }
+        self.check_size(out)
+    }
+
+    /// A Debezium record (`cdcFormat=DEBEZIUM`): the change its envelope describes, with
+    /// the key and metadata columns as for any record, or the reason it is skipped.
+    fn map_debezium(
+        &self,
+        cdc: &super::cdc::CdcPlan,
+        key: Option<&[u8]>,
+        value: &[u8],
+        meta: Option<&KafkaMeta>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        use super::debezium::{classify, unwrap_payload, Event, Skipped};
+        let offset = meta.map_or(0, |m| m.offset);
+        if meta.is_some_and(|m| m.null_value) {
+            return Err(RecordError::DebeziumSkipped(Skipped::Tombstone.as_str()));
+        }
+        out.clear();
+        let (change, sequence) = match &self.input {
+            Input::Json => {
+                let v: Value =
+                    serde_json::from_str(utf8(value)?).map_err(|e| RecordError::InvalidJson(e.to_string()))?;
+                let Some(event) = unwrap_payload(&v)? else {
+                    return Err(RecordError::DebeziumSkipped(Skipped::Tombstone.as_str()));
+                };
+                let (change, part, sequence) = match classify(event, offset)? {
+                    Event::Skip(s) => return Err(RecordError::DebeziumSkipped(s.as_str())),
+                    Event::Change { change, part, sequence } => (change, part, sequence),
+                };
+                encode_object(&self.schema, part.of(event)?, "", out)?;
+                (change, sequence)
+            }
+            Input::Avro(d) => {
+                let (w, v) = d.decode(value)?;
+                let event = crate::avro::row::fields_as_json(&v, &["before", "after"])?;
+                let (change, part, sequence) = match classify(&event, offset)? {
+                    Event::Skip(s) => return Err(RecordError::DebeziumSkipped(s.as_str())),
+                    Event::Change { change, part, sequence } => (change, part, sequence),
+                };
+                match crate::avro::row::encode_field_record(&w, &self.schema, &v, part.name(), out)? {
+                    Some(true) => {}
+                    Some(false) => return Err(part.missing("null")),
+                    None => return Err(part.missing("absent")),
+                }
+                (change, sequence)
+            }
+        };
+        if let (Some(tag), Some(k)) = (self.key_tag, key) {
+            put_bytes(tag, k, out);
+        }
+        if let (Some(plan), Some(m)) = (&self.meta, meta) {
+            plan.encode(m, key, out)?;
+        }
+        cdc.encode_with(change, &sequence, out);
         self.check_size(out)
     }
 
@@ -351,7 +409,7 @@ fn utf8(value: &[u8]) -> Result<&str, RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka_to_bq::json_row::plain_integer;
+    use crate::kafka_to_bq::map::json_row::plain_integer;
     use serde_json::json;
 
     fn mapper() -> Mapper {

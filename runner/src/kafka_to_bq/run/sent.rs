@@ -11,7 +11,7 @@
 //! `/metrics`).
 //!
 //! ```
-//! use flexrun::kafka_to_bq::sent;
+//! use flexrun::kafka_to_bq::run::sent;
 //! use std::collections::BTreeMap;
 //! let d = tempfile::tempdir().unwrap();
 //! sent::record(d.path(), &BTreeMap::from([(0, 500), (1, 300)])).unwrap();

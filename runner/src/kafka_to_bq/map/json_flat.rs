@@ -15,7 +15,7 @@
 //! accepts is valid UTF-8 without a separate pass over it.
 //!
 //! ```
-//! use flexrun::kafka_to_bq::json_flat::scan;
+//! use flexrun::kafka_to_bq::map::json_flat::scan;
 //! let f = scan(br#"{"b": 1, "a": "x", "b": 2}"#).unwrap();
 //! // Sorted by key, the last of duplicate keys winning, as serde_json's map keeps them.
 //! let pairs: Vec<_> = f.iter().map(|f| (f.key, f.raw)).collect();

@@ -4,10 +4,10 @@
 //! its decision resizes the [`Pool`]. The
 //! same loop discovers partitions added to the topic and publishes dashboard points.
 
-use super::context::JobCtx;
 use super::pool::Pool;
-use super::positions;
 use super::publish::{PoolView, Publisher};
+use crate::kafka_to_bq::context::JobCtx;
+use crate::kafka_to_bq::setup::positions;
 use crate::scaling::step::{announce_decision, announce_resized, Autoscaler};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::Decision;

@@ -18,7 +18,7 @@
 //! record, dead-lettered with the reason like any other.
 //!
 //! ```
-//! use flexrun::kafka_to_bq::metadata::{parse_columns, MetaField};
+//! use flexrun::kafka_to_bq::map::metadata::{parse_columns, MetaField};
 //! let cols = parse_columns("topic|offset:kafka_offset").unwrap();
 //! assert_eq!(cols[0].field, MetaField::Topic);
 //! assert_eq!(cols[0].column, "_kafka_topic");

@@ -6,7 +6,7 @@
 //! shard reuses batch after batch.
 //!
 //! ```
-//! use flexrun::kafka_to_bq::records::Records;
+//! use flexrun::kafka_to_bq::run::records::Records;
 //! use rdkafka::message::{Message, OwnedMessage, Timestamp};
 //! let m = |p, o| OwnedMessage::new(Some(b"v".to_vec()), None, "t".into(), Timestamp::NotAvailable, p, o, None);
 //! let mut r = Records::default();

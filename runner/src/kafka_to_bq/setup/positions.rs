@@ -33,7 +33,7 @@ pub struct StartPlan {
 /// `marks` are the partitions' (earliest, end) offsets.
 ///
 /// ```
-/// use flexrun::kafka_to_bq::positions::plan;
+/// use flexrun::kafka_to_bq::setup::positions::plan;
 /// use flexrun::kafka::gaps::GapPolicy;
 /// use std::collections::{BTreeMap, BTreeSet};
 /// let ck = BTreeMap::from([(0, 5)]);
@@ -142,7 +142,7 @@ pub fn read_rebased(job_dir: &Path) -> std::io::Result<Rebased> {
 /// has committed since resumes from its commit.
 ///
 /// ```
-/// use flexrun::kafka_to_bq::positions::rebase;
+/// use flexrun::kafka_to_bq::setup::positions::rebase;
 /// use std::collections::BTreeMap;
 /// let ck = BTreeMap::from([(0, 200), (1, 50)]);
 /// let moved = BTreeMap::from([(0, (200, 110)), (1, (40, 30))]);

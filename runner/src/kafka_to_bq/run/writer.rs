@@ -2,13 +2,13 @@
 //! the logs leave them, and one round of appends to both ([`append_both`]).
 
 use super::batch::{digest, Mapped};
-use super::config::Delivery;
-use super::context::JobCtx;
 use crate::bigquery::framed::SharedRows;
 use crate::bigquery::rows::Rows;
 use crate::bigquery::target::{with_retries, BatchAppend, Requests, RetryCtl, Target};
 use crate::bigquery::write::{WriteClient, WriteError};
 use crate::bigquery::TableRef;
+use crate::kafka_to_bq::context::JobCtx;
+use crate::kafka_to_bq::setup::config::Delivery;
 use crate::progress::{DigestKind, OffsetEntry, StreamSlot};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
