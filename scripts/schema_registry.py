@@ -7,9 +7,11 @@ stack runs this one. It serves the REST subset that Kafka Avro serializers and
 flexrun use, with Confluent's documented answers and error codes
 (docs.confluent.io/platform/current/schema-registry/develop/api.html):
 
-  POST /subjects/{subject}/versions        {"schema": "..."} -> {"id": N}
-       (the same schema text gets the same id, in any subject)
-  GET  /schemas/ids/{id}                   -> {"schema": "..."}; 404 error_code 40403
+  POST /subjects/{subject}/versions        {"schema": "...", "schemaType": T} -> {"id": N}
+       (the same schema text gets the same id, in any subject; T is AVRO, the default,
+       or PROTOBUF, whose .proto text is kept as it is)
+  GET  /schemas/ids/{id}                   -> {"schema": "...", "schemaType": T (not AVRO)};
+       404 error_code 40403
   GET  /subjects                           -> ["subject", ...]
   GET  /subjects/{subject}/versions        -> [1, 2, ...]; 404 error_code 40401
   GET  /subjects/{subject}/versions/{v}    -> {"subject","version","id","schema"};
@@ -50,8 +52,11 @@ class Registry:
             with open(self.state_path, "w") as f:
                 json.dump({"schemas": self.schemas, "subjects": self.subjects}, f)
 
-    def register(self, subject, schema):
-        key = json.dumps(json.loads(schema), separators=(",", ":"), sort_keys=True)
+    def register(self, subject, schema, schema_type="AVRO"):
+        if schema_type == "AVRO":
+            key = json.dumps(json.loads(schema), separators=(",", ":"), sort_keys=True)
+        else:
+            key = schema_type + ":" + schema
         with self.lock:
             found = [i for i, s in self.schemas.items() if s[1] == key]
             sid = found[0] if found else max(self.schemas, default=0) + 1
@@ -93,7 +98,12 @@ class Handler(BaseHTTPRequestHandler):
         with r.lock:
             if len(p) == 3 and p[:2] == ["schemas", "ids"] and p[2].isdigit():
                 s = r.schemas.get(int(p[2]))
-                return (200, {"schema": s[0]}) if s else error(404, 40403, "Schema not found")
+                if not s:
+                    return error(404, 40403, "Schema not found")
+                body = {"schema": s[0]}
+                if s[1].startswith("PROTOBUF:"):
+                    body["schemaType"] = "PROTOBUF"
+                return 200, body
             if p == ["subjects"]:
                 return 200, sorted(r.subjects)
             if len(p) >= 3 and p[0] == "subjects" and p[2] == "versions":
@@ -116,11 +126,15 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(n) or b"{}")
             schema = body["schema"]
-            json.loads(schema)
+            schema_type = body.get("schemaType", "AVRO")
+            if schema_type not in ("AVRO", "PROTOBUF"):
+                return self.reply(*error(422, 42201, "Invalid schema type " + str(schema_type)))
+            if schema_type == "AVRO":
+                json.loads(schema)
         except (ValueError, KeyError, TypeError):
             return self.reply(*error(422, 42201, "Invalid schema"))
         if len(p) == 3 and p[0] == "subjects" and p[2] == "versions":
-            return self.reply(200, {"id": self.registry.register(p[1], schema)})
+            return self.reply(200, {"id": self.registry.register(p[1], schema, schema_type)})
         self.reply(*error(404, 404, "HTTP 404 Not Found"))
 
 

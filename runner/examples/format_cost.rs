@@ -1,5 +1,6 @@
 //! The transform's CPU cost per message format: the same generated documents mapped to
-//! rows as JSON, as Avro (Confluent wire format), and as JSON through a JavaScript UDF.
+//! rows as JSON, as Avro (Confluent wire format), as Protobuf (the message alone, as
+//! `messageFormat=PROTO` reads it), and as JSON through a JavaScript UDF.
 //!
 //! No services: the documents are generated in memory (the generator crate), encoded
 //! both ways, then each round maps every message with `Mapper::map_message`, the
@@ -18,6 +19,14 @@ use flexrun::kafka_to_bq::map::transform::{Input, Mapper};
 use flexrun::udf::Udf;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Each shape's Protobuf message (`Row`), field for field as its Avro schema.
+const PROTOS: [&str; 2] = [
+    r#"syntax = "proto3"; message Row { optional int64 id = 1; int64 logStreamId = 2; string message = 3; }"#,
+    r#"syntax = "proto3"; enum Level { LOW = 0; HIGH = 1; } message Addr { string city = 1; string street = 2; }
+       message Row { optional int64 id = 1; string name = 2; optional Level level = 3; string day = 4; string price = 5;
+                     repeated string tags = 6; Addr addr = 7; }"#,
+];
 
 /// (name, generator template, Avro schema): a log line as in the seeds, and a typed record.
 const SHAPES: [(&str, &str, &str); 2] = [
@@ -49,8 +58,10 @@ fn main() {
     let js = dir.path().join("udf.js");
     std::fs::write(&js, UDF).expect("write udf");
     let udf = Arc::new(Udf::new(js.to_str().expect("path"), "transform", None).expect("udf loads"));
-    for (shape, template, avsc) in SHAPES {
+    for ((shape, template, avsc), proto) in SHAPES.into_iter().zip(PROTOS) {
         let w = WriterSchema::parse(avsc).expect("schema");
+        let desc = flexrun::proto::decoder::compile(proto).expect("proto").get_message_by_name("Row").expect("Row");
+        let mut protos = Vec::with_capacity(n);
         let table = table_schema(&w, false).expect("table");
         let mut generator = flexrun::data_generator::Generator::new(template, 7).expect("template");
         let mut json = Vec::with_capacity(n);
@@ -62,6 +73,9 @@ fn main() {
             let datum = apache_avro::to_avro_datum(&w.schema, to_avro(&w, &doc).expect("fits")).expect("encode");
             let mut framed = Vec::new();
             confluent_frame(1, &datum, &mut framed);
+            let mut de = serde_json::Deserializer::from_str(&buf);
+            let msg = prost_reflect::DynamicMessage::deserialize(desc.clone(), &mut de).expect("fits the proto");
+            protos.push(prost::Message::encode_to_vec(&msg));
             json.push(buf.clone().into_bytes());
             avro.push(framed);
         }
@@ -69,8 +83,14 @@ fn main() {
         let json_mapper = Mapper::with_input(table.clone(), 10_000_000, Input::Json, false).expect("mapper");
         let avro_mapper = Mapper::with_input(table.clone(), 10_000_000, Input::Avro(decoder), false).expect("mapper");
         let udf_mapper = json_mapper.clone().with_udf(Some(udf.clone()));
-        let ways: [(&str, &Mapper, &Vec<Vec<u8>>); 3] =
-            [("json", &json_mapper, &json), ("avro", &avro_mapper, &avro), ("json+udf", &udf_mapper, &json)];
+        let proto_input = Input::Proto(Arc::new(flexrun::proto::ProtoDecoder::with_message(desc)));
+        let proto_mapper = Mapper::with_input(table.clone(), 10_000_000, proto_input, false).expect("mapper");
+        let ways: [(&str, &Mapper, &Vec<Vec<u8>>); 4] = [
+            ("json", &json_mapper, &json),
+            ("avro", &avro_mapper, &avro),
+            ("proto", &proto_mapper, &protos),
+            ("json+udf", &udf_mapper, &json),
+        ];
         for round in 0..rounds {
             for (name, mapper, msgs) in ways {
                 let bytes: usize = msgs.iter().map(Vec::len).sum();

@@ -12,7 +12,7 @@
 //! 3. `kafka`, `bigquery`, `control`, `store`
 //! 4. `state`
 //! 5. `avro`, `local`
-//! 6. `scaling`
+//! 6. `scaling`, `proto`
 //! 7. `kafka_to_bq`, `kafka_to_gcs`, `microbatch`, `data_generator`
 //! 8. `sizing`
 //! 9. `cli`
@@ -30,6 +30,9 @@
 //!   one producer context that acknowledges and times deliveries.
 //! - [`avro`]: Avro framings, the writer-schema decoder, Avro → BigQuery table and row
 //!   mapping, a Schema Registry client, and JSON → Avro for the generator.
+//! - [`proto`]: Protobuf input: messages decoded by their descriptor (a descriptor set
+//!   file, or the Schema Registry's `.proto` text), mapped onto columns, tables made from
+//!   descriptors.
 //! - [`bigquery`]: table refs, endpoints, schema, proto, REST, the Storage Write client
 //!   and a retrying append target.
 //! - [`progress`]: offset and commit logs, asynchronous progress.
@@ -73,6 +76,7 @@ pub mod local;
 pub mod malloc;
 pub mod microbatch;
 pub mod progress;
+pub mod proto;
 pub mod record;
 pub mod retry;
 pub mod scaling;

@@ -66,6 +66,10 @@ pub enum RecordError {
     /// An Avro message that cannot be decoded (framing, schema lookup or datum).
     #[error("{0}")]
     Avro(String),
+    /// A Protobuf message that cannot be decoded or mapped (framing, schema lookup,
+    /// message bytes, a value its column cannot hold).
+    #[error("{0}")]
+    Proto(String),
     /// BigQuery refused the row (row_errors in an AppendRows response).
     #[error("BigQuery rejected the row: {0}")]
     Rejected(String),
@@ -87,6 +91,7 @@ impl RecordError {
             RecordError::Oversize { .. } => "oversize",
             RecordError::Rejected(_) => "rejected",
             RecordError::Avro(_) => "avro",
+            RecordError::Proto(_) => "proto",
             RecordError::Udf(_) => "udf",
             RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",

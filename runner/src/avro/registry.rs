@@ -106,13 +106,18 @@ impl Registry {
         Ok((id, a.schema))
     }
 
-    /// Register `schema` under `subject` (or find it registered); its id.
+    /// Register the Avro `schema` under `subject` (or find it registered); its id.
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32, RegistryError> {
+        self.register_typed(subject, schema, "AVRO").await
+    }
+
+    /// Register `schema` of `schema_type` (AVRO or PROTOBUF) under `subject`; its id.
+    pub async fn register_typed(&self, subject: &str, schema: &str, schema_type: &str) -> Result<u32, RegistryError> {
         let req = self
             .http
             .post(format!("{}/subjects/{subject}/versions", self.url))
             .header("Content-Type", CONTENT_TYPE)
-            .body(serde_json::json!({ "schema": schema }).to_string());
+            .body(serde_json::json!({ "schema": schema, "schemaType": schema_type }).to_string());
         let body = self.send(req).await?;
         Ok(self.parse::<IdAnswer>(&body)?.id)
     }

@@ -147,6 +147,17 @@ fn refuse_several_topics(p: &flexrun_templates::ResolvedParams) -> Result<()> {
         Some(t) if t.contains('|') || t.starts_with('/') => Err(usage(format!(
             "readBootstrapServerAndTopic: {t} reads several topics, and Google's template reads one per job: export each topic as its own job (host:port;topic), with its table"
         ))),
+        _ => refuse_protobuf(p),
+    }
+}
+
+/// Protobuf input (flexrun's extension) has no Dataflow form: Google's Kafka template
+/// reads JSON and Avro only.
+fn refuse_protobuf(p: &flexrun_templates::ResolvedParams) -> Result<()> {
+    match p.get("messageFormat") {
+        Some(f) if f.starts_with("PROTO") => Err(usage(format!(
+            "messageFormat={f}: Google's Kafka_to_BigQuery_Flex reads JSON and Avro only (its YAML template, Kafka_to_BigQuery_Yaml, reads PROTO); there is no Dataflow form of this job"
+        ))),
         _ => Ok(()),
     }
 }

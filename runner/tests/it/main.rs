@@ -31,6 +31,7 @@ mod lifecycle;
 mod metadata;
 mod microbatch;
 mod progress;
+mod protobuf;
 mod schema_evolution;
 mod shared_consumer;
 mod sizing;

@@ -35,6 +35,8 @@ pub enum Input {
     Json,
     /// An Avro record per message, in one of Google's two framings.
     Avro(Arc<AvroDecoder>),
+    /// A Protobuf message per message ([`crate::proto`]).
+    Proto(Arc<crate::proto::ProtoDecoder>),
 }
 
 /// Maps message values onto one table schema.
@@ -151,8 +153,10 @@ impl Mapper {
 
     /// Fetch what mapping these values needs first (Schema Registry schemas by id).
     pub async fn prefetch<'a>(&self, values: impl Iterator<Item = &'a [u8]>) {
-        if let Input::Avro(d) = &self.input {
-            d.prefetch(values).await;
+        match &self.input {
+            Input::Avro(d) => d.prefetch(values).await,
+            Input::Proto(d) => d.prefetch(values).await,
+            Input::Json => {}
         }
     }
 
@@ -216,6 +220,11 @@ impl Mapper {
                     crate::avro::row::encode_record(&w, &self.schema, &v, out)?;
                 }
             }
+            (Input::Proto(d), _) => {
+                let obj = crate::proto::row::to_json(&d.decode(value)?)?;
+                out.clear();
+                encode_object(&self.schema, &obj, "", out)?;
+            }
         }
         if let (Some(tag), Some(k)) = (self.key_tag, key) {
             put_bytes(tag, k, out);
@@ -252,13 +261,9 @@ impl Mapper {
                 let Some(event) = unwrap_payload(&v)? else {
                     return Err(RecordError::DebeziumSkipped(Skipped::Tombstone.as_str()));
                 };
-                let (change, part, sequence) = match classify(event, offset)? {
-                    Event::Skip(s) => return Err(RecordError::DebeziumSkipped(s.as_str())),
-                    Event::Change { change, part, sequence } => (change, part, sequence),
-                };
-                encode_object(&self.schema, part.of(event)?, "", out)?;
-                (change, sequence)
+                self.debezium_object(event, offset, out)?
             }
+            Input::Proto(d) => self.debezium_object(&crate::proto::row::to_json(&d.decode(value)?)?, offset, out)?,
             Input::Avro(d) => {
                 let (w, v) = d.decode(value)?;
                 let event = crate::avro::row::fields_as_json(&v, &["before", "after"])?;
@@ -282,6 +287,24 @@ impl Mapper {
         }
         cdc.encode_with(change, &sequence, out);
         self.check_size(out)
+    }
+
+    /// A Debezium event read as a JSON object (JSON, or a Protobuf message): its row into
+    /// `out`, and its change type and sequence number.
+    fn debezium_object(
+        &self,
+        event: &serde_json::Map<String, Value>,
+        offset: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<(super::cdc::ChangeType, String), RecordError> {
+        use super::debezium::{classify, Event};
+        match classify(event, offset)? {
+            Event::Skip(s) => Err(RecordError::DebeziumSkipped(s.as_str())),
+            Event::Change { change, part, sequence } => {
+                encode_object(&self.schema, part.of(event)?, "", out)?;
+                Ok((change, sequence))
+            }
+        }
     }
 
     /// A CDC tombstone (a key, a null value): a DELETE of the row its key names. The key
@@ -317,8 +340,8 @@ impl Mapper {
         self.check_size(out)
     }
 
-    /// The JSON object a JSON message is mapped from (after the UDF, if any); None for
-    /// Avro, or when the message is not a JSON object. For schema evolution, off the hot path.
+    /// The JSON object a JSON or Protobuf message is mapped from (after the UDF, if any);
+    /// None for Avro, or when the message is not an object. For schema evolution, off the hot path.
     pub fn json_object(&self, value: &[u8]) -> Option<serde_json::Map<String, Value>> {
         let text = match (&self.input, &self.udf) {
             (Input::Json, None) => std::str::from_utf8(value).ok()?.to_string(),
@@ -326,6 +349,7 @@ impl Mapper {
                 UdfOutcome::Output(json) => json,
                 _ => return None,
             },
+            (Input::Proto(d), _) => return crate::proto::row::to_json(&d.decode(value).ok()?).ok(),
             (Input::Avro(_), _) => return None,
         };
         match serde_json::from_str(&text).ok()? {

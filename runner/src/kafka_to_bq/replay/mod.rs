@@ -119,7 +119,7 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
     let mapping = super::job::job_mapping(&cfg, dest)?;
     let payload = match mapping.mapper.input() {
         Input::Json => Payload::Text,
-        Input::Avro(_) => Payload::Bytes,
+        Input::Avro(_) | Input::Proto(_) => Payload::Bytes,
     };
     let ledger_table = ledger::table_for(&dlq);
     rest::ensure_table(&client, &ep, &ledger_table, &ledger::schema())

@@ -507,7 +507,7 @@ pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: Record<'_>, stag
         value: m.payload().unwrap_or_default(),
         headers: &headers,
         processed_ms: cut_ms,
-        payload: if ctx.cfg.format.is_avro() { Payload::Bytes } else { Payload::Text },
+        payload: if ctx.cfg.format.is_binary() { Payload::Bytes } else { Payload::Text },
     };
     let mut out = Vec::new();
     dlq::encode(&rec, stage, error, &mut out);

@@ -146,7 +146,7 @@ fn asked(current: &Mapping, value: &[u8], e: &RecordError, allowed: SchemaUpdate
         return out;
     }
     match current.mapper.input() {
-        Input::Json => {
+        Input::Json | Input::Proto(_) => {
             for (k, v) in current.mapper.json_object(value).into_iter().flatten() {
                 if schema.lookup(&k).is_some() {
                     continue;

@@ -432,7 +432,7 @@ impl KafkaToBqConfig {
         if flags.progress.async_progress && delivery == Delivery::ExactlyOnce {
             errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE);
         }
-        let udf = load_udf(p, fp.format.is_avro(), &mut errs);
+        let udf = load_udf(p, fp.format.is_binary(), &mut errs);
         let metadata = parse_columns(p.get("kafkaMetadataColumns").unwrap_or_default()).unwrap_or_else(|e| {
             errs.push(e);
             Vec::new()

@@ -33,12 +33,31 @@ pub enum InputFormat {
         /// `schemaRegistryConnectionUrl`.
         url: String,
     },
+    /// Protobuf messages of one type from a compiled descriptor set (`messageFormat=PROTO`).
+    Proto {
+        /// `protoSchemaPath`: the descriptor set file.
+        schema_path: String,
+        /// `fullMessageName`.
+        message: String,
+    },
+    /// Protobuf in Confluent's wire format, schemas from a Schema Registry
+    /// (`PROTO_CONFLUENT_WIRE_FORMAT`).
+    ProtoRegistry {
+        /// `schemaRegistryConnectionUrl`.
+        url: String,
+    },
 }
 
 impl InputFormat {
-    /// Whether this is one of the Avro formats.
-    pub fn is_avro(&self) -> bool {
+    /// Whether messages are binary (Avro or Protobuf), not JSON text.
+    pub fn is_binary(&self) -> bool {
         !matches!(self, InputFormat::Json)
+    }
+
+    /// Whether a missing table can be made from the job's schema (Avro, or Protobuf
+    /// with a descriptor set): JSON and registry Protobuf write to an existing table.
+    pub fn can_create_tables(&self) -> bool {
+        !matches!(self, InputFormat::Json | InputFormat::ProtoRegistry { .. })
     }
 }
 
@@ -119,6 +138,38 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
     }
 }
 
+/// `messageFormat=PROTO`: a descriptor set and a message name, checked now (exit 2).
+fn proto_file(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
+    let schema_path = p.get("protoSchemaPath").unwrap_or_default().to_string();
+    let message = p.get("fullMessageName").unwrap_or_default().to_string();
+    if schema_path.is_empty() || message.is_empty() {
+        errs.push("messageFormat=PROTO needs protoSchemaPath (a descriptor set: protoc --include_imports --descriptor_set_out=schema.pb) and fullMessageName (package.Message)");
+    } else if schema_path.starts_with("gs://") {
+        errs.push(format!(
+            "protoSchemaPath={schema_path}: Cloud Storage is not reachable from here; give a local descriptor set file"
+        ));
+    } else if let Err(e) = crate::proto::ProtoDecoder::from_file(&schema_path, &message) {
+        errs.push(format!("protoSchemaPath={schema_path}, fullMessageName={message}: {e}"));
+    }
+    if p.get("outputTableSpec").is_none() {
+        errs.push("outputTableSpec is required with messageFormat=PROTO (project:dataset.table)");
+    }
+    (InputFormat::Proto { schema_path, message }, None)
+}
+
+/// `messageFormat=PROTO_CONFLUENT_WIRE_FORMAT`: a registry, and one existing table.
+fn proto_registry(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
+    let url = p.get("schemaRegistryConnectionUrl").unwrap_or_default().to_string();
+    if url.is_empty() {
+        errs.push("schemaRegistryConnectionUrl is required with messageFormat=PROTO_CONFLUENT_WIRE_FORMAT, e.g. http://localhost:8081");
+    }
+    crate::avro::check_registry_auth(p, errs);
+    if p.get("outputTableSpec").is_none() {
+        errs.push("outputTableSpec is required with messageFormat=PROTO_CONFLUENT_WIRE_FORMAT: the table (which must exist) every message type is written to");
+    }
+    (InputFormat::ProtoRegistry { url }, None)
+}
+
 /// Read `messageFormat` and what goes with it; problems are pushed onto `errs`.
 pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
     let (format, dynamic) = match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
@@ -140,9 +191,11 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
             }
             (InputFormat::AvroBinary { schema_path }, None)
         }
+        "PROTO" => proto_file(p, errs),
+        "PROTO_CONFLUENT_WIRE_FORMAT" => proto_registry(p, errs),
         _ => avro_confluent(p, errs),
     };
-    let json = !format.is_avro();
+    let json = !format.can_create_tables();
     let write = match p.get("writeDisposition").unwrap_or("WRITE_APPEND") {
         _ if json => WriteDisposition::Append,
         "WRITE_EMPTY" => WriteDisposition::Empty,

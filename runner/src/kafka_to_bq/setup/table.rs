@@ -145,6 +145,18 @@ async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, Ta
                 None,
             )
         }
+        InputFormat::Proto { schema_path, message } => {
+            let d = crate::proto::ProtoDecoder::from_file(schema_path, message)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("protoSchemaPath={schema_path}"))?;
+            (Input::Proto(Arc::new(d)), None, cfg.table.clone(), None)
+        }
+        InputFormat::ProtoRegistry { url } => (
+            Input::Proto(Arc::new(crate::proto::ProtoDecoder::with_registry(Registry::new(url)))),
+            None,
+            cfg.table.clone(),
+            None,
+        ),
         InputFormat::AvroRegistry { url } => {
             let registry = Registry::new(url);
             let subject = format!("{}-value", cfg.source.topic);
@@ -166,9 +178,10 @@ async fn input(cfg: &KafkaToBqConfig) -> Result<(Input, Option<WriterSchema>, Ta
 /// Resolve the destination: read (or create, or empty) the table as the parameters say.
 pub async fn prepare(cfg: &KafkaToBqConfig, ep: Option<&Endpoints>, new_job: bool) -> Result<Destination> {
     let (input, writer, table, record) = input(cfg).await?;
+    let blueprint = Blueprint::of(writer.as_ref(), &input);
     let schema = match (&cfg.run.sink, ep) {
-        (SinkKind::Stats { schema_file }, _) => stats_schema(schema_file, writer.as_ref(), cfg.persist_key)?,
-        (SinkKind::BigQuery, Some(ep)) => bigquery_schema(cfg, ep, &table, writer.as_ref(), new_job).await?,
+        (SinkKind::Stats { schema_file }, _) => stats_schema(cfg, schema_file, blueprint.as_ref())?,
+        (SinkKind::BigQuery, Some(ep)) => bigquery_schema(cfg, ep, &table, blueprint.as_ref(), new_job).await?,
         (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
     };
     if cfg.persist_key && schema.lookup(KAFKA_KEY_FIELD).is_none() {
@@ -177,10 +190,54 @@ pub async fn prepare(cfg: &KafkaToBqConfig, ep: Option<&Endpoints>, new_job: boo
     Ok(Destination { table, schema, input, record })
 }
 
-fn stats_schema(schema_file: &str, writer: Option<&WriterSchema>, key: bool) -> Result<Schema> {
+/// What a missing table would be made from: an Avro writer schema or a Protobuf
+/// message descriptor.
+enum Blueprint<'a> {
+    Avro(&'a WriterSchema),
+    Proto(&'a prost_reflect::MessageDescriptor),
+}
+
+impl Blueprint<'_> {
+    fn of<'a>(writer: Option<&'a WriterSchema>, input: &'a Input) -> Option<Blueprint<'a>> {
+        match (writer, input) {
+            (Some(w), _) => Some(Blueprint::Avro(w)),
+            (None, Input::Proto(d)) => d.message().map(Blueprint::Proto),
+            _ => None,
+        }
+    }
+
+    /// The table's schema: the message's columns, then `_key` and the metadata columns.
+    fn schema(&self, cfg: &KafkaToBqConfig) -> Result<Schema> {
+        match self {
+            Blueprint::Avro(w) => new_table_schema(cfg, w),
+            Blueprint::Proto(m) => {
+                let s = crate::proto::table::table_schema(m).map_err(anyhow::Error::msg)?;
+                let mut cols = s.to_json();
+                if cfg.persist_key {
+                    let key = serde_json::json!({"name": KAFKA_KEY_FIELD, "type": "BYTES", "mode": "NULLABLE"});
+                    cols.as_array_mut().expect("columns").push(key);
+                }
+                let s = Schema::from_json(&cols)?;
+                crate::kafka_to_bq::map::metadata::with_columns(&s, &cfg.metadata).map_err(anyhow::Error::msg)
+            }
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Blueprint::Avro(_) => "the Avro schema",
+            Blueprint::Proto(_) => "the Protobuf descriptor",
+        }
+    }
+}
+
+fn stats_schema(cfg: &KafkaToBqConfig, schema_file: &str, blueprint: Option<&Blueprint>) -> Result<Schema> {
     if schema_file.is_empty() {
-        if let Some(w) = writer {
-            return Ok(table_schema(w, key)?);
+        if let Some(Blueprint::Avro(w)) = blueprint {
+            return Ok(table_schema(w, cfg.persist_key)?);
+        }
+        if let Some(bp) = blueprint {
+            return bp.schema(cfg);
         }
     }
     let text = std::fs::read_to_string(schema_file).with_context(|| format!("reading schema file {schema_file}"))?;
@@ -193,22 +250,27 @@ async fn bigquery_schema(
     cfg: &KafkaToBqConfig,
     ep: &Endpoints,
     table: &TableRef,
-    writer: Option<&WriterSchema>,
+    blueprint: Option<&Blueprint<'_>>,
     new_job: bool,
 ) -> Result<Schema> {
     let client = rest::client(ep).await?;
-    let schema = match (rest::table_schema(&client, ep, table).await, writer) {
+    let schema = match (rest::table_schema(&client, ep, table).await, blueprint) {
         (Ok(s), _) => s,
-        (Err(_), Some(w)) if cfg.dispositions.create_if_needed => {
-            let want = new_table_schema(cfg, w).with_context(|| format!("creating {table} from the Avro schema"))?;
+        (Err(_), Some(bp)) if cfg.dispositions.create_if_needed => {
+            let want = bp.schema(cfg).with_context(|| format!("creating {table} from {}", bp.what()))?;
             cfg.dispositions.layout.check(&want).map_err(|why| anyhow::anyhow!("creating {table}: {why}"))?;
             tracing::info!(table = %table, partitioned = cfg.dispositions.layout.partitioning.is_some(),
                 clustered = !cfg.dispositions.layout.clustering.is_empty(),
-                "table missing: creating it from the Avro schema (CREATE_IF_NEEDED)");
+                from = bp.what(), "table missing: creating it (CREATE_IF_NEEDED)");
             rest::ensure_table_laid_out(&client, ep, table, &want, &cfg.dispositions.layout).await?
         }
         (Err(e), Some(_)) => {
             return Err(anyhow::Error::new(e).context(format!("createDisposition=CREATE_NEVER: table {table} must exist")))
+        }
+        (Err(e), None) if matches!(cfg.format, InputFormat::ProtoRegistry { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "messageFormat=PROTO_CONFLUENT_WIRE_FORMAT writes to an existing table (no descriptor is known before the first message): create {table} first"
+            )))
         }
         (Err(e), None) => {
             return Err(anyhow::Error::new(e).context(format!(
