@@ -25,6 +25,8 @@
 #   eo-avro   kafka-to-bq exactly-once, stats sink, on a third topic of the same shape
 #             as Avro records in Confluent wire format (scripts/bench/seed.avsc),
 #             written by the generator
+#   eo-proto  kafka-to-bq exactly-once, stats sink, on a fourth topic of the same shape
+#             as Protobuf messages (scripts/bench/seed.proto), written by the generator
 #   eo-bq     kafka-to-bq exactly-once into a table on the local BigQuery emulator
 #             (the emulator's CPU is its own process's, so it is not counted)
 # CPU is the process's getrusage (user+sys), start-up and kafka-to-bq's 2 s idle tail
@@ -53,6 +55,8 @@ $F local create-topic --topic "${TOPIC}_q" --partitions 8 >&2
 $F local produce --topic "${TOPIC}_q" --count "$N" --seed-shape --quoted-id >&2
 $F local create-topic --topic "${TOPIC}_a" --partitions 8 >&2
 $F --template streaming-data-generator --parameters "qps=1000000,messagesLimit=$N,schemaLocation=scripts/bench/seed-template.json,sinkType=KAFKA,bootstrapServer=$FLEXRUN_KAFKA,kafkaTopic=${TOPIC}_a,outputType=AVRO,avroSchemaLocation=scripts/bench/seed.avsc" >&2
+$F local create-topic --topic "${TOPIC}_p" --partitions 8 >&2
+$F --template streaming-data-generator --parameters "qps=1000000,messagesLimit=$N,schemaLocation=scripts/bench/seed-template.json,sinkType=KAFKA,bootstrapServer=$FLEXRUN_KAFKA,kafkaTopic=${TOPIC}_p,outputType=PROTO,protoSchemaPath=scripts/bench/seed.proto,fullMessageName=flexrun.bench.Log" >&2
 
 job() { # name round [extra-param] [binary] [topic] [sink]
   local name=$1 round=$2 extra=${3:-} bin=${4:-$F} topic=${5:-$TOPIC} sink=${6:-stats}
@@ -60,6 +64,10 @@ job() { # name round [extra-param] [binary] [topic] [sink]
   if [ "$sink" = avro ]; then
     fmt=AVRO_CONFLUENT_WIRE_FORMAT
     extra=",confluentAvroSchemaPath=scripts/bench/seed.avsc$extra"
+  fi
+  if [ "$sink" = proto ]; then
+    fmt=PROTO
+    extra=",protoSchemaPath=scripts/bench/seed.proto,fullMessageName=flexrun.bench.Log$extra"
   fi
   if [ "$sink" = bigquery ]; then
     table="$FLEXRUN_BQ_PROJECT:hotpath.t_${ID}_$round"
@@ -84,6 +92,7 @@ for r in $(seq 1 "$ROUNDS"); do
   job alo-stats "$r" ",useStorageWriteApiAtLeastOnce=true"
   job eo-quoted "$r" "" "$F" "${TOPIC}_q"
   job eo-avro "$r" "" "$F" "${TOPIC}_a" avro
+  job eo-proto "$r" "" "$F" "${TOPIC}_p" proto
   job eo-bq "$r" "" "$F" "$TOPIC" bigquery
   if [ -n "${OLD_BIN:-}" ]; then job eo-old "$r" "" "$OLD_BIN"; fi
 done
@@ -120,7 +129,7 @@ def load(name, r):
 rows, last = {}, {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'to last commit':>15} {'CPU-s/GB (each round)':>30}")
-names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "bare-shards8", "bare-shards8v", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-bq"]
+names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "bare-shards8", "bare-shards8v", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-proto", "eo-bq"]
 if os.path.exists(os.path.join(out, "eo-old-1.json")):
     names.append("eo-old")
 for name in names:
@@ -139,7 +148,7 @@ for name in names:
     print(f"{name:<10} {rs[0][0]:>9} {rate:>15.0f} {med:>18.2f} {med_last:>15.2f} {each:>30}")
 if "eo-old" in rows:
     print(f"eo-stats / eo-old (this tree against the older binary): {rows['eo-stats'] / rows['eo-old']:.2f}x")
-for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-avro", 1.3), ("eo-bq", 1.8)]:
+for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-avro", 1.3), ("eo-proto", 1.3), ("eo-bq", 1.8)]:
     for bare in ["bare-1", "bare-batch"]:
         print(f"ratio {name} / {bare}: {rows[name] / rows[bare]:.2f}x in all, {last[name] / rows[bare]:.2f}x to the last commit (target <= {target:.2f}x against bare-1)")
 cal = json.load(open(os.path.join(out, "calibrate.json")))["measurements"]

@@ -1,5 +1,6 @@
 //! How a generated JSON document goes out: compact JSON (as Google's Kafka and Cloud
-//! Storage writers send it), as rendered, or as an Avro record.
+//! Storage writers send it), as rendered, as an Avro record, or as a Protobuf message
+//! (the document read as the message's proto3 JSON form).
 //!
 //! Avro to Kafka is framed as kafka-to-bq's `messageFormat` expects: Confluent wire
 //! format (magic byte 0, the schema id, the datum) or the datum alone. With a Schema
@@ -29,6 +30,8 @@ pub enum Encoder {
         /// Scratch space for the datum.
         datum: Vec<u8>,
     },
+    /// A Protobuf message of this type, alone (no framing).
+    Proto(prost_reflect::MessageDescriptor),
 }
 
 impl Encoder {
@@ -73,6 +76,15 @@ impl Encoder {
                         out.extend_from_slice(datum);
                     }
                 }
+                Ok(out.as_slice())
+            }
+            (Encoder::Proto(desc), _) => {
+                let mut de = serde_json::Deserializer::from_str(json);
+                let msg = prost_reflect::DynamicMessage::deserialize(desc.clone(), &mut de).map_err(|e| {
+                    anyhow!("the generated document does not fit the Protobuf message {}: {e}", desc.full_name())
+                })?;
+                out.clear();
+                prost::Message::encode(&msg, out).map_err(|e| anyhow!("Protobuf encoding: {e}"))?;
                 Ok(out.as_slice())
             }
             (Encoder::Json { compact: true }, _) => {

@@ -52,6 +52,8 @@ pub struct GeneratorConfig {
     pub seed: u64,
     /// `outputType=AVRO`: encode each document as a record of this schema.
     pub avro: Option<AvroOutput>,
+    /// `outputType=PROTO`: encode each document as this Protobuf message.
+    pub proto: Option<prost_reflect::MessageDescriptor>,
     /// `compactJson`: JSON goes out without whitespace between tokens, as Google's does.
     pub compact: bool,
 }
@@ -126,6 +128,7 @@ impl GeneratorConfig {
             }
         };
         let avro = avro_output(p, &mut errs);
+        let proto = proto_output(p, &mut errs);
         let sink = match p.get("sinkType").unwrap_or("PUBSUB") {
             "KAFKA" => match (p.get("bootstrapServer"), p.get("kafkaTopic")) {
                 (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
@@ -166,6 +169,7 @@ impl GeneratorConfig {
             sink,
             seed: seed.unwrap_or_else(|| rand::Rng::random(&mut rand::rng())),
             avro,
+            proto,
             compact: p.get("compactJson") != Some("false"),
         })
     }
@@ -196,11 +200,33 @@ fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
                 registry: p.get("schemaRegistryConnectionUrl").filter(|s| !s.is_empty()).map(str::to_string),
             })
         }
+        "PROTO" => None,
         t => {
-            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON or AVRO"));
+            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON, AVRO or PROTO"));
             None
         }
     }
+}
+
+/// `outputType=PROTO` (flexrun's): each document as the message `fullMessageName` of
+/// `protoSchemaPath` (a descriptor set or a `.proto` file), to Kafka as the message alone,
+/// as kafka-to-bq's `messageFormat=PROTO` reads it.
+fn proto_output(p: &ResolvedParams, errs: &mut Problems) -> Option<prost_reflect::MessageDescriptor> {
+    if p.get("outputType") != Some("PROTO") {
+        return None;
+    }
+    if p.get("sinkType") != Some("KAFKA") {
+        errs.push(
+            "outputType=PROTO writes to Kafka only (sinkType=KAFKA): a file of bare messages could not be read back",
+        );
+    }
+    let (Some(path), Some(message)) = (p.get("protoSchemaPath"), p.get("fullMessageName")) else {
+        errs.push("outputType=PROTO needs protoSchemaPath (a descriptor set or a .proto file) and fullMessageName (package.Message)");
+        return None;
+    };
+    crate::proto::decoder::load_message(path, message)
+        .map_err(|e| errs.push(format!("protoSchemaPath={path}, fullMessageName={message}: {e}")))
+        .ok()
 }
 
 /// What a generator run did.
@@ -280,7 +306,10 @@ pub async fn run(
         SinkSpec::Kafka { topic, .. } => Some(topic.as_str()),
         _ => None,
     };
-    let mut encoder = encode::Encoder::new(cfg.avro.as_ref(), topic, cfg.compact).await?;
+    let mut encoder = match &cfg.proto {
+        Some(desc) => encode::Encoder::Proto(desc.clone()),
+        None => encode::Encoder::new(cfg.avro.as_ref(), topic, cfg.compact).await?,
+    };
     let schedule = rate::Schedule::new(cfg.qps, cfg.limit);
     let bar = progress_bar(progress, cfg.limit);
     let t0 = Instant::now();

@@ -35,18 +35,9 @@ pub struct ProtoDecoder {
 }
 
 impl ProtoDecoder {
-    /// Messages of `message` from the compiled descriptor set at `path` (`protoc
-    /// --include_imports --descriptor_set_out=...`).
+    /// Messages of `message` from the file at `path` ([`load_message`]).
     pub fn from_file(path: &str, message: &str) -> Result<ProtoDecoder, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read the descriptor set: {e}"))?;
-        let pool = DescriptorPool::decode(bytes.as_slice()).map_err(|e| {
-            format!("not a compiled descriptor set (protoc --include_imports --descriptor_set_out): {e}")
-        })?;
-        let desc = pool.get_message_by_name(message).ok_or_else(|| {
-            let names: Vec<String> = pool.all_messages().map(|m| m.full_name().to_string()).take(8).collect();
-            format!("no message {message} in the descriptor set (it has {})", names.join(", "))
-        })?;
-        Ok(ProtoDecoder { source: Source::Fixed(desc) })
+        Ok(ProtoDecoder { source: Source::Fixed(load_message(path, message)?) })
     }
 
     /// Messages of the type `desc` describes.
@@ -102,6 +93,25 @@ impl ProtoDecoder {
         DynamicMessage::decode(desc.clone(), body)
             .map_err(|e| RecordError::Proto(format!("not a valid {} message: {e}", desc.full_name())))
     }
+}
+
+/// The message `message` from `path`: a compiled descriptor set (`protoc
+/// --include_imports --descriptor_set_out=...`), or a `.proto` file, compiled here (its
+/// imports of Google's well-known types resolve; others do not).
+pub fn load_message(path: &str, message: &str) -> Result<MessageDescriptor, String> {
+    let pool = if path.ends_with(".proto") {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the .proto file: {e}"))?;
+        compile(&text)?
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read the descriptor set: {e}"))?;
+        DescriptorPool::decode(bytes.as_slice()).map_err(|e| {
+            format!("not a compiled descriptor set (protoc --include_imports --descriptor_set_out): {e}")
+        })?
+    };
+    pool.get_message_by_name(message).ok_or_else(|| {
+        let names: Vec<String> = pool.all_messages().map(|m| m.full_name().to_string()).take(8).collect();
+        format!("no message {message} in {path} (it has {})", names.join(", "))
+    })
 }
 
 /// Compile a registry's `.proto` text.

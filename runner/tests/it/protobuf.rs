@@ -1,4 +1,5 @@
-//! Protobuf input end to end (`messageFormat=PROTO` and `PROTO_CONFLUENT_WIRE_FORMAT`):
+//! Protobuf end to end (`messageFormat=PROTO` and `PROTO_CONFLUENT_WIRE_FORMAT`, and the
+//! generator's `outputType=PROTO`):
 //! messages of every kind of field into a table made from their descriptor, and
 //! Confluent's wire format through the registry (schema id, message indexes) into an
 //! existing table; bad records go to the dead-letter table with the reason.
@@ -185,4 +186,44 @@ fn protobuf_parameters_that_cannot_work_exit_2_naming_them() {
     .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("reads JSON and Avro only"), "{}", text(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generator_writes_protobuf_that_a_job_reads_with_a_proto_file() {
+    let s = stack();
+    let topic = unique("proto_gen");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 2).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let proto = dir.path().join("order.proto");
+    std::fs::write(
+        &proto,
+        r#"syntax = "proto3"; package gen; message Order { optional int64 id = 1; string name = 2; int64 qty = 3; }"#,
+    )
+    .unwrap();
+    let template = dir.path().join("order.json");
+    std::fs::write(&template, r#"{"id": {{index(0)}}, "name": "{{firstName()}}", "qty": {{integer(1,9)}}}"#).unwrap();
+    let gen = format!(
+        "qps=100000,schemaLocation={},sinkType=KAFKA,bootstrapServer={},kafkaTopic={topic},outputType=PROTO,protoSchemaPath={},fullMessageName=gen.Order,messagesLimit=500",
+        template.display(),
+        s.kafka,
+        proto.display()
+    );
+    let o = flexrun(&["--template", "streaming-data-generator", "--seed", "5", "--parameters", &gen]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let t = TableRef { project: PROJECT.into(), dataset: "proto".into(), table: topic.clone() };
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=PROTO,protoSchemaPath={},fullMessageName=gen.Order,outputTableSpec={t}",
+        s.kafka,
+        proto.display()
+    );
+    let o = run_job("proto-gen", &dir.path().join("ck"), &params, "20s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let fq = format!("`{}.{}.{}`", t.project, t.dataset, t.table);
+    let r = s.rows(&format!("SELECT COUNT(*), COUNT(DISTINCT id), MIN(id), MAX(id), MIN(qty) FROM {fq}")).await;
+    let got: Vec<String> = r[0].iter().map(|v| v.clone().unwrap_or_default()).collect();
+    assert_eq!(got, ["500", "500", "0", "499", "1"], "every generated message once; id 0 kept (optional)");
+    let bad = format!("{gen},sinkType=STDOUT").replace("sinkType=KAFKA,", "");
+    let o = flexrun(&["--template", "streaming-data-generator", "--parameters", &bad]).bounded();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("writes to Kafka only"), "{}", text(&o));
 }
