@@ -166,3 +166,21 @@ async fn a_token_from_other_credentials_is_refused_by_the_broker() {
     );
     assert_eq!(s.count(&t).await.0, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_credentials_stop_the_job_naming_the_token_and_write_nothing() {
+    let s = stack();
+    let topic = unique("adc_garbage");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    flexrun::local::produce(&s.kafka, &topic, 1, 0, 5, None, 100).await.unwrap();
+    let t = table(&s, &topic).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("adc.json");
+    std::fs::write(&key, "{not a service account key").unwrap();
+    let o = job_cmd_until_idle("adc-garbage", &dir.path().join("ck"), &params(&topic, &t), "20s", &[])
+        .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+        .bounded();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("no OAUTHBEARER token"), "the error names the token: {}", text(&o));
+    assert_eq!(s.count(&t).await.0, 0);
+}
