@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod pages;
 pub mod state;
 
-pub use state::{DecisionView, JobRegistry, JobView, MetricsPoint, StageLatency, StatePoint};
+pub use state::{DecisionView, JobRegistry, JobView, MetricsPoint, StageLatency, StatePoint, TopicPoint};
 
 use axum::routing::get;
 use axum::Router;

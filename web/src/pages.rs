@@ -299,6 +299,16 @@ async function load() {{
   const meanBytes = last.backlog_elements > 0 ? last.backlog_bytes / last.backlog_elements : 0;
   for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td><td>${{Math.round(n * meanBytes).toLocaleString()}}</td>`; }}
   document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s · system latency: ${{(last.system_lag_s || 0).toFixed(1)}} s` : "";
+  const tt = document.getElementById("topics");
+  tt.querySelectorAll("tr.t").forEach(r => r.remove());
+  const topics = Object.entries(last.topics || {{}});
+  document.getElementById("topics-section").hidden = topics.length === 0;
+  const ms = (x, s) => ((x.stages[s] || {{}}).p99_ms ?? null) === null ? "" : x.stages[s].p99_ms.toFixed(1);
+  for (const [name, x] of topics) {{
+    const r = tt.insertRow(); r.className = "t"; r.dataset.topic = name;
+    r.innerHTML = `<td><a href="/jobs/${{encodeURIComponent(x.job)}}">${{name}}</a></td><td>${{x.throughput_msgs.toFixed(0)}}</td><td>${{x.backlog_elements.toLocaleString()}}</td><td>${{x.rows_written.toLocaleString()}}</td><td>${{x.dead_lettered.toLocaleString()}}</td>` + stages.map(s => `<td>${{ms(x, s)}}</td>`).join("");
+  }}
+  document.body.dataset.topics = topics.length;
   const st = j.points.filter(p => p.state);
   if (st.length) {{
     const ts = st.map(p => p.t_s), mib = b => b / 1048576;
@@ -319,6 +329,7 @@ load(); setInterval(load, 2000);
         &title,
         r##"<p id="status"></p><h2>Per-stage latency</h2><div id="lat" class="charts"></div>
 <h2>Workers, throughput, backlog, utilization</h2><div id="ops" class="charts"></div>
+<section id="topics-section" hidden><h2>Topics on the job's pool (latest)</h2><p class="note">Each topic is its own exactly-once pipeline on the job's one pool of workers; the charts above are the whole job's (the slowest topic's latency per stage).</p><table id="topics"><tr><th>topic</th><th>msg/s</th><th>backlog</th><th>rows written</th><th>dead letters</th><th>read p99 ms</th><th>transform p99 ms</th><th>write p99 ms</th><th>end-to-end p99 ms</th></tr></table></section>
 <h2>Backlog by partition (latest)</h2><p id="drain" class="note"></p><table id="partitions"><tr><th>partition</th><th>messages waiting</th><th>bytes waiting</th></tr></table>
 <section id="state-section" hidden><h2>Window state and checkpoints</h2><p id="state-now" class="note"></p><div id="state" class="charts"></div></section>
 <h2>Autoscaling history</h2><table id="decisions"><tr><th>time s</th><th>event</th><th>workers</th><th>rationale</th><th>description</th><th>detail</th></tr></table>"##,

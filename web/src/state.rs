@@ -76,6 +76,46 @@ pub struct MetricsPoint {
     /// Window state and checkpoints, for templates that keep state (kafka-to-gcs).
     #[serde(default)]
     pub state: Option<StatePoint>,
+    /// For a job of several topics on one pool: each topic's latest state, by topic.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topics: BTreeMap<String, TopicPoint>,
+}
+
+/// One topic's state inside a job of several topics (its own pipeline's latest point).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TopicPoint {
+    /// The topic's own page (`<job>.<topic>`).
+    pub job: String,
+    /// Messages per second read from it in the last interval.
+    pub throughput_msgs: f64,
+    /// Messages waiting in it.
+    pub backlog_elements: u64,
+    /// Messages read, rows written and dead letters so far.
+    pub elements_read: u64,
+    /// Rows written.
+    pub rows_written: u64,
+    /// Dead letters.
+    pub dead_lettered: u64,
+    /// Its per-stage latency over the last interval.
+    pub stages: BTreeMap<String, StageLatency>,
+    /// Its messages waiting, by partition.
+    pub partition_backlog: BTreeMap<String, u64>,
+}
+
+impl TopicPoint {
+    /// A topic's part of its pipeline's point `p`, published on page `job`.
+    pub fn of(job: &str, p: &MetricsPoint) -> TopicPoint {
+        TopicPoint {
+            job: job.into(),
+            throughput_msgs: p.throughput_msgs,
+            backlog_elements: p.backlog_elements,
+            elements_read: p.elements_read,
+            rows_written: p.rows_written,
+            dead_lettered: p.dead_lettered,
+            stages: p.stages.clone(),
+            partition_backlog: p.partition_backlog.clone(),
+        }
+    }
 }
 
 /// A stateful job's state, memory and checkpoints at one moment.

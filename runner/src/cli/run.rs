@@ -286,9 +286,13 @@ async fn run_kafka_to_bq_topics(
         std::sync::Arc<crate::control::Control>,
     ),
 ) -> Result<()> {
-    let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
+    // The job's pool autoscales (and takes `update-options`) as one job's does.
+    let job_dir = flags.checkpoint_root().join(job_name);
+    let _lock = crate::control::lock::JobLock::acquire(&job_dir, job_name)?;
+    control.start(&job_dir)?;
+    let root = flags.checkpoint_root();
     let result =
-        kafka_to_bq::fan_out::run_topics(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web).await;
+        kafka_to_bq::fan_out::run_topics(cfg.clone(), &root, endpoints, cancel_tx, web, Some(control.clone())).await;
     let merged = result
         .as_ref()
         .ok()
@@ -309,6 +313,8 @@ async fn run_kafka_to_bq_topics(
             "elapsed_s": r.elapsed.as_secs_f64(),
             "topics": topics,
             "summary": merged,
+            "workers": r.workers,
+            "decisions": r.decisions,
         }));
     }
     control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));

@@ -12,8 +12,12 @@
 //! created while the job was down, added to the list) begins at its earliest offset
 //! ([`super::setup::layout`]). A drain or cancel reaches every pipeline; when one fails, the
 //! others are drained and the job fails naming the topic.
+//!
+//! Every pipeline runs on the job's one pool of workers ([`super::job_pool`]): the job
+//! autoscales as a whole, and its page shows each topic's stages and backlog.
 
 use super::job::{run, RunReport};
+use super::job_pool::JobPool;
 use super::setup::config::KafkaToBqConfig;
 use super::setup::layout;
 use super::setup::topics::Topics;
@@ -25,12 +29,16 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// What a job of several topics did: each topic's report.
+/// What a job of several topics did: each topic's report, and the job's pool.
 pub struct TopicsReport {
     /// By topic.
     pub topics: BTreeMap<String, RunReport>,
     /// Wall time of the whole run.
     pub elapsed: Duration,
+    /// The job's autoscaling decisions that changed the count or the rationale.
+    pub decisions: Vec<flexrun_autoscaler::Decision>,
+    /// The job's workers at the end.
+    pub workers: u32,
 }
 
 /// One topic's running pipeline.
@@ -48,10 +56,12 @@ pub async fn run_topics(
     endpoints: Option<Endpoints>,
     cancel: watch::Sender<bool>,
     web: Option<flexrun_web::JobRegistry>,
+    control: Option<std::sync::Arc<crate::control::Control>>,
 ) -> Result<TopicsReport> {
     let started = Instant::now();
     let listing = cfg.source.metadata()?;
-    let mut known = Joined::open(root, &cfg.job_name)?;
+    let mut pool = JobPool::new(&cfg, started, web.clone(), control);
+    let mut known = Joined::open(root, &cfg.job_name, pool.shared())?;
     let pattern = matches!(cfg.topics, Topics::Pattern(_));
     let bounded = cfg.run.stop_when_caught_up || cfg.run.idle_timeout.is_some();
     let mut stop = cancel.subscribe();
@@ -83,6 +93,7 @@ pub async fn run_topics(
             }
         }
         reap(&mut running, &mut done, &mut failed, &cfg.job_name).await?;
+        pool.tick();
         let ended = running.is_empty() && (failed.is_some() || *stop.borrow() || !pattern || bounded);
         if ended && (!done.is_empty() || failed.is_some() || *stop.borrow()) {
             break;
@@ -92,9 +103,10 @@ pub async fn run_topics(
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }
+    let (decisions, workers) = pool.finish(failed.is_none());
     match failed {
         Some(e) => Err(e),
-        None => Ok(TopicsReport { topics: done, elapsed: started.elapsed() }),
+        None => Ok(TopicsReport { topics: done, elapsed: started.elapsed(), decisions, workers }),
     }
 }
 
@@ -167,25 +179,27 @@ async fn reap(
 struct Joined {
     known: Option<layout::Known>,
     failed_listings: u32,
+    workers: std::sync::Arc<crate::scaling::SharedWorkers>,
 }
 
 impl Joined {
     /// Read the job's known topics, first moving a one-topic checkpoint into the list
     /// layout (the job's lock is held by the caller).
-    fn open(root: &Path, job: &str) -> Result<Joined> {
+    fn open(root: &Path, job: &str, workers: std::sync::Arc<crate::scaling::SharedWorkers>) -> Result<Joined> {
         let moved = layout::to_list(root, job).with_context(|| format!("moving job {job}'s checkpoint"))?;
         let mut known = layout::read_known(root, job).with_context(|| format!("reading job {job}'s known topics"))?;
         if let Some(t) = moved {
             known.get_or_insert_with(layout::Known::new).entry(t).or_insert(layout::StartRule::Initial);
             layout::write_known(root, job, known.as_ref().expect("set")).context("writing the known topics")?;
         }
-        Ok(Joined { known, failed_listings: 0 })
+        Ok(Joined { known, failed_listings: 0, workers })
     }
 
     /// The configuration of `topic`'s pipeline, its start rule recorded durably first.
     fn start(&mut self, cfg: &KafkaToBqConfig, topic: &str) -> KafkaToBqConfig {
         let rule = layout::rule_for(self.known.as_ref(), topic);
         let mut c = cfg.for_topic(topic);
+        c.shared = Some(self.workers.clone());
         if rule == layout::StartRule::Earliest {
             c.source.start_earliest = true;
         }

@@ -13,7 +13,8 @@
 //! 4. [`run`]: shards (recovery, then the steady loop), batches, writers, schema
 //!    evolution, the worker pool, autoscaling and the dashboard's points.
 //! 5. [`job`]: one topic's job from set-up to summary; [`fan_out`]: a job of several
-//!    topics, one pipeline per topic; [`replay`]: `flexrun dlq replay`, dead letters
+//!    topics, one pipeline per topic, all on the job's one pool ([`job_pool`]: its
+//!    autoscaler and page); [`replay`]: `flexrun dlq replay`, dead letters
 //!    back through the mapping into the table exactly once.
 
 //! # Per-record tables
@@ -97,6 +98,7 @@
 pub mod context;
 pub mod fan_out;
 pub mod job;
+pub mod job_pool;
 pub mod map;
 pub mod replay;
 pub mod run;

@@ -1,14 +1,17 @@
 //! What every autoscaled template shares: a worker's emulated CPU ([`WorkerSlot`],
 //! whose busy time feeds the autoscaler), the autoscaling step itself
 //! ([`step::Autoscaler`]: snapshot, decision, log and events), and how `gcloud dataflow
-//! jobs update-options` reaches a job's [`Controller`] ([`apply_update`]).
+//! jobs update-options` reaches a job's [`Controller`] ([`apply_update`]), and the one
+//! pool a job of several topics runs all its topics on ([`shared::SharedWorkers`]).
 //!
 //! kafka-to-bq runs shards on its workers ([`crate::kafka_to_bq`]'s pool);
 //! kafka-to-gcs renders each window's file shards on them ([`crate::kafka_to_gcs`]).
 
+pub mod shared;
 pub mod step;
 pub mod worker;
 
+pub use shared::SharedWorkers;
 pub use step::Autoscaler;
 pub use worker::{Capacity, WorkerSlot};
 

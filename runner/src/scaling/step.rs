@@ -105,6 +105,11 @@ impl Autoscaler {
         Step { recorded: self.controller.decisions().len() > before, utilization: snap.utilization(), decision }
     }
 
+    /// The useful parallelism changed (partitions found, or a topic joined the job).
+    pub fn set_parallelism(&mut self, parallelism: u32) {
+        self.controller.set_max_parallelism(parallelism);
+    }
+
     /// The latest decision's target, or `workers` before any.
     pub fn target(&self, workers: u32) -> u32 {
         self.controller.decisions().last().map_or(workers, |d| d.to)
@@ -138,5 +143,17 @@ pub fn announce_resized(control: Option<&Control>, d: &Decision, workers: u32) {
             workers,
             format!("Autoscaling: Resizing worker pool from {} to {}.", d.from, workers),
         );
+    }
+}
+
+/// A decision as the dashboard lists it.
+pub fn decision_view(d: &Decision) -> flexrun_web::DecisionView {
+    flexrun_web::DecisionView {
+        t_s: d.time_s,
+        from: d.from,
+        to: d.to,
+        rationale: d.rationale.as_str().into(),
+        detail: d.detail.clone(),
+        description: d.job_log_text(),
     }
 }

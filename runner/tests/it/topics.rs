@@ -117,3 +117,70 @@ async fn a_topic_pattern_picks_up_a_topic_created_while_the_job_runs() {
     assert_eq!(topics, [&x, &y], "{j}");
     assert!(!ck.path().join(format!("pat.{other}")).exists(), "a topic the pattern does not match is not read");
 }
+
+/// A job of two topics runs on one pool. The job autoscales as a whole: its summary holds
+/// the job's decisions, and each topic's pipeline moves its shards to follow them. Its
+/// page shows each topic's stages and backlog. Exactly-once holds per topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_topics_share_one_autoscaled_pool_and_one_page() {
+    let s = stack();
+    let p = unique("pool");
+    let (a, b) = (format!("{p}_a"), format!("{p}_b"));
+    let (ta, tb) = (topic_and_table(&s, &a, 2, &a).await, topic_and_table(&s, &b, 2, &b).await);
+    // 8,000 messages at 400 per second a worker: about 20 s on the one worker it starts with.
+    produce(&s, &a, 2, 0, 4_000, None).await;
+    produce(&s, &b, 2, 10_000, 4_000, None).await;
+    let params = format!(
+        "readBootstrapServerAndTopic={};{a}|{b},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputTableSpec={PROJECT}:multi.{{topic}}",
+        s.kafka
+    );
+    let ck = tempfile::tempdir().unwrap();
+    let sum = ck.path().join("summary.json");
+    let addr = free_addr();
+    let scaling = [
+        "--num-workers",
+        "1",
+        "--max-workers",
+        "4",
+        "--worker-capacity",
+        "400msg/s",
+        "--autoscaling-policy",
+        "ds2",
+        "--autoscaling-interval",
+        "2s",
+        "--batch-rows",
+        "200",
+    ];
+    let mut args = vec!["--web", addr.as_str(), "--summary-json", sum.to_str().unwrap()];
+    args.extend(scaling);
+    let mut child = spawn_job("pool", ck.path(), &params, &args);
+    // The job's page: both topics, each with its stages and backlog.
+    let (job, point) = wait_for_point(&addr, "pool", |pt| {
+        [&a, &b].iter().all(|t| pt["topics"][t.as_str()]["stages"]["end_to_end"].is_object())
+    });
+    assert!(job.is_object(), "the job's page never showed both topics' stages");
+    for t in [&a, &b] {
+        let x = &point["topics"][t.as_str()];
+        assert!(x["backlog_elements"].is_u64() && x["partition_backlog"].as_object().unwrap().len() == 2, "{x}");
+        assert_eq!(x["job"], format!("pool.{t}"), "each topic keeps a page of its own");
+    }
+    wait_for_rows(&s, &ta, 4_000, &mut child).await;
+    wait_for_rows(&s, &tb, 4_000, &mut child).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(s.count(&ta).await, (4_000, 4_000));
+    assert_eq!(s.count(&tb).await, (4_000, 4_000));
+    let j = summary(&sum);
+    let up = j["decisions"]
+        .as_array()
+        .expect("the job's own decisions")
+        .iter()
+        .any(|d| d["to"].as_u64() > d["from"].as_u64());
+    assert!(up, "the job's pool scaled up on the two topics' backlog: {}", j["decisions"]);
+    let log = text(&o);
+    for t in [&a, &b] {
+        let followed = log.lines().any(|l| l.contains("following the job's pool") && l.contains(&format!("pool.{t}")));
+        assert!(followed, "topic {t}'s pipeline moved its shards onto the job's new workers:\n{log}");
+    }
+}

@@ -4,17 +4,7 @@
 #![cfg(feature = "integration")]
 
 use crate::common::*;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-}
 
 /// The value of `name{job="<job>"...}` in a Prometheus text exposition.
 fn metric(text: &str, name: &str, job: &str) -> Option<f64> {
@@ -51,33 +41,6 @@ fn wait_for_metric(addr: &str, name: &str, job: &str, want: impl Fn(f64) -> bool
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("{name} for {job} never passed its check within 60 s (last value {last:?})");
-}
-
-/// A free local address for `--web`.
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
-}
-
-/// Poll `job`'s series for up to 60 s; the series and its first point that `want`
-/// accepts (Null, Null when none did).
-fn wait_for_point(
-    addr: &str,
-    job: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> (serde_json::Value, serde_json::Value) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let series = http_get(addr, &format!("/api/jobs/{job}/metrics"))
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok());
-        if let Some(j) = series {
-            if let Some(p) = j["points"].as_array().and_then(|ps| ps.iter().find(|p| want(p)).cloned()) {
-                return (j, p);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    (serde_json::Value::Null, serde_json::Value::Null)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,17 +3,27 @@
 //! time, input rate from the topic's high watermarks, backlog from the checkpoint), and
 //! its decision resizes the [`Pool`]. The
 //! same loop discovers partitions added to the topic and publishes dashboard points.
+//! In a job of several topics the job decides instead ([`crate::kafka_to_bq::fan_out`]):
+//! each topic's loop reports its load to the job's [`SharedWorkers`] and follows its size.
 
-use super::pool::Pool;
+use super::pool::{Pool, Workers};
 use super::publish::{PoolView, Publisher};
 use crate::kafka_to_bq::context::JobCtx;
 use crate::kafka_to_bq::setup::positions;
-use crate::scaling::step::{announce_decision, announce_resized, Autoscaler};
+use crate::scaling::shared::{SharedWorkers, TopicLoad};
+use crate::scaling::step::{announce_decision, announce_resized, decision_view, Autoscaler};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::Decision;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// Who decides the pool's size: its own autoscaler (a job of one topic), or the job's,
+/// which this topic's pipeline follows and reports its load to (a job of several topics).
+enum Scaling {
+    Own(Box<Autoscaler>),
+    Member(Arc<SharedWorkers>),
+}
 
 /// Run the shards on the worker pool until a drain, autoscaling every interval.
 pub async fn run_pool(
@@ -26,23 +36,35 @@ pub async fn run_pool(
     web: Option<flexrun_web::JobRegistry>,
 ) -> Result<(Vec<Decision>, u32)> {
     let pc = ctx.cfg.run.pool.clone();
-    let mut pool = Pool::new(ctx.clone(), shard_list, shard_count, ctx.cfg.run.worker_capacity);
-    let mut scaler = Autoscaler::new(&pc, pool.max_parallelism(), started);
-    let initial = pc.initial_workers(pool.max_parallelism());
-    if initial < pc.num_workers {
-        tracing::warn!(
-            asked = pc.num_workers,
-            running = initial,
-            shards = pool.max_parallelism(),
-            "more workers than shards: each shard runs on one worker at a time"
-        );
-    }
+    let (mut pool, mut scaling, initial) = match ctx.cfg.shared.clone() {
+        Some(shared) => {
+            let offset = shared.join(&ctx.cfg.source.topic, shard_list.len() as u32);
+            let size = shared.size();
+            let workers = Workers::Shared { pool: shared.clone(), offset };
+            (Pool::new(ctx.clone(), shard_list, shard_count, workers), Scaling::Member(shared), size)
+        }
+        None => {
+            let pool = Pool::new(ctx.clone(), shard_list, shard_count, Workers::Own(ctx.cfg.run.worker_capacity));
+            let scaler = Autoscaler::new(&pc, pool.max_parallelism(), started);
+            let initial = pc.initial_workers(pool.max_parallelism());
+            if initial < pc.num_workers {
+                tracing::warn!(
+                    asked = pc.num_workers,
+                    running = initial,
+                    shards = pool.max_parallelism(),
+                    "more workers than shards: each shard runs on one worker at a time"
+                );
+            }
+            (pool, Scaling::Own(Box::new(scaler)), initial)
+        }
+    };
     pool.resize(initial).await?;
     let mut cancel = cancel_tx.subscribe();
     let mut publisher = web.map(|w| Publisher::new(w, ctx.cfg.job_name.clone(), pc.vcpus_per_worker));
     let mut last_utilization = 0.0;
     let mut partitions = partitions.to_vec();
     let mut next_discovery = Instant::now();
+    let mut next_report = Instant::now();
     let result: Result<()> = loop {
         // A signal during start-up was sent before this receiver existed.
         if *cancel.borrow() {
@@ -63,24 +85,41 @@ pub async fn run_pool(
                 cancel_tx.send_replace(true);
                 break Err(e);
             }
+            match &mut scaling {
+                Scaling::Own(scaler) => scaler.set_parallelism(pool.max_parallelism()),
+                Scaling::Member(shared) => {
+                    shared.join(&ctx.cfg.source.topic, pool.max_parallelism());
+                }
+            }
         }
-        if let Some(p) = publisher.as_mut() {
-            let limits = scaler.limits();
-            let view = PoolView {
-                workers: pool.workers(),
-                target: scaler.target(pool.workers()),
-                utilization: last_utilization,
-                limits: &limits,
-            };
-            p.maybe_publish(ctx, &partitions, started, view).await;
-        }
-        if let Some(c) = &ctx.control {
-            scaler.sync_control(c, pool.workers());
-        }
-        if !scaler.take_due() {
-            continue;
-        }
-        match decide_and_resize(ctx, &mut scaler, &mut pool, &partitions, publisher.as_ref()).await {
+        let point = match publisher.as_mut() {
+            Some(p) => {
+                let limits = match &scaling {
+                    Scaling::Own(scaler) => scaler.limits(),
+                    Scaling::Member(shared) => pc.limits(shared.shards()),
+                };
+                let target = match &scaling {
+                    Scaling::Own(scaler) => scaler.target(pool.workers()),
+                    Scaling::Member(shared) => shared.size(),
+                };
+                let view = PoolView { workers: pool.workers(), target, utilization: last_utilization, limits: &limits };
+                p.maybe_publish(ctx, &partitions, started, view).await
+            }
+            None => None,
+        };
+        let step = match &mut scaling {
+            Scaling::Own(scaler) => {
+                if let Some(c) = &ctx.control {
+                    scaler.sync_control(c, pool.workers());
+                }
+                if !scaler.take_due() {
+                    continue;
+                }
+                decide_and_resize(ctx, scaler, &mut pool, &partitions, publisher.as_ref()).await
+            }
+            Scaling::Member(shared) => follow(ctx, shared, &mut pool, &partitions, &mut next_report, point).await,
+        };
+        match step {
             Ok(Some(u)) => last_utilization = u,
             Ok(None) => {}
             Err(e) => {
@@ -92,7 +131,49 @@ pub async fn run_pool(
     let workers = pool.workers();
     let stopped = pool.stop_all().await;
     result.and(stopped)?;
-    Ok((scaler.into_decisions(), workers))
+    let decisions = match scaling {
+        Scaling::Own(scaler) => scaler.into_decisions(),
+        Scaling::Member(_) => Vec::new(),
+    };
+    Ok((decisions, workers))
+}
+
+/// A topic's pipeline on the job's pool: report the topic's load about once a second
+/// (with its latest dashboard point), and take the job's worker count when it changed.
+async fn follow(
+    ctx: &Arc<JobCtx>,
+    shared: &SharedWorkers,
+    pool: &mut Pool,
+    partitions: &[i32],
+    next_report: &mut Instant,
+    point: Option<flexrun_web::TopicPoint>,
+) -> Result<Option<f64>> {
+    if Instant::now() >= *next_report {
+        *next_report = Instant::now() + Duration::from_secs(1);
+        match ctx.metadata.high_watermarks(partitions).await {
+            Ok(hw) => {
+                let s = ctx.stats.summary();
+                shared.report(
+                    &ctx.cfg.source.topic,
+                    TopicLoad {
+                        high_watermarks: hw.values().sum(),
+                        backlog: ctx.backlog(&hw),
+                        messages_read: s.messages_read,
+                        bytes_read: s.bytes_read,
+                        point,
+                    },
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the topic's high watermarks; the job's pool sees its last report")
+            }
+        }
+    }
+    if shared.size() != pool.workers() {
+        tracing::info!(job = %ctx.cfg.job_name, from = pool.workers(), to = shared.size(), "following the job's pool");
+        pool.resize(shared.size()).await?;
+    }
+    Ok(None)
 }
 
 /// One autoscaling window: the decision on it, shown on the dashboard and the control
@@ -117,17 +198,7 @@ async fn decide_and_resize(
     let step = scaler.decide(&hw, ctx.backlog(&hw), avg, pool.window());
     let d = &step.decision;
     if let (true, Some(p)) = (step.recorded, publisher) {
-        p.jobs.push_decision(
-            &ctx.cfg.job_name,
-            flexrun_web::DecisionView {
-                t_s: d.time_s,
-                from: d.from,
-                to: d.to,
-                rationale: d.rationale.as_str().into(),
-                detail: d.detail.clone(),
-                description: d.job_log_text(),
-            },
-        );
+        p.jobs.push_decision(&ctx.cfg.job_name, decision_view(d));
     }
     if d.is_change() {
         announce_decision(ctx.control.as_deref(), d);

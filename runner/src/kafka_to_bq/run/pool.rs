@@ -1,6 +1,9 @@
 //! The live worker pool: shards assigned to workers, moved when the count changes.
 //!
-//! Shard `k` (in the order of the job's shard list) runs on worker `k % workers`.
+//! Shard `k` (in the order of the job's shard list) runs on worker `k % workers`. In a
+//! job of several topics the workers are the job's ([`Workers::Shared`]): the topic's
+//! shards follow those of the topics that joined before it, so shard `k` runs on worker
+//! `(offset + k) % workers`, and a worker's CPU is shared by every topic's shards on it.
 //! A move follows the rule for exactly-once across a rescale: the old owner is told
 //! to stop, finishes its open batch through the commit log and exits; only then does
 //! the new owner open the shard, which starts with recovery from the shard's logs.
@@ -8,7 +11,7 @@
 use super::shard::Shard;
 use crate::kafka::shared::SharedConsumer;
 use crate::kafka_to_bq::context::JobCtx;
-use crate::scaling::{Capacity, WorkerSlot};
+use crate::scaling::{Capacity, SharedWorkers, WorkerSlot};
 use anyhow::{Context, Result};
 use flexrun_autoscaler::WorkerMetrics;
 use std::collections::BTreeMap;
@@ -22,6 +25,36 @@ struct Running {
     handle: JoinHandle<Result<()>>,
 }
 
+/// Whose workers a pool's shards run on.
+pub enum Workers {
+    /// The pool's own (a job of one topic), each with this emulated capacity.
+    Own(Option<Capacity>),
+    /// The job's, shared with its other topics; this topic's shards come after
+    /// `offset` shards of theirs.
+    Shared {
+        /// The job's workers.
+        pool: Arc<SharedWorkers>,
+        /// The job's shards before this topic's first.
+        offset: usize,
+    },
+}
+
+impl Workers {
+    fn slot(&self, id: u32) -> Arc<WorkerSlot> {
+        match self {
+            Workers::Own(capacity) => Arc::new(WorkerSlot::new(id, *capacity)),
+            Workers::Shared { pool, .. } => pool.slot(id),
+        }
+    }
+
+    fn offset(&self) -> usize {
+        match self {
+            Workers::Own(_) => 0,
+            Workers::Shared { offset, .. } => *offset,
+        }
+    }
+}
+
 /// Workers and the shards they run.
 pub struct Pool {
     ctx: Arc<JobCtx>,
@@ -29,7 +62,7 @@ pub struct Pool {
     /// Each worker, and the one consumer its shards read through.
     workers: Vec<(Arc<WorkerSlot>, Arc<SharedConsumer>)>,
     running: BTreeMap<usize, Running>,
-    capacity: Option<Capacity>,
+    source: Workers,
     /// The job's shard count (fixed in its checkpoint).
     shard_count: usize,
 }
@@ -37,13 +70,13 @@ pub struct Pool {
 impl Pool {
     /// A pool for these shards (id and partitions) out of `shard_count`; nothing
     /// runs until [`Pool::resize`].
-    pub fn new(
-        ctx: Arc<JobCtx>,
-        shards: Vec<(usize, Vec<i32>)>,
-        shard_count: usize,
-        capacity: Option<Capacity>,
-    ) -> Pool {
-        Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), capacity, shard_count }
+    pub fn new(ctx: Arc<JobCtx>, shards: Vec<(usize, Vec<i32>)>, shard_count: usize, source: Workers) -> Pool {
+        Pool { ctx, shards, workers: Vec::new(), running: BTreeMap::new(), source, shard_count }
+    }
+
+    /// The worker of the shard at position `pos` among `n` workers.
+    fn worker_of(&self, pos: usize, n: usize) -> usize {
+        (self.source.offset() + pos) % n
     }
 
     /// The number of workers.
@@ -59,7 +92,7 @@ impl Pool {
     fn spawn(&mut self, pos: usize) {
         let n = self.workers.len();
         let (id, parts) = self.shards[pos].clone();
-        let (slot, consumer) = self.workers[pos % n].clone();
+        let (slot, consumer) = self.workers[self.worker_of(pos, n)].clone();
         let (stop, stop_rx) = watch::channel(false);
         let ctx = self.ctx.clone();
         let worker = slot.id;
@@ -80,11 +113,13 @@ impl Pool {
         while self.workers.len() < n {
             let id = self.workers.len() as u32;
             let consumer = SharedConsumer::new(&self.ctx.cfg.source, id)?;
-            self.workers.push((Arc::new(WorkerSlot::new(id, self.capacity)), consumer));
+            self.workers.push((self.source.slot(id), consumer));
         }
         self.workers.truncate(n);
         let moving: Vec<usize> = (0..self.shards.len())
-            .filter(|pos| self.running.get(&self.shards[*pos].0).is_some_and(|r| r.worker as usize != pos % n))
+            .filter(|pos| {
+                self.running.get(&self.shards[*pos].0).is_some_and(|r| r.worker as usize != self.worker_of(*pos, n))
+            })
             .collect();
         let mut stopped = Vec::new();
         for pos in &moving {

@@ -34,12 +34,19 @@ impl Publisher {
         Publisher { jobs, job, vcpus_per_worker, last: Instant::now(), last_read: 0, last_bytes: 0 }
     }
 
-    /// Publish a point when a second has passed since the last one.
-    pub async fn maybe_publish(&mut self, ctx: &JobCtx, partitions: &[i32], started: Instant, pool: PoolView<'_>) {
+    /// Publish a point when a second has passed since the last one; the topic's part of
+    /// it is returned, for the page of a job of several topics.
+    pub async fn maybe_publish(
+        &mut self,
+        ctx: &JobCtx,
+        partitions: &[i32],
+        started: Instant,
+        pool: PoolView<'_>,
+    ) -> Option<flexrun_web::TopicPoint> {
         let PoolView { workers, target, utilization, limits } = pool;
         let dt = self.last.elapsed().as_secs_f64();
         if dt < 1.0 {
-            return;
+            return None;
         }
         self.last = Instant::now();
         let s = ctx.stats.summary();
@@ -83,9 +90,12 @@ impl Publisher {
             data_watermark_age_s: watermark_age,
             system_lag_s: system_lag,
             state: None,
+            topics: Default::default(),
         };
         self.last_read = s.messages_read;
         self.last_bytes = s.bytes_read;
+        let topic = flexrun_web::TopicPoint::of(&self.job, &p);
         self.jobs.push_point(&self.job, p);
+        Some(topic)
     }
 }

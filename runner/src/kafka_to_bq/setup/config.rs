@@ -123,6 +123,9 @@ pub struct KafkaToBqConfig {
     pub run: RunFlags,
     /// For one topic's pipeline in a job of several, the job's name (None: the job itself).
     pub parent: Option<String>,
+    /// For one topic's pipeline in a job of several, the job's workers it runs on and
+    /// follows (None: the pipeline autoscales its own).
+    pub shared: Option<Arc<crate::scaling::SharedWorkers>>,
 }
 
 /// What a record that cannot be written leads to when no dead-letter table is
@@ -487,6 +490,7 @@ impl KafkaToBqConfig {
             commit_offsets: p.flag("enableCommitOffsets"),
             run: flags,
             parent: None,
+            shared: None,
         })
     }
 
