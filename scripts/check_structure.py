@@ -26,8 +26,6 @@ MAX_FN_LINES = 100
 ALLOWED = {
     ("web/tests/browser.rs", "the_estimate_page_and_a_job_page_render_with_charts"):
         "one headless-browser session walks the pages in order; each step depends on the last",
-    ("runner/src/sizing/capacity.rs", "trial"):
-        "not yet cut (issue 50 item 3): one capacity trial's set-up, load, measurement and tear-down",
     ("runner/src/kafka_to_bq/job.rs", "run"):
         "not yet cut (issue 50 item 3): the job's start, recovery and steady loop",
     ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
