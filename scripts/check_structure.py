@@ -30,12 +30,8 @@ ALLOWED = {
         "not yet cut (issue 50 item 3): the job's start, recovery and steady loop",
     ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
         "not yet cut (issue 50 item 3): one batch's log, append and commit",
-    ("runner/src/cli/sizing.rs", "calibrate_cmd"):
-        "not yet cut (issue 50 item 3): calibrate's flags, runs and baseline file",
     ("runner/src/avro/from_json.rs", "convert"):
         "one match over Avro's schema kinds; each arm is a few lines",
-    ("runner/src/cli/sizing.rs", "capacity_cmd"):
-        "not yet cut (issue 50 item 3): capacity's flags, search and table",
     ("runner/src/data_generator/mod.rs", "run"):
         "not yet cut (issue 50 item 3): the generator's set-up, pacing loop and summary",
     ("runner/src/microbatch/mod.rs", "run"):
