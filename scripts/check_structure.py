@@ -34,8 +34,6 @@ ALLOWED = {
         "one match over Avro's schema kinds; each arm is a few lines",
     ("runner/src/data_generator/mod.rs", "run"):
         "not yet cut (issue 50 item 3): the generator's set-up, pacing loop and summary",
-    ("runner/src/microbatch/mod.rs", "run"):
-        "not yet cut (issue 50 item 3): the micro-batch template's set-up and loop",
 }
 
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+([A-Za-z0-9_]+)")
