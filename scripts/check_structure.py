@@ -26,22 +26,12 @@ MAX_FN_LINES = 100
 ALLOWED = {
     ("web/tests/browser.rs", "the_estimate_page_and_a_job_page_render_with_charts"):
         "one headless-browser session walks the pages in order; each step depends on the last",
-    ("runner/src/sizing/capacity.rs", "trial"):
-        "not yet cut (issue 50 item 3): one capacity trial's set-up, load, measurement and tear-down",
     ("runner/src/kafka_to_bq/job.rs", "run"):
         "not yet cut (issue 50 item 3): the job's start, recovery and steady loop",
     ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
         "not yet cut (issue 50 item 3): one batch's log, append and commit",
-    ("runner/src/cli/sizing.rs", "calibrate_cmd"):
-        "not yet cut (issue 50 item 3): calibrate's flags, runs and baseline file",
     ("runner/src/avro/from_json.rs", "convert"):
         "one match over Avro's schema kinds; each arm is a few lines",
-    ("runner/src/cli/sizing.rs", "capacity_cmd"):
-        "not yet cut (issue 50 item 3): capacity's flags, search and table",
-    ("runner/src/data_generator/mod.rs", "run"):
-        "not yet cut (issue 50 item 3): the generator's set-up, pacing loop and summary",
-    ("runner/src/microbatch/mod.rs", "run"):
-        "not yet cut (issue 50 item 3): the micro-batch template's set-up and loop",
 }
 
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+([A-Za-z0-9_]+)")

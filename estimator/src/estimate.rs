@@ -10,7 +10,7 @@ use crate::baseline::{BaselineError, BaselineFile, CpuTerms, Mode};
 use crate::pipeline::{self, Line, PipelineOptions, Totals};
 use crate::pricing::{Commitment, Pricing};
 use crate::rowsize::{self, Column};
-use crate::units::MIB;
+use crate::units::{Rate, MIB};
 use serde::{Deserialize, Serialize};
 
 /// What to estimate.
@@ -66,7 +66,27 @@ impl Request {
             dataset_location: default_location(),
         }
     }
+
+    /// The one builder from what a user asks for (`flexrun estimate`, `flexrun export` and
+    /// the web page alike): `rate` of messages `message_bytes` in size, or the baseline's
+    /// size, or [`DEFAULT_MESSAGE_BYTES`]; the default assumptions otherwise (the caller
+    /// sets the pipeline, row and dataset fields it takes).
+    pub fn for_rate(
+        rate: Rate,
+        message_bytes: Option<f64>,
+        baseline: &BaselineFile,
+        mode: Mode,
+        machine_type: &str,
+        commitment: Commitment,
+    ) -> Request {
+        let msg = message_bytes.or(baseline.message_bytes).unwrap_or(DEFAULT_MESSAGE_BYTES);
+        Request::new(rate.bytes_per_second(msg), msg, mode, machine_type, commitment)
+    }
 }
+
+/// The message size an estimate assumes when neither the request nor the baseline gives
+/// one, bytes.
+pub const DEFAULT_MESSAGE_BYTES: f64 = 1000.0;
 
 /// One line of the bill.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -629,5 +649,26 @@ mod tests {
             let e = BaselineFile::parse("l.yaml", &local(extra, top)).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains("l.yaml"), "{extra}{top}: {e}");
         }
+    }
+
+    #[test]
+    fn a_request_for_a_rate_takes_the_message_size_given_else_the_baseline_s_else_the_default() {
+        let google = google_kafka_to_bq();
+        let msgs = Rate::MessagesPerSecond(100.0);
+        let given = Request::for_rate(msgs, Some(500.0), &google, Mode::ExactlyOnce, "e2-standard-2", Commitment::None);
+        assert_eq!((given.message_bytes, given.throughput_bytes_s), (500.0, 50_000.0));
+        let baseline_s = Request::for_rate(msgs, None, &google, Mode::AtLeastOnce, "e2-standard-4", Commitment::None);
+        assert_eq!((baseline_s.message_bytes, baseline_s.throughput_bytes_s), (1024.0, 102_400.0));
+        assert_eq!((baseline_s.mode, baseline_s.machine_type.as_str()), (Mode::AtLeastOnce, "e2-standard-4"));
+        let bare = BaselineFile { message_bytes: None, ..google };
+        let default = Request::for_rate(
+            Rate::BytesPerSecond(MIB),
+            None,
+            &bare,
+            Mode::ExactlyOnce,
+            "e2-standard-2",
+            Commitment::None,
+        );
+        assert_eq!((default.message_bytes, default.throughput_bytes_s), (DEFAULT_MESSAGE_BYTES, MIB));
     }
 }

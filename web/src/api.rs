@@ -162,14 +162,14 @@ fn request_from(get: &Get) -> Result<(est::Request, est::BaselineFile), ApiError
         other => return Err(ApiError::bad("baseline", format!("unknown baseline {other:?}; expected google"))),
     };
     let msg = match get("message_size") {
-        Some(s) => est::parse_size(s).map_err(|e| ApiError::bad("message_size", e.to_string()))?,
-        None => baseline.message_bytes.unwrap_or(1000.0),
+        Some(s) => Some(est::parse_size(s).map_err(|e| ApiError::bad("message_size", e.to_string()))?),
+        None => None,
     };
     let mode = get("mode").unwrap_or("exactly-once").parse::<est::Mode>().map_err(|e| ApiError::bad("mode", e))?;
     let commitment =
         get("commitment").unwrap_or("none").parse::<est::Commitment>().map_err(|e| ApiError::bad("commitment", e))?;
     let machine_type = get("machine_type").unwrap_or("e2-standard-2");
-    let mut req = est::Request::new(rate.bytes_per_second(msg), msg, mode, machine_type, commitment);
+    let mut req = est::Request::for_rate(rate, msg, &baseline, mode, machine_type, commitment);
     req.pipeline = pipeline_from(get)?;
     req.row_bytes = match get("row_bytes") {
         Some(s) => Some(est::parse_size(s).map_err(|e| ApiError::bad("row_bytes", e.to_string()))?),
@@ -201,8 +201,7 @@ pub fn estimate_from_query(q: &HashMap<String, String>) -> Result<EstimateRespon
     let (req, baseline) = request_from(&get)?;
     let pricing =
         est::Pricing::for_region(get("region").unwrap_or("us-central1")).map_err(|e| ApiError::bad("region", e))?;
-    let name = "google-kafka-to-bq-e2-standard-2.yaml";
-    let run = |r: &est::Request| est::estimate(r, name, &baseline, &pricing);
+    let run = |r: &est::Request| est::estimate(r, est::GOOGLE_KAFKA_TO_BQ_NAME, &baseline, &pricing);
     let e = run(&req).map_err(|err| ApiError::bad(field_of(&err), err.to_string()))?;
     let modes = [est::Mode::ExactlyOnce, est::Mode::AtLeastOnce]
         .into_iter()

@@ -151,7 +151,6 @@ pub fn load_baseline(path: Option<&std::path::Path>) -> Result<(String, flexrun_
 pub fn run(a: EstimateArgs) -> Result<()> {
     use flexrun_estimator as est;
     let (name, baseline) = load_baseline(a.baseline.as_deref())?;
-    let msg = a.message_size.or(baseline.message_bytes).unwrap_or(1000.0);
     let gcs = match a.template.as_str() {
         "kafka-to-bq" | "Kafka_to_BigQuery_Flex" => None,
         "kafka-to-gcs" | "Kafka_to_Gcs_Flex" => Some(()),
@@ -161,7 +160,8 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         return Err(usage("--parameters and --state-backend: only for --template kafka-to-gcs"));
     }
     let pricing = super::bill_flags::pricing(&a.region)?;
-    let mut req = est::Request::new(a.throughput.bytes_per_second(msg), msg, a.mode, &a.machine_type, a.commitment);
+    let mut req =
+        est::Request::for_rate(a.throughput, a.message_size, &baseline, a.mode, &a.machine_type, a.commitment);
     req.pipeline = a.bill.options(gcs.is_some())?;
     req.row_bytes = a.bill.row_bytes;
     req.table = a.bill.table()?;

@@ -114,8 +114,7 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
                     crate::kafka_to_bq::setup::config::Delivery::of(&resolved, s.at_least_once_experiment()).mode();
                 let machine = l.machine_type.clone().unwrap_or_default();
                 let baseline = est::google_kafka_to_bq();
-                let msg = baseline.message_bytes.unwrap_or(1024.0);
-                let req = est::Request::new(rate.bytes_per_second(msg), msg, mode, &machine, est::Commitment::None);
+                let req = est::Request::for_rate(rate, None, &baseline, mode, &machine, est::Commitment::None);
                 let e = est::estimate(&req, est::GOOGLE_KAFKA_TO_BQ_NAME, &baseline, &est::Pricing::us_central1())
                     .map_err(|e| usage(format!("--throughput: {e}")))?;
                 let max = ((e.workers_exact * MAX_WORKERS_HEADROOM).ceil() as u32).clamp(pool.num_workers.max(1), 1000);

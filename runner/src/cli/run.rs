@@ -5,10 +5,12 @@
 use super::flags::{ErrorFormat, JobFlags};
 use super::ui::spawn_signal_handler;
 use crate::bigquery::Endpoints;
+use crate::control::{lock::JobLock, Control};
 use crate::kafka_to_bq::setup::config::{KafkaToBqConfig, SinkKind};
 use crate::{data_generator, invalid_parameters, kafka_to_bq, microbatch, usage};
 use anyhow::{anyhow, Context, Result};
 use flexrun_templates::{parse_parameter_list, validate, ParameterViolation, ResolvedParams, Template};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// The engines flexrun runs templates on.
@@ -118,16 +120,16 @@ async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &Job
     };
     let cfg = KafkaToGcsConfig::from_params(resolved, f).map_err(|errs| launch_rules("kafka-to-gcs", &errs, flags))?;
     let web = serve_web(flags, job_name).await?;
-    let (cancel_tx, _) = watch::channel(false);
-    spawn_signal_handler(cancel_tx.clone());
-    let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-gcs", flags);
-    let result =
-        crate::kafka_to_gcs::job::run(cfg.clone(), &flags.checkpoint_root(), cancel_tx, control.clone(), web).await;
-    if let Ok(r) = &result {
-        control.set_summary(serde_json::to_value(r)?);
-    }
-    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
-    let r = result?;
+    let (job, _) = Launcher::start(resolved, job_name, "kafka-to-gcs", flags);
+    let result = crate::kafka_to_gcs::job::run(
+        cfg.clone(),
+        &flags.checkpoint_root(),
+        job.cancel_tx.clone(),
+        job.control.clone(),
+        web,
+    )
+    .await;
+    let r = job.finish(result, to_json)?;
     println!(
         "kafka-to-gcs job {job_name} finished: {} records in {} windows, {} files to {} ({} shards per window, commit parallelism {})",
         r.records, r.windows, r.files, cfg.output.url(), cfg.shards, cfg.parallelism
@@ -138,10 +140,7 @@ async fn run_kafka_to_gcs(resolved: &ResolvedParams, job_name: &str, flags: &Job
     );
     println!("  staging {:.2} s · publishing {:.2} s · elapsed {:.1} s", r.stage_s, r.publish_s, r.elapsed_s);
     print!("{}", render_state(&r.state, r.workers, &r.resizes));
-    if let Some(path) = &flags.summary_json {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    job.write_summary(&r)
 }
 
 /// With `--web`, serve the dashboard, the cost page and `/metrics`.
@@ -197,8 +196,6 @@ fn render_state(
     o
 }
 
-/// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
-/// drained, and print the summary and the autoscaling decisions.
 /// kafka-to-bq's typed configuration, and the BigQuery endpoints when it writes there
 /// (a launch-rule violation is a usage error, exit 2).
 pub(crate) fn kafka_to_bq_config(
@@ -220,6 +217,8 @@ pub(crate) fn kafka_to_bq_config(
     Ok((cfg, endpoints))
 }
 
+/// kafka-to-bq: build the job's configuration, serve the dashboard if asked, run until
+/// drained, and print the summary and the autoscaling decisions.
 async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobFlags) -> Result<()> {
     let (cfg, endpoints) = kafka_to_bq_config(resolved, job_name, flags)?;
     for n in flags.notes() {
@@ -229,17 +228,21 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
         eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
     }
     let web = serve_web(flags, job_name).await?;
-    let (cancel_tx, _) = watch::channel(false);
-    spawn_signal_handler(cancel_tx.clone());
-    let control = new_control(&cancel_tx, resolved, job_name, "kafka-to-bq", flags);
+    let (job, _) = Launcher::start(resolved, job_name, "kafka-to-bq", flags);
     if cfg.topics.is_several() {
-        return run_kafka_to_bq_topics(cfg, endpoints, job_name, flags, (web, cancel_tx, control)).await;
+        return run_kafka_to_bq_topics(cfg, endpoints, web, job).await;
     }
-    let result =
-        kafka_to_bq::job::run(cfg.clone(), &flags.checkpoint_root(), endpoints, cancel_tx, web, Some(control.clone()))
-            .await;
-    if let Ok(report) = &result {
-        control.set_summary(serde_json::json!({
+    let result = kafka_to_bq::job::run(
+        cfg.clone(),
+        &flags.checkpoint_root(),
+        endpoints,
+        job.cancel_tx.clone(),
+        web,
+        Some(job.control.clone()),
+    )
+    .await;
+    let report = job.finish(result, |report| {
+        Ok(serde_json::json!({
             "job_name": job_name,
             "delivery": cfg.delivery.as_str(),
             "shards": report.shards,
@@ -247,10 +250,8 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
             "workers": report.workers,
             "decisions": report.decisions,
             "summary": report.summary,
-        }));
-    }
-    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
-    let report = result?;
+        }))
+    })?;
     println!(
         "kafka-to-bq job {} ({}, {} shards, {} worker(s) at the end) finished",
         job_name,
@@ -266,10 +267,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
             println!("{:>9.1}  {:>3} → {:<3}  {:<40} {}", d.time_s, d.from, d.to, d.rationale.as_str(), d.detail);
         }
     }
-    if let (Some(path), Some(j)) = (&flags.summary_json, control.summary()) {
-        std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    job.write_recorded_summary()
 }
 
 /// A kafka-to-bq job of several topics ([`kafka_to_bq::fan_out::run_topics`]): the job holds its
@@ -278,26 +276,20 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
 async fn run_kafka_to_bq_topics(
     cfg: KafkaToBqConfig,
     endpoints: Option<Endpoints>,
-    job_name: &str,
-    flags: &JobFlags,
-    (web, cancel_tx, control): (
-        Option<flexrun_web::JobRegistry>,
-        watch::Sender<bool>,
-        std::sync::Arc<crate::control::Control>,
-    ),
+    web: Option<flexrun_web::JobRegistry>,
+    job: Launcher<'_>,
 ) -> Result<()> {
-    // The job's pool autoscales (and takes `update-options`) as one job's does.
-    let job_dir = flags.checkpoint_root().join(job_name);
-    let _lock = crate::control::lock::JobLock::acquire(&job_dir, job_name)?;
-    control.start(&job_dir)?;
+    let (job_name, flags) = (job.job_name, job.flags);
+    let _lock = job.register_pooled()?;
+    let control = Some(job.control.clone());
     let root = flags.checkpoint_root();
     let result =
-        kafka_to_bq::fan_out::run_topics(cfg.clone(), &root, endpoints, cancel_tx, web, Some(control.clone())).await;
+        kafka_to_bq::fan_out::run_topics(cfg.clone(), &root, endpoints, job.cancel_tx.clone(), web, control).await;
     let merged = result
         .as_ref()
         .ok()
         .and_then(|r| crate::stats::Summary::merged(&r.topics.values().map(|t| t.summary.clone()).collect::<Vec<_>>()));
-    if let Ok(r) = &result {
+    let report = job.finish(result, |r| {
         let topics: serde_json::Map<String, serde_json::Value> = r
             .topics
             .iter()
@@ -307,7 +299,7 @@ async fn run_kafka_to_bq_topics(
                 (t.clone(), serde_json::json!({"table": table, "dlq": c.dlq.map(|d| d.to_string()), "shards": rep.shards, "summary": rep.summary}))
             })
             .collect();
-        control.set_summary(serde_json::json!({
+        Ok(serde_json::json!({
             "job_name": job_name,
             "delivery": cfg.delivery.as_str(),
             "elapsed_s": r.elapsed.as_secs_f64(),
@@ -315,10 +307,8 @@ async fn run_kafka_to_bq_topics(
             "summary": merged,
             "workers": r.workers,
             "decisions": r.decisions,
-        }));
-    }
-    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow::anyhow!("{e:#}")));
-    let report = result?;
+        }))
+    })?;
     println!("kafka-to-bq job {job_name} ({}, {} topics) finished", cfg.delivery.as_str(), report.topics.len());
     for (t, r) in &report.topics {
         let s = &r.summary;
@@ -333,24 +323,83 @@ async fn run_kafka_to_bq_topics(
     if let Some(m) = &merged {
         print!("{}", m.render(report.elapsed.as_secs_f64()));
     }
-    if let (Some(path), Some(j)) = (&flags.summary_json, control.summary()) {
-        std::fs::write(path, serde_json::to_vec_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    job.write_recorded_summary()
 }
 
-/// The job's handle on the local control plane (registered once the job holds its lock).
-fn new_control(
-    cancel_tx: &watch::Sender<bool>,
-    resolved: &ResolvedParams,
-    job_name: &str,
-    template: &str,
-    flags: &JobFlags,
-) -> std::sync::Arc<crate::control::Control> {
-    let given: Vec<(String, String)> =
-        resolved.given.iter().map(|k| (k.clone(), resolved.values.get(k).cloned().unwrap_or_default())).collect();
-    let region = flags.scaling.region.as_deref().unwrap_or("us-central1");
-    crate::control::Control::new(cancel_tx.clone(), job_name, template, given, region)
+/// One job's lifecycle around its engine, the same for every template: a cancel channel
+/// that Ctrl-C and SIGTERM drain, the job's record on the local control plane, and at
+/// the end the summary kept in the record, the outcome recorded and `--summary-json`
+/// written.
+struct Launcher<'a> {
+    job_name: &'a str,
+    flags: &'a JobFlags,
+    /// Drains the job (a signal, or `flexrun dataflow jobs drain`).
+    cancel_tx: watch::Sender<bool>,
+    /// The job's handle on the control plane (registered once the job holds its lock).
+    control: Arc<Control>,
+}
+
+impl<'a> Launcher<'a> {
+    /// Open the cancel channel, hand the signals to it and make the job's control; the
+    /// channel's first receiver is returned beside it.
+    fn start(
+        resolved: &ResolvedParams,
+        job_name: &'a str,
+        template: &str,
+        flags: &'a JobFlags,
+    ) -> (Launcher<'a>, watch::Receiver<bool>) {
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        spawn_signal_handler(cancel_tx.clone());
+        let given: Vec<(String, String)> =
+            resolved.given.iter().map(|k| (k.clone(), resolved.values.get(k).cloned().unwrap_or_default())).collect();
+        let region = flags.scaling.region.as_deref().unwrap_or("us-central1");
+        let control = Control::new(cancel_tx.clone(), job_name, template, given, region);
+        (Launcher { job_name, flags, cancel_tx, control }, cancel_rx)
+    }
+
+    /// For the engines without the worker pool: take the job's lock in its checkpoint
+    /// directory and register it there with one fixed worker.
+    fn register_fixed(&self) -> Result<JobLock> {
+        self.control.register_fixed(&self.flags.checkpoint_root().join(self.job_name), 1)
+    }
+
+    /// Register a job whose pool autoscales and takes `update-options` (a job of several
+    /// topics; a one-topic job registers itself once it holds its lock).
+    fn register_pooled(&self) -> Result<JobLock> {
+        let job_dir = self.flags.checkpoint_root().join(self.job_name);
+        let lock = JobLock::acquire(&job_dir, self.job_name)?;
+        self.control.start(&job_dir)?;
+        Ok(lock)
+    }
+
+    /// The engine returned: keep `summary` of its report in the record when it succeeded,
+    /// record how the job ended, and pass the result on.
+    fn finish<R>(&self, result: Result<R>, summary: impl FnOnce(&R) -> Result<serde_json::Value>) -> Result<R> {
+        if let Ok(r) = &result {
+            self.control.set_summary(summary(r)?);
+        }
+        self.control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
+        result
+    }
+
+    /// With `--summary-json`, write `summary` there.
+    fn write_summary(&self, summary: &impl serde::Serialize) -> Result<()> {
+        let Some(path) = &self.flags.summary_json else { return Ok(()) };
+        std::fs::write(path, serde_json::to_vec_pretty(summary)?).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// With `--summary-json`, write the summary kept in the record (if any) there.
+    fn write_recorded_summary(&self) -> Result<()> {
+        match self.control.summary() {
+            Some(j) => self.write_summary(&j),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A report as the record's summary: its own JSON.
+fn to_json<R: serde::Serialize>(report: &R) -> Result<serde_json::Value> {
+    Ok(serde_json::to_value(report)?)
 }
 
 /// streaming-data-generator: compile the schema, send at the rate, print the report.
@@ -359,17 +408,10 @@ async fn run_generator(resolved: &ResolvedParams, job_name: &str, flags: &JobFla
         .map_err(|errs| launch_rules("streaming-data-generator", &errs, flags))?;
     // Compile the schema before anything connects, so schema errors exit with status 2.
     data_generator::Generator::new(&cfg.schema, 0).map_err(|e| usage(format!("{}: {e}", cfg.schema_path)))?;
-    let (cancel_tx, cancel_rx) = watch::channel(false);
-    spawn_signal_handler(cancel_tx.clone());
-    let control = new_control(&cancel_tx, resolved, job_name, "streaming-data-generator", flags);
-    let _lock = control.register_fixed(&flags.checkpoint_root().join(job_name), 1)?;
+    let (job, cancel_rx) = Launcher::start(resolved, job_name, "streaming-data-generator", flags);
+    let _lock = job.register_fixed()?;
     let to_stdout = cfg.sink == data_generator::SinkSpec::Stdout;
-    let result = data_generator::run(cfg, cancel_rx, !to_stdout).await;
-    if let Ok(r) = &result {
-        control.set_summary(serde_json::to_value(r)?);
-    }
-    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
-    let r = result?;
+    let r = job.finish(data_generator::run(cfg, cancel_rx, !to_stdout).await, to_json)?;
     let line = format!(
         "streaming-data-generator: {} messages in {:.2} s: {:.0} msg/s achieved, {:.0} msg/s target{}{} (seed {})",
         r.sent,
@@ -394,10 +436,7 @@ async fn run_generator(resolved: &ResolvedParams, job_name: &str, flags: &JobFla
     } else {
         println!("{line}");
     }
-    if let Some(path) = &flags.summary_json {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    job.write_summary(&r)
 }
 
 /// rate-to-stats and kafka-to-kafka: the micro-batch engine with its source and sink.
@@ -434,11 +473,9 @@ async fn run_microbatch(
             (Box::new(source), Box::new(sink))
         }
     };
-    let (cancel_tx, mut cancel_rx) = watch::channel(false);
-    spawn_signal_handler(cancel_tx.clone());
     let name = if engine == Engine::RateToStats { "rate-to-stats" } else { "kafka-to-kafka" };
-    let control = new_control(&cancel_tx, p, job_name, name, flags);
-    let _lock = control.register_fixed(&cfg.checkpoint_dir, 1)?;
+    let (job, mut cancel_rx) = Launcher::start(p, job_name, name, flags);
+    let _lock = job.register_fixed()?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     tokio::spawn(async move {
@@ -448,18 +485,10 @@ async fn run_microbatch(
     });
     let result =
         tokio::task::spawn_blocking(move || microbatch::run(source.as_mut(), sink.as_mut(), &cfg, &stop)).await?;
-    if let Ok(r) = &result {
-        control.set_summary(serde_json::to_value(r)?);
-    }
-    control.finish(&result.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}")));
-    let report = result?;
+    let report = job.finish(result, to_json)?;
     println!("{name} job {job_name} finished");
     print!("{}", report.render());
-    if let Some(path) = &flags.summary_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
+    job.write_summary(&report)
 }
 
 /// `--stop-when-caught-up` is kafka-to-bq's: other templates say so (exit 2) instead of

@@ -221,7 +221,7 @@ fn capacity(a: &SimulateArgs, mode: flexrun_estimator::Mode) -> Result<(flexrun_
             let b = BaselineFile::parse(&name, &text).map_err(|e| usage(e.to_string()))?;
             (name, b)
         }
-        None => ("google-kafka-to-bq-e2-standard-2.yaml".to_string(), flexrun_estimator::google_kafka_to_bq()),
+        None => (flexrun_estimator::GOOGLE_KAFKA_TO_BQ_NAME.to_string(), flexrun_estimator::google_kafka_to_bq()),
     };
     let b = baseline.for_mode(&baseline_name, mode).map_err(|e| usage(e.to_string()))?.clone();
     let pricing = flexrun_estimator::Pricing::us_central1();

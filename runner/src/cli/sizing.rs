@@ -39,7 +39,8 @@ pub struct CalibrateArgs {
     pub format: Format,
 }
 
-/// Run `flexrun calibrate`.
+/// Run `flexrun calibrate`: measure each mode on each shape, write the baseline file, and
+/// report.
 pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     let seconds = a.duration.as_secs_f64();
     if !(0.1..=600.0).contains(&seconds) {
@@ -48,26 +49,52 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     if a.modes.is_empty() {
         return Err(usage("--modes: expected exactly-once, at-least-once or both"));
     }
-    // The main shape, and for the seed shape a small one to split per-message from per-byte cost.
-    let (main, small) = match (&a.schema_template, &a.table_schema) {
-        (Some(t), Some(s)) => {
-            let template =
-                std::fs::read_to_string(t).map_err(|e| usage(format!("--schema-template {}: {e}", t.display())))?;
-            let schema_text =
-                std::fs::read_to_string(s).map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
-            let json: serde_json::Value = serde_json::from_str(&schema_text)
-                .map_err(|e| usage(format!("--table-schema {}: not JSON: {e}", s.display())))?;
-            let schema = crate::bigquery::schema::Schema::from_json(&json)
-                .map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
-            (
-                Shape::generator(&t.display().to_string(), &template, schema)
-                    .map_err(|e| usage(format!("--schema-template: {e}")))?,
-                None,
-            )
+    let (main, small) = calibration_shapes(a)?;
+    let (mains, smalls) = measure_shapes(&a.modes, seconds, &main, small.as_ref())?;
+    let mut split = BTreeMap::new();
+    for (m, s) in mains.iter().zip(&smalls) {
+        if let Some(c) = calibrate::split_cost(s, m) {
+            split.insert(m.mode.as_str(), c);
         }
-        _ => (Shape::seed(962), Some(Shape::seed(64))),
+    }
+    let info = BaselineInfo {
+        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        machine: calibrate::machine_description(),
+        target_cpu: a.target_cpu,
     };
-    let runs = a.modes.len() * if small.is_some() { 2 } else { 1 };
+    let file = calibrate::baseline(&mains, &split, &info);
+    std::fs::write(&a.output, calibrate::baseline_yaml(&file, a.target_cpu)?)
+        .map_err(|e| anyhow!("cannot write {}: {e}", a.output.display()))?;
+    let all: Vec<&Measurement> = mains.iter().chain(&smalls).collect();
+    print_calibration(a, &info, all, &file, &split)
+}
+
+/// The main shape (`--schema-template` on `--table-schema`, or the seed's), and for the
+/// seed shape a small one to split per-message from per-byte cost.
+fn calibration_shapes(a: &CalibrateArgs) -> Result<(Shape, Option<Shape>)> {
+    let (Some(t), Some(s)) = (&a.schema_template, &a.table_schema) else {
+        return Ok((Shape::seed(962), Some(Shape::seed(64))));
+    };
+    let template = std::fs::read_to_string(t).map_err(|e| usage(format!("--schema-template {}: {e}", t.display())))?;
+    let schema_text = std::fs::read_to_string(s).map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&schema_text)
+        .map_err(|e| usage(format!("--table-schema {}: not JSON: {e}", s.display())))?;
+    let schema = crate::bigquery::schema::Schema::from_json(&json)
+        .map_err(|e| usage(format!("--table-schema {}: {e}", s.display())))?;
+    let main = Shape::generator(&t.display().to_string(), &template, schema)
+        .map_err(|e| usage(format!("--schema-template: {e}")))?;
+    Ok((main, None))
+}
+
+/// Measure each mode on `main` (and on `small`, when given) for `seconds` of CPU each,
+/// behind one progress bar; returns the main and the small measurements.
+fn measure_shapes(
+    modes: &[Mode],
+    seconds: f64,
+    main: &Shape,
+    small: Option<&Shape>,
+) -> Result<(Vec<Measurement>, Vec<Measurement>)> {
+    let runs = modes.len() * if small.is_some() { 2 } else { 1 };
     let b = super::ui::progress_bar((runs * 100) as u64, "calibrating {bar:40} {percent}% ({msg})");
     let mut done = 0u64;
     let mut run = |mode: Mode, shape: &Shape| -> Result<Measurement> {
@@ -85,51 +112,35 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
     };
     let mut mains = Vec::new();
     let mut smalls = Vec::new();
-    for &mode in &a.modes {
-        mains.push(run(mode, &main)?);
-        if let Some(s) = &small {
+    for &mode in modes {
+        mains.push(run(mode, main)?);
+        if let Some(s) = small {
             smalls.push(run(mode, s)?);
         }
     }
     b.finish_and_clear();
-    let mut split = BTreeMap::new();
-    for (m, s) in mains.iter().zip(&smalls) {
-        if let Some(c) = calibrate::split_cost(s, m) {
-            split.insert(m.mode.as_str(), c);
-        }
-    }
-    let info = BaselineInfo {
-        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
-        machine: calibrate::machine_description(),
-        target_cpu: a.target_cpu,
-    };
-    let file = calibrate::baseline(&mains, &split, &info);
-    std::fs::write(&a.output, calibrate::baseline_yaml(&file, a.target_cpu)?)
-        .map_err(|e| anyhow!("cannot write {}: {e}", a.output.display()))?;
+    Ok((mains, smalls))
+}
+
+/// `flexrun calibrate`'s report: the measurements, the per-message and per-byte split,
+/// and the file written, in `--format`.
+fn print_calibration(
+    a: &CalibrateArgs,
+    info: &BaselineInfo,
+    all: Vec<&Measurement>,
+    file: &flexrun_estimator::BaselineFile,
+    split: &BTreeMap<&'static str, (f64, f64)>,
+) -> Result<()> {
     #[derive(Serialize)]
     struct Report<'a> {
         measurements: Vec<&'a Measurement>,
         baseline: &'a flexrun_estimator::BaselineFile,
         output: String,
     }
-    let all: Vec<&Measurement> = mains.iter().chain(&smalls).collect();
+    let report = || Report { measurements: all.clone(), baseline: file, output: a.output.display().to_string() };
     match a.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&Report {
-                measurements: all,
-                baseline: &file,
-                output: a.output.display().to_string()
-            })?
-        ),
-        Format::Yaml => print!(
-            "{}",
-            serde_yaml::to_string(&Report {
-                measurements: all,
-                baseline: &file,
-                output: a.output.display().to_string()
-            })?
-        ),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report())?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&report())?),
         Format::Table => {
             println!("kafka-to-bq processing path on one core of {}", info.machine);
             println!(
@@ -147,7 +158,7 @@ pub fn calibrate_cmd(a: &CalibrateArgs) -> Result<()> {
                     m.cpu_s
                 );
             }
-            for (mode, (us, ns)) in &split {
+            for (mode, (us, ns)) in split {
                 println!("{mode}: {us:.2} vCPU-µs per message + {ns:.3} vCPU-ns per byte");
             }
             println!("wrote {} (sized at {:.0}% CPU; `flexrun estimate --baseline {0}` and `flexrun simulate --baseline {0}` read it)", a.output.display(), a.target_cpu * 100.0);
@@ -235,18 +246,11 @@ pub fn capacity_space(a: &CapacityArgs) -> Result<SearchSpace> {
     Ok(space)
 }
 
-/// Run `flexrun capacity`.
+/// Run `flexrun capacity`: make the topic if it is missing, search each size's boundary,
+/// and report.
 pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
     let space = capacity_space(a)?;
-    let (bootstrap, topic) = (a.bootstrap_server.clone(), a.topic.clone());
-    let existing = tokio::task::spawn_blocking(move || capacity::topic_partitions(&bootstrap, &topic))
-        .await
-        .map_err(|e| anyhow!("metadata task: {e}"))??;
-    if existing.is_none() {
-        crate::kafka::create_topic(&a.bootstrap_server, &a.topic, a.partitions)
-            .await
-            .map_err(|e| anyhow!("cannot create topic {} on {}: {e}", a.topic, a.bootstrap_server))?;
-    }
+    ensure_topic(a).await?;
     let cfg = ProbeConfig {
         bootstrap: a.bootstrap_server.clone(),
         topic: a.topic.clone(),
@@ -265,38 +269,8 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
     let results = tokio::task::spawn_blocking(move || -> Result<Vec<SizeResult>> {
         let mut out = Vec::new();
         for (i, &size) in sizes.iter().enumerate() {
-            let mut details = Vec::new();
-            let mut err = None;
-            let boundary = flexrun_estimator::search(space, |rate| {
-                b.set_message(format!("{size} B at {rate:.0} msg/s"));
-                b.inc(1);
-                match capacity::trial(&cfg, size, rate) {
-                    Ok((t, d)) => {
-                        details.push(d);
-                        t
-                    }
-                    Err(e) => {
-                        let t = flexrun_estimator::Trial {
-                            offered: rate,
-                            achieved: 0.0,
-                            tripped: Some(format!("error: {e:#}")),
-                        };
-                        err.get_or_insert(e);
-                        t
-                    }
-                }
-            })?;
-            if let Some(e) = err {
-                return Err(e);
-            }
+            out.push(search_size(&cfg, space, size, &b)?);
             b.set_position(per_size * (i as u64 + 1));
-            out.push(SizeResult {
-                message_bytes: size,
-                messages_per_s: boundary.safe,
-                mb_per_s: boundary.safe * size as f64 / 1e6,
-                boundary,
-                trials: details,
-            });
         }
         b.finish_and_clear();
         Ok(out)
@@ -309,39 +283,85 @@ pub async fn capacity_cmd(a: &CapacityArgs) -> Result<()> {
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&results)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&results)?),
-        Format::Table => {
-            println!(
-                "capacity boundary of {} (topic {}, {}-s trials, p99 limit {} ms)",
-                a.bootstrap_server,
-                a.topic,
-                a.trial.as_secs_f64(),
-                a.p99_limit.as_millis()
-            );
-            println!("{:>10} {:>12} {:>10} {:>7}  above it (tripped)", "bytes/msg", "messages/s", "MB/s", "trials");
-            for r in &results {
-                let why = if r.boundary.above_range {
-                    format!("nothing tripped up to --high {:.0}: raise it", a.high)
-                } else if r.boundary.below_range {
-                    format!("below --low {:.0}: {}", a.low, r.boundary.tripped.clone().unwrap_or_default())
-                } else {
-                    format!(
-                        "{:.0} msg/s: {}",
-                        r.boundary.failed.unwrap_or(0.0),
-                        r.boundary.tripped.clone().unwrap_or_default()
-                    )
-                };
-                println!(
-                    "{:>10} {:>12.0} {:>10.2} {:>7}  {}",
-                    r.message_bytes,
-                    r.messages_per_s,
-                    r.mb_per_s,
-                    r.boundary.trials.len(),
-                    why
-                );
-            }
-        }
+        Format::Table => print_capacity(a, &results),
     }
     Ok(())
+}
+
+/// Create `--topic` with `--partitions` when the broker does not have it.
+async fn ensure_topic(a: &CapacityArgs) -> Result<()> {
+    let (bootstrap, topic) = (a.bootstrap_server.clone(), a.topic.clone());
+    let existing = tokio::task::spawn_blocking(move || capacity::topic_partitions(&bootstrap, &topic))
+        .await
+        .map_err(|e| anyhow!("metadata task: {e}"))??;
+    if existing.is_none() {
+        crate::kafka::create_topic(&a.bootstrap_server, &a.topic, a.partitions)
+            .await
+            .map_err(|e| anyhow!("cannot create topic {} on {}: {e}", a.topic, a.bootstrap_server))?;
+    }
+    Ok(())
+}
+
+/// One message size's boundary: the search over `space`, a trial per step. A trial that
+/// fails to run counts as tripped, and its error ends the command once the search is done.
+fn search_size(cfg: &ProbeConfig, space: SearchSpace, size: usize, b: &indicatif::ProgressBar) -> Result<SizeResult> {
+    let mut details = Vec::new();
+    let mut err = None;
+    let boundary = flexrun_estimator::search(space, |rate| {
+        b.set_message(format!("{size} B at {rate:.0} msg/s"));
+        b.inc(1);
+        match capacity::trial(cfg, size, rate) {
+            Ok((t, d)) => {
+                details.push(d);
+                t
+            }
+            Err(e) => {
+                let t =
+                    flexrun_estimator::Trial { offered: rate, achieved: 0.0, tripped: Some(format!("error: {e:#}")) };
+                err.get_or_insert(e);
+                t
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(SizeResult {
+        message_bytes: size,
+        messages_per_s: boundary.safe,
+        mb_per_s: boundary.safe * size as f64 / 1e6,
+        boundary,
+        trials: details,
+    })
+}
+
+/// `flexrun capacity`'s table: each size's boundary and what tripped above it.
+fn print_capacity(a: &CapacityArgs, results: &[SizeResult]) {
+    println!(
+        "capacity boundary of {} (topic {}, {}-s trials, p99 limit {} ms)",
+        a.bootstrap_server,
+        a.topic,
+        a.trial.as_secs_f64(),
+        a.p99_limit.as_millis()
+    );
+    println!("{:>10} {:>12} {:>10} {:>7}  above it (tripped)", "bytes/msg", "messages/s", "MB/s", "trials");
+    for r in results {
+        let why = if r.boundary.above_range {
+            format!("nothing tripped up to --high {:.0}: raise it", a.high)
+        } else if r.boundary.below_range {
+            format!("below --low {:.0}: {}", a.low, r.boundary.tripped.clone().unwrap_or_default())
+        } else {
+            format!("{:.0} msg/s: {}", r.boundary.failed.unwrap_or(0.0), r.boundary.tripped.clone().unwrap_or_default())
+        };
+        println!(
+            "{:>10} {:>12.0} {:>10.2} {:>7}  {}",
+            r.message_bytes,
+            r.messages_per_s,
+            r.mb_per_s,
+            r.boundary.trials.len(),
+            why
+        );
+    }
 }
 
 fn plot_boundary(path: &std::path::Path, broker: &str, results: &[SizeResult]) -> Result<()> {

@@ -299,100 +299,150 @@ pub async fn run(
     cancel: tokio::sync::watch::Receiver<bool>,
     progress: bool,
 ) -> Result<GeneratorReport> {
-    let mut generator =
-        Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
-    let mut sink = open_sink(&cfg).await?;
+    let generator = Generator::new(&cfg.schema, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
+    let sink = open_sink(&cfg).await?;
     let topic = match &cfg.sink {
         SinkSpec::Kafka { topic, .. } => Some(topic.as_str()),
         _ => None,
     };
-    let mut encoder = match &cfg.proto {
+    let encoder = match &cfg.proto {
         Some(desc) => encode::Encoder::Proto(desc.clone()),
         None => encode::Encoder::new(cfg.avro.as_ref(), topic, cfg.compact).await?,
     };
-    let schedule = rate::Schedule::new(cfg.qps, cfg.limit);
-    let bar = progress_bar(progress, cfg.limit);
+    let sender = Sender {
+        generator,
+        sink,
+        encoder,
+        schedule: rate::Schedule::new(cfg.qps, cfg.limit),
+        bar: progress_bar(progress, cfg.limit),
+        qps: cfg.qps,
+        seed: cfg.seed,
+        schema_path: cfg.schema_path,
+        buf: String::with_capacity(2048),
+        bytes: Vec::with_capacity(2048),
+    };
     let t0 = Instant::now();
     // The generate loop is CPU-bound and blocking; run it on its own thread.
-    let handle = tokio::task::spawn_blocking(move || -> Result<(GeneratorReport, sink::Sink)> {
-        let mut buf = String::with_capacity(2048);
-        let mut bytes = Vec::with_capacity(2048);
+    let (report, sink) =
+        tokio::task::spawn_blocking(move || sender.run(&cancel)).await.context("generator thread")??;
+    settle(report, sink, &cfg.sink, t0)
+}
+
+/// The generate loop's state: documents from the generator, encoded, into the sink on
+/// the schedule.
+struct Sender {
+    generator: Generator,
+    sink: sink::Sink,
+    encoder: encode::Encoder,
+    schedule: rate::Schedule,
+    bar: indicatif::ProgressBar,
+    /// Target messages per second.
+    qps: f64,
+    /// For the report.
+    seed: u64,
+    /// For messages.
+    schema_path: String,
+    /// The document being sent, and its encoded bytes.
+    buf: String,
+    bytes: Vec<u8>,
+}
+
+impl Sender {
+    /// Send on the schedule until its limit or `cancel`; returns the report (without
+    /// the sink's deliveries and the CPU time) and the sink, still to be finished.
+    fn run(mut self, cancel: &tokio::sync::watch::Receiver<bool>) -> Result<(GeneratorReport, sink::Sink)> {
         let start = Instant::now();
         let mut sent = 0u64;
         let mut fell_behind = false;
         let mut last_warn = Instant::now() - Duration::from_secs(60);
         let mut last_ui = Instant::now();
         loop {
-            if *cancel.borrow() || schedule.done(sent) {
+            if *cancel.borrow() || self.schedule.done(sent) {
                 break;
             }
             let elapsed = start.elapsed().as_secs_f64();
-            let due = schedule.due(elapsed);
+            let due = self.schedule.due(elapsed);
             if sent >= due {
-                let wait = schedule.due_at(sent) - elapsed;
+                let wait = self.schedule.due_at(sent) - elapsed;
                 std::thread::sleep(Duration::from_secs_f64(wait.clamp(0.0, 0.05)));
                 continue;
             }
             // Send everything due now (at most a few ms worth per round).
-            let burst_end = due.min(sent + (cfg.qps / 200.0).max(1.0) as u64);
+            let burst_end = due.min(sent + (self.qps / 200.0).max(1.0) as u64);
             while sent < burst_end {
-                generator.next_into(&mut buf).map_err(|e| anyhow::anyhow!("{}: {e}", cfg.schema_path))?;
-                let ts = chrono::Utc::now().timestamp_millis();
-                match (&mut sink, encoder.record(&buf)?) {
-                    (sink::Sink::AvroFile(w), Some(v)) => sink::append_avro(w, v)?,
-                    _ => sink.send(encoder.encode(&buf, &mut bytes)?, ts)?,
-                }
+                self.send_one()?;
                 sent += 1;
             }
-            let behind = schedule.behind_s(sent, start.elapsed().as_secs_f64());
-            if behind > rate::BEHIND_LIMIT_S {
-                fell_behind = true;
-                if last_warn.elapsed() > Duration::from_secs(5) {
-                    let rate = sent as f64 / start.elapsed().as_secs_f64();
-                    tracing::warn!(
-                        target_qps = cfg.qps,
-                        achieved_qps = rate as u64,
-                        behind_s = behind,
-                        "cannot keep up: this machine or the broker produces less than the target rate"
-                    );
-                    last_warn = Instant::now();
-                }
-            }
+            fell_behind |= self.check_pace(sent, start, &mut last_warn);
             if last_ui.elapsed() > Duration::from_millis(200) {
-                bar.set_position(sent);
-                if let Some(d) = sink.delivered() {
-                    bar.set_message(format!("acked {d}"));
+                self.bar.set_position(sent);
+                if let Some(d) = self.sink.delivered() {
+                    self.bar.set_message(format!("acked {d}"));
                 }
                 last_ui = Instant::now();
             }
         }
         let elapsed_s = start.elapsed().as_secs_f64();
         // Over a run of more than a second, less than 98% of the target rate is falling behind.
-        if elapsed_s > 1.0 && (sent as f64 / elapsed_s) < 0.98 * cfg.qps && !*cancel.borrow() {
+        if elapsed_s > 1.0 && (sent as f64 / elapsed_s) < 0.98 * self.qps && !*cancel.borrow() {
             fell_behind = true;
         }
-        bar.set_position(sent);
-        bar.finish();
-        Ok((
-            GeneratorReport {
-                sent,
-                delivered: None,
-                delivered_qps: None,
-                elapsed_s,
-                target_qps: cfg.qps,
-                achieved_qps: if elapsed_s > 0.0 { sent as f64 / elapsed_s } else { 0.0 },
-                fell_behind,
-                seed: cfg.seed,
-                cpu_s: 0.0,
-            },
-            sink,
-        ))
-    });
-    let (mut report, mut sink) = handle.await.context("generator thread")??;
+        self.bar.set_position(sent);
+        self.bar.finish();
+        let report = GeneratorReport {
+            sent,
+            delivered: None,
+            delivered_qps: None,
+            elapsed_s,
+            target_qps: self.qps,
+            achieved_qps: if elapsed_s > 0.0 { sent as f64 / elapsed_s } else { 0.0 },
+            fell_behind,
+            seed: self.seed,
+            cpu_s: 0.0,
+        };
+        Ok((report, self.sink))
+    }
+
+    /// Generate one document and hand it to the sink (an Avro file takes the record,
+    /// every other sink the encoded bytes).
+    fn send_one(&mut self) -> Result<()> {
+        self.generator.next_into(&mut self.buf).map_err(|e| anyhow::anyhow!("{}: {e}", self.schema_path))?;
+        let ts = chrono::Utc::now().timestamp_millis();
+        match (&mut self.sink, self.encoder.record(&self.buf)?) {
+            (sink::Sink::AvroFile(w), Some(v)) => sink::append_avro(w, v)?,
+            _ => self.sink.send(self.encoder.encode(&self.buf, &mut self.bytes)?, ts)?,
+        }
+        Ok(())
+    }
+
+    /// Whether the sender is more than [`rate::BEHIND_LIMIT_S`] behind the schedule
+    /// after `sent` messages; warns at most every 5 s while it is.
+    fn check_pace(&self, sent: u64, start: Instant, last_warn: &mut Instant) -> bool {
+        let behind = self.schedule.behind_s(sent, start.elapsed().as_secs_f64());
+        if behind <= rate::BEHIND_LIMIT_S {
+            return false;
+        }
+        if last_warn.elapsed() > Duration::from_secs(5) {
+            let rate = sent as f64 / start.elapsed().as_secs_f64();
+            tracing::warn!(
+                target_qps = self.qps,
+                achieved_qps = rate as u64,
+                behind_s = behind,
+                "cannot keep up: this machine or the broker produces less than the target rate"
+            );
+            *last_warn = Instant::now();
+        }
+        true
+    }
+}
+
+/// Flush the sink and complete the report: the CPU time, and for Kafka what the broker
+/// acknowledged (an error when any message was not delivered).
+fn settle(mut report: GeneratorReport, mut sink: sink::Sink, to: &SinkSpec, t0: Instant) -> Result<GeneratorReport> {
     let (ok, failed) = sink.finish()?;
     let (user, sys) = crate::stats::process_cpu_seconds();
     report.cpu_s = user + sys;
-    if matches!(cfg.sink, SinkSpec::Kafka { .. }) {
+    if matches!(to, SinkSpec::Kafka { .. }) {
         report.delivered = Some(ok);
         report.delivered_qps = Some(ok as f64 / t0.elapsed().as_secs_f64());
         if failed > 0 || ok != report.sent {

@@ -137,10 +137,33 @@ pub fn run(
     cfg: &MicroBatchConfig,
     stop: &AtomicBool,
 ) -> Result<MicroBatchReport> {
+    let (log, resume) = recover(cfg)?;
+    tracing::info!(dir = %cfg.checkpoint_dir.display(), start = %resume.start, "micro-batch job starting");
+    source.seek(&resume.positions)?;
+    let mut progress = Progress::start(log, &cfg.progress);
+    let started = Instant::now();
+    let done = batch_loop(source, sink, cfg, stop, &mut progress, &resume)?;
+    progress.finish()?;
+    Ok(report(cfg, done, started, resume.start))
+}
+
+/// Where a run starts, from the checkpoint's logs.
+struct Resume {
+    /// Partition → next offset to read.
+    positions: BTreeMap<i32, i64>,
+    /// In words, for the report: fresh, resuming, or replaying.
+    start: String,
+    /// The first batch's id.
+    batch_id: u64,
+}
+
+/// Open the checkpoint's logs and find where to start: after the last committed batch,
+/// or at an uncommitted batch's first offsets to replay it.
+fn recover(cfg: &MicroBatchConfig) -> Result<(ShardLog, Resume)> {
     std::fs::create_dir_all(&cfg.checkpoint_dir)
         .with_context(|| format!("creating {}", cfg.checkpoint_dir.display()))?;
     let log = ShardLog::open_with(&cfg.checkpoint_dir, cfg.progress.purge)?;
-    let (start_positions, start, mut batch_id) = match log.recover()? {
+    let (positions, start, batch_id) = match log.recover()? {
         Recovery::Fresh => (BTreeMap::new(), "fresh".to_string(), 0),
         Recovery::Clean { commit, .. } => {
             (commit.positions.clone(), format!("resumed after batch {}", commit.batch), commit.batch + 1)
@@ -153,17 +176,78 @@ pub fn run(
             (p, format!("replaying uncommitted batch {}", o.batch), o.batch)
         }
     };
-    tracing::info!(dir = %cfg.checkpoint_dir.display(), start = %start, "micro-batch job starting");
-    source.seek(&start_positions)?;
-    let mut positions = start_positions;
-    let mut latency = Latencies::new();
-    let (mut log, asynchronous) = if cfg.progress.async_progress {
-        (None, Some(AsyncProgress::start(log, cfg.progress.interval)))
-    } else {
-        (Some(log), None)
-    };
-    let started = Instant::now();
-    let (mut records, mut batches) = (0u64, 0u64);
+    Ok((log, Resume { positions, start, batch_id }))
+}
+
+/// How the loop persists its progress.
+enum Progress {
+    /// Each batch's offset and commit entries on the critical path.
+    Sync(Box<ShardLog>),
+    /// Commits handed to a background thread that persists them every interval.
+    Async(AsyncProgress),
+}
+
+impl Progress {
+    fn start(log: ShardLog, cfg: &ProgressConfig) -> Progress {
+        if cfg.async_progress {
+            Progress::Async(AsyncProgress::start(log, cfg.interval))
+        } else {
+            Progress::Sync(Box::new(log))
+        }
+    }
+
+    /// Before the sink: the batch's offset entry (synchronous mode only).
+    fn log_offsets(&mut self, batch_id: u64, batch: &Batch, positions: &BTreeMap<i32, i64>) -> Result<()> {
+        if let Progress::Sync(log) = self {
+            log.log_offsets(&OffsetEntry {
+                batch: batch_id,
+                ranges: batch.ranges.clone(),
+                positions: positions.clone(),
+                ..Default::default()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// After the sink: the batch's commit.
+    fn commit(&mut self, commit: CommitEntry) -> Result<()> {
+        match self {
+            Progress::Sync(log) => log.log_commit(&commit)?,
+            Progress::Async(a) => a.update(commit),
+        }
+        Ok(())
+    }
+
+    /// Persist what is pending and close the logs.
+    fn finish(self) -> Result<()> {
+        match self {
+            Progress::Sync(log) => drop(log),
+            Progress::Async(a) => a.finish()?,
+        }
+        Ok(())
+    }
+}
+
+/// What the loop delivered.
+struct Done {
+    records: u64,
+    batches: u64,
+    latency: Latencies,
+}
+
+/// Spark's loop: per batch, the offset entry, the sink, the commit; until the source
+/// ends, the idle timeout passes, or `stop`.
+fn batch_loop(
+    source: &mut dyn Source,
+    sink: &mut dyn Sink,
+    cfg: &MicroBatchConfig,
+    stop: &AtomicBool,
+    progress: &mut Progress,
+    resume: &Resume,
+) -> Result<Done> {
+    let mut positions = resume.positions.clone();
+    let mut batch_id = resume.batch_id;
+    let mut done = Done { records: 0, batches: 0, latency: Latencies::new() };
     let mut last_data = Instant::now();
     let mut first_data: Option<Instant> = None;
     let mut warm_up = Latencies::new();
@@ -179,53 +263,43 @@ pub fn run(
         for (p, (_, to)) in &batch.ranges {
             positions.insert(*p, *to);
         }
-        if let Some(log) = log.as_mut() {
-            log.log_offsets(&OffsetEntry {
-                batch: batch_id,
-                ranges: batch.ranges.clone(),
-                positions: positions.clone(),
-                ..Default::default()
-            })?;
-        }
+        progress.log_offsets(batch_id, &batch, &positions)?;
         let warming = first_data.get_or_insert_with(Instant::now).elapsed() < cfg.latency_warm_up;
-        sink.write(&batch, if warming { &mut warm_up } else { &mut latency })?;
-        let commit = CommitEntry { batch: batch_id, positions: positions.clone() };
-        match (&mut log, &asynchronous) {
-            (Some(log), _) => log.log_commit(&commit)?,
-            (None, Some(a)) => a.update(commit),
-            (None, None) => unreachable!("one progress mode is always set"),
-        }
-        records += batch.records.len() as u64;
-        batches += 1;
+        sink.write(&batch, if warming { &mut warm_up } else { &mut done.latency })?;
+        progress.commit(CommitEntry { batch: batch_id, positions: positions.clone() })?;
+        done.records += batch.records.len() as u64;
+        done.batches += 1;
         batch_id += 1;
     }
-    if let Some(a) = asynchronous {
-        a.finish()?;
+    Ok(done)
+}
+
+/// P50, P99, P99.9 and max of `h`, ms (zeros when it is empty).
+fn quantiles_ms(h: &Histogram<u64>) -> [f64; 4] {
+    if h.is_empty() {
+        return [0.0; 4];
     }
-    drop(log);
-    let q = |h: &Histogram<u64>| {
-        if h.is_empty() {
-            [0.0; 4]
-        } else {
-            [0.5, 0.99, 0.999]
-                .map(|p| crate::stats::quantile_ms(h, p))
-                .into_iter()
-                .chain([h.max() as f64 / 1000.0])
-                .collect::<Vec<_>>()
-                .try_into()
-                .expect("4 values")
-        }
-    };
+    [0.5, 0.99, 0.999]
+        .map(|p| crate::stats::quantile_ms(h, p))
+        .into_iter()
+        .chain([h.max() as f64 / 1000.0])
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("4 values")
+}
+
+/// The run's report, with the log segments left in the checkpoint directory.
+fn report(cfg: &MicroBatchConfig, done: Done, started: Instant, start: String) -> MicroBatchReport {
     let segments = std::fs::read_dir(&cfg.checkpoint_dir)
         .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".log")).count())
         .unwrap_or(0);
-    Ok(MicroBatchReport {
-        records,
-        batches,
+    MicroBatchReport {
+        records: done.records,
+        batches: done.batches,
         elapsed_s: started.elapsed().as_secs_f64(),
         start,
-        latency_ms: q(&latency.end_to_end_us),
-        in_job_latency_ms: q(&latency.in_job_us),
+        latency_ms: quantiles_ms(&done.latency.end_to_end_us),
+        in_job_latency_ms: quantiles_ms(&done.latency.in_job_us),
         latency_warm_up_s: cfg.latency_warm_up.as_secs_f64(),
         progress: if cfg.progress.async_progress { "async".into() } else { "sync".into() },
         purge: match cfg.progress.purge {
@@ -233,7 +307,7 @@ pub fn run(
             crate::progress::Purge::Sync => "sync".into(),
         },
         log_segments: segments,
-    })
+    }
 }
 
 impl MicroBatchReport {

@@ -93,7 +93,9 @@ pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>> {
     topic_partitions(bootstrap, topic)?.ok_or_else(|| anyhow!("topic {topic} does not exist on {bootstrap}"))
 }
 
-/// Run one trial at `rate` messages/s of `size` bytes.
+/// Run one trial at `rate` messages/s of `size` bytes: open a producer and a consumer at
+/// the topic's end, send at the rate for the trial's length, let what was sent arrive,
+/// and judge the measurements.
 pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialDetail)> {
     let parts = partitions(&cfg.bootstrap, &cfg.topic)?;
     let acks = Acks::new();
@@ -107,44 +109,111 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         ],
         AckContext::new(acks.clone()),
     )?;
+    let reader = Reader::spawn(consumer_at_end(&conn, cfg, &parts)?, cfg.consumer_limit);
+    let load = send_at_rate(cfg, &producer, &parts, size, rate, &acks, &reader.consumed)?;
+    // Let what was sent arrive, so the next trial starts clean.
+    let _ = producer.flush(Duration::from_secs(30));
+    let e2e = reader.drain(&acks)?;
+    Ok(judge(cfg, size, rate, &load, &acks, &e2e))
+}
 
-    // The consumer starts at the end of every partition.
+/// A consumer of the topic, starting at the end of every partition.
+fn consumer_at_end(conn: &Connection, cfg: &ProbeConfig, parts: &[i32]) -> Result<BaseConsumer<AuthContext>> {
     let consumer: BaseConsumer<AuthContext> = conn.reader(
         "a Kafka consumer",
         &[("group.id", "flexrun-capacity"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "10")],
     )?;
     let mut tpl = TopicPartitionList::new();
-    for p in &parts {
+    for p in parts {
         let (_, high) = consumer
             .fetch_watermarks(&cfg.topic, *p, Duration::from_secs(10))
             .map_err(|e| anyhow!("reading the end of {}/{p}: {e}", cfg.topic))?;
         tpl.add_partition_offset(&cfg.topic, *p, Offset::Offset(high)).map_err(|e| anyhow!("{e}"))?;
     }
     consumer.assign(&tpl).map_err(|e| anyhow!("assigning {}: {e}", cfg.topic))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let consumed = Arc::new(AtomicU64::new(0));
-    let reader = {
-        let (stop, consumed, limit) = (stop.clone(), consumed.clone(), cfg.consumer_limit);
-        std::thread::spawn(move || {
-            let mut e2e = histogram();
-            let began = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                if limit.is_some_and(|l| consumed.load(Ordering::Relaxed) as f64 >= began.elapsed().as_secs_f64() * l) {
-                    std::thread::sleep(Duration::from_micros(500));
-                    continue;
-                }
-                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
-                    if let Some(p) = m.payload().filter(|p| p.len() >= 8) {
-                        let sent = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
-                        let _ = e2e.record(now_us().saturating_sub(sent).max(1));
-                    }
-                    consumed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            e2e
-        })
-    };
+    Ok(consumer)
+}
 
+/// The trial's consumer on its own thread: it counts what it reads and records each
+/// message's end-to-end latency (the send time is the payload's first 8 bytes).
+struct Reader {
+    stop: Arc<AtomicBool>,
+    consumed: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<Histogram<u64>>,
+}
+
+impl Reader {
+    /// Start reading, at most `limit` messages/s when set.
+    fn spawn(consumer: BaseConsumer<AuthContext>, limit: Option<f64>) -> Reader {
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumed = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, consumed) = (stop.clone(), consumed.clone());
+            std::thread::spawn(move || {
+                let mut e2e = histogram();
+                let began = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    if limit
+                        .is_some_and(|l| consumed.load(Ordering::Relaxed) as f64 >= began.elapsed().as_secs_f64() * l)
+                    {
+                        std::thread::sleep(Duration::from_micros(500));
+                        continue;
+                    }
+                    if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                        if let Some(p) = m.payload().filter(|p| p.len() >= 8) {
+                            let sent = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+                            let _ = e2e.record(now_us().saturating_sub(sent).max(1));
+                        }
+                        consumed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                e2e
+            })
+        };
+        Reader { stop, consumed, thread }
+    }
+
+    /// Wait (up to 10 s) until it has read all that was acknowledged, stop it, and
+    /// return its end-to-end latencies.
+    fn drain(self, acks: &Acks) -> Result<Histogram<u64>> {
+        let drain_until = Instant::now() + Duration::from_secs(10);
+        while self.consumed.load(Ordering::Relaxed) < acks.ok.load(Ordering::Relaxed) && Instant::now() < drain_until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow!("the consumer thread panicked"))
+    }
+}
+
+/// What the sending phase of a trial saw.
+struct Load {
+    /// Seconds it ran.
+    window: f64,
+    /// Messages acknowledged by its end.
+    acked: u64,
+    /// Messages consumed by its end.
+    consumed: u64,
+    /// Acknowledged but not yet consumed at its end.
+    lag_end: f64,
+    /// The same at half-way.
+    lag_mid: Option<f64>,
+    /// (seconds, messages acknowledged) at half-way.
+    acked_mid: Option<(f64, u64)>,
+    /// The sender fell more than half a second behind its schedule.
+    behind: bool,
+}
+
+/// Send `size`-byte messages at `rate` per second, round-robin over `parts`, for the
+/// trial's length; each payload starts with its send time.
+fn send_at_rate(
+    cfg: &ProbeConfig,
+    producer: &ThreadedProducer<AckContext<Box<(u64, u64)>>>,
+    parts: &[i32],
+    size: usize,
+    rate: f64,
+    acks: &Acks,
+    consumed: &AtomicU64,
+) -> Result<Load> {
     let mut payload = vec![b'x'; size.max(8)];
     let start = Instant::now();
     let trial_s = cfg.trial.as_secs_f64();
@@ -184,34 +253,39 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         }
     }
     let window = start.elapsed().as_secs_f64();
-    let acked_in_window = acks.ok.load(Ordering::Relaxed);
-    let lag_end = acked_in_window as f64 - consumed.load(Ordering::Relaxed) as f64;
-    let consumed_in_window = consumed.load(Ordering::Relaxed);
-    // Let what was sent arrive, so the next trial starts clean.
-    let _ = producer.flush(Duration::from_secs(30));
-    let drain_until = Instant::now() + Duration::from_secs(10);
-    while consumed.load(Ordering::Relaxed) < acks.ok.load(Ordering::Relaxed) && Instant::now() < drain_until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let e2e = reader.join().map_err(|_| anyhow!("the consumer thread panicked"))?;
+    let acked = acks.ok.load(Ordering::Relaxed);
+    let lag_end = acked as f64 - consumed.load(Ordering::Relaxed) as f64;
+    let consumed = consumed.load(Ordering::Relaxed);
+    Ok(Load { window, acked, consumed, lag_end, lag_mid, acked_mid, behind })
+}
+
+/// The trial's verdict and measurements: the first indicator that trips (in the order
+/// the module's documentation lists them) names the failure.
+fn judge(
+    cfg: &ProbeConfig,
+    size: usize,
+    rate: f64,
+    load: &Load,
+    acks: &Acks,
+    e2e: &Histogram<u64>,
+) -> (Trial, TrialDetail) {
     let produce = acks.latency_us.lock().expect("lock").clone();
     let p99 = |h: &Histogram<u64>| crate::stats::quantile_ms(h, 0.99);
     // The rate over the second half: connection set-up in the first does not count.
-    let achieved = match acked_mid {
-        Some((t, n)) if window > t => (acked_in_window - n) as f64 / (window - t),
-        _ => acked_in_window as f64 / window,
+    let achieved = match load.acked_mid {
+        Some((t, n)) if load.window > t => (load.acked - n) as f64 / (load.window - t),
+        _ => load.acked as f64 / load.window,
     };
-    let lag_growth = lag_end - lag_mid.unwrap_or(0.0);
+    let lag_growth = load.lag_end - load.lag_mid.unwrap_or(0.0);
     let limit_ms = cfg.p99_limit.as_secs_f64() * 1000.0;
-    let tripped = if achieved < cfg.achieved_ratio * rate || behind || acks.failed.load(Ordering::Relaxed) > 0 {
+    let tripped = if achieved < cfg.achieved_ratio * rate || load.behind || acks.failed.load(Ordering::Relaxed) > 0 {
         Some(format!("achieved rate below offered ({achieved:.0} of {rate:.0} msg/s acknowledged)"))
     } else if p99(&produce) > limit_ms {
         Some(format!("p99 produce latency {:.0} ms > {limit_ms:.0} ms", p99(&produce)))
     } else if lag_growth > cfg.lag_growth_limit_s * rate {
         Some(format!("consumer lag growing (+{lag_growth:.0} messages over the second half)"))
-    } else if p99(&e2e) > limit_ms {
-        Some(format!("p99 end-to-end latency {:.0} ms > {limit_ms:.0} ms", p99(&e2e)))
+    } else if p99(e2e) > limit_ms {
+        Some(format!("p99 end-to-end latency {:.0} ms > {limit_ms:.0} ms", p99(e2e)))
     } else {
         None
     };
@@ -219,9 +293,9 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         message_bytes: size,
         offered: rate,
         achieved,
-        consumed: consumed_in_window as f64 / window,
+        consumed: load.consumed as f64 / load.window,
         produce_p99_ms: p99(&produce),
-        end_to_end_p99_ms: p99(&e2e),
+        end_to_end_p99_ms: p99(e2e),
         lag_growth,
         tripped: tripped.clone(),
     };
@@ -235,5 +309,5 @@ pub fn trial(cfg: &ProbeConfig, size: usize, rate: f64) -> Result<(Trial, TrialD
         tripped = tripped.as_deref().unwrap_or("-"),
         "capacity trial"
     );
-    Ok((Trial { offered: rate, achieved, tripped }, detail))
+    (Trial { offered: rate, achieved, tripped }, detail)
 }

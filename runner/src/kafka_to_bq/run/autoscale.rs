@@ -25,6 +25,16 @@ enum Scaling {
     Member(Arc<SharedWorkers>),
 }
 
+impl Scaling {
+    /// The limits in force and the latest target, for the dashboard.
+    fn limits_and_target(&self, ctx: &JobCtx, pool: &Pool) -> (flexrun_autoscaler::Limits, u32) {
+        match self {
+            Scaling::Own(scaler) => (scaler.limits(), scaler.target(pool.workers())),
+            Scaling::Member(shared) => (ctx.cfg.run.pool.limits(shared.shards()), shared.size()),
+        }
+    }
+}
+
 /// Run the shards on the worker pool until a drain, autoscaling every interval.
 pub async fn run_pool(
     ctx: &Arc<JobCtx>,
@@ -36,28 +46,7 @@ pub async fn run_pool(
     web: Option<flexrun_web::JobRegistry>,
 ) -> Result<(Vec<Decision>, u32)> {
     let pc = ctx.cfg.run.pool.clone();
-    let (mut pool, mut scaling, initial) = match ctx.cfg.shared.clone() {
-        Some(shared) => {
-            let offset = shared.join(&ctx.cfg.source.topic, shard_list.len() as u32);
-            let size = shared.size();
-            let workers = Workers::Shared { pool: shared.clone(), offset };
-            (Pool::new(ctx.clone(), shard_list, shard_count, workers), Scaling::Member(shared), size)
-        }
-        None => {
-            let pool = Pool::new(ctx.clone(), shard_list, shard_count, Workers::Own(ctx.cfg.run.worker_capacity));
-            let scaler = Autoscaler::new(&pc, pool.max_parallelism(), started);
-            let initial = pc.initial_workers(pool.max_parallelism());
-            if initial < pc.num_workers {
-                tracing::warn!(
-                    asked = pc.num_workers,
-                    running = initial,
-                    shards = pool.max_parallelism(),
-                    "more workers than shards: each shard runs on one worker at a time"
-                );
-            }
-            (pool, Scaling::Own(Box::new(scaler)), initial)
-        }
-    };
+    let (mut pool, mut scaling, initial) = start(ctx, shard_list, shard_count, started);
     pool.resize(initial).await?;
     let mut cancel = cancel_tx.subscribe();
     let mut publisher = web.map(|w| Publisher::new(w, ctx.cfg.job_name.clone(), pc.vcpus_per_worker));
@@ -94,14 +83,7 @@ pub async fn run_pool(
         }
         let point = match publisher.as_mut() {
             Some(p) => {
-                let limits = match &scaling {
-                    Scaling::Own(scaler) => scaler.limits(),
-                    Scaling::Member(shared) => pc.limits(shared.shards()),
-                };
-                let target = match &scaling {
-                    Scaling::Own(scaler) => scaler.target(pool.workers()),
-                    Scaling::Member(shared) => shared.size(),
-                };
+                let (limits, target) = scaling.limits_and_target(ctx, &pool);
                 let view = PoolView { workers: pool.workers(), target, utilization: last_utilization, limits: &limits };
                 p.maybe_publish(ctx, &partitions, started, view).await
             }
@@ -136,6 +118,39 @@ pub async fn run_pool(
         Scaling::Member(_) => Vec::new(),
     };
     Ok((decisions, workers))
+}
+
+/// The pool and who sizes it: the job's workers for a topic of a job of several, else
+/// the pool's own with its own autoscaler. Also the worker count to start with.
+fn start(
+    ctx: &Arc<JobCtx>,
+    shard_list: Vec<(usize, Vec<i32>)>,
+    shard_count: usize,
+    started: Instant,
+) -> (Pool, Scaling, u32) {
+    let pc = &ctx.cfg.run.pool;
+    match ctx.cfg.shared.clone() {
+        Some(shared) => {
+            let offset = shared.join(&ctx.cfg.source.topic, shard_list.len() as u32);
+            let size = shared.size();
+            let workers = Workers::Shared { pool: shared.clone(), offset };
+            (Pool::new(ctx.clone(), shard_list, shard_count, workers), Scaling::Member(shared), size)
+        }
+        None => {
+            let pool = Pool::new(ctx.clone(), shard_list, shard_count, Workers::Own(ctx.cfg.run.worker_capacity));
+            let scaler = Autoscaler::new(pc, pool.max_parallelism(), started);
+            let initial = pc.initial_workers(pool.max_parallelism());
+            if initial < pc.num_workers {
+                tracing::warn!(
+                    asked = pc.num_workers,
+                    running = initial,
+                    shards = pool.max_parallelism(),
+                    "more workers than shards: each shard runs on one worker at a time"
+                );
+            }
+            (pool, Scaling::Own(Box::new(scaler)), initial)
+        }
+    }
 }
 
 /// A topic's pipeline on the job's pool: report the topic's load about once a second
