@@ -114,11 +114,15 @@ impl SharedWorkers {
         self.members.lock().expect("members lock").iter().map(|m| m.shards).sum()
     }
 
-    /// A topic's pipeline reports its load.
-    pub fn report(&self, topic: &str, load: TopicLoad) {
+    /// A topic's pipeline reports its load; a report without a dashboard point keeps
+    /// the last one.
+    pub fn report(&self, topic: &str, mut load: TopicLoad) {
         let mut m = self.members.lock().expect("members lock");
         if let Some(x) = m.iter_mut().find(|x| x.topic == topic) {
             x.first_hw.get_or_insert(load.high_watermarks);
+            if load.point.is_none() {
+                load.point = x.load.point.take();
+            }
             x.load = load;
         }
     }
@@ -178,6 +182,10 @@ mod tests {
         assert_eq!(w.load(), JobLoad { produced: 500, backlog: 5, avg_bytes: 1000.0 });
         w.report("a", load(1_300, 0, 300, 100_000));
         assert!((w.load().avg_bytes - 400_000.0 / 500.0).abs() < 1e-9);
+        let page = flexrun_web::TopicPoint { job: "j.a".into(), ..Default::default() };
+        w.report("a", TopicLoad { point: Some(page.clone()), ..load(1_400, 0, 300, 100_000) });
+        w.report("a", load(1_500, 0, 300, 100_000));
+        assert_eq!(w.loads()[0].1.point, Some(page), "a report without a point keeps the last one");
     }
 
     #[test]

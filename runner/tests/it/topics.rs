@@ -127,9 +127,10 @@ async fn two_topics_share_one_autoscaled_pool_and_one_page() {
     let p = unique("pool");
     let (a, b) = (format!("{p}_a"), format!("{p}_b"));
     let (ta, tb) = (topic_and_table(&s, &a, 2, &a).await, topic_and_table(&s, &b, 2, &b).await);
-    // 8,000 messages at 400 per second a worker: about 20 s on the one worker it starts with.
-    produce(&s, &a, 2, 0, 4_000, None).await;
-    produce(&s, &b, 2, 10_000, 4_000, None).await;
+    // 6,000 messages at 100 per second a worker: DS2 wants the backlog drained in 60 s, so
+    // the job's backlog (never one topic's alone, 3,000) asks for two workers at once.
+    produce(&s, &a, 2, 0, 3_000, None).await;
+    produce(&s, &b, 2, 10_000, 3_000, None).await;
     let params = format!(
         "readBootstrapServerAndTopic={};{a}|{b},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=JSON,outputTableSpec={PROJECT}:multi.{{topic}}",
         s.kafka
@@ -143,7 +144,7 @@ async fn two_topics_share_one_autoscaled_pool_and_one_page() {
         "--max-workers",
         "4",
         "--worker-capacity",
-        "400msg/s",
+        "100msg/s",
         "--autoscaling-policy",
         "ds2",
         "--autoscaling-interval",
@@ -153,7 +154,16 @@ async fn two_topics_share_one_autoscaled_pool_and_one_page() {
     ];
     let mut args = vec!["--web", addr.as_str(), "--summary-json", sum.to_str().unwrap()];
     args.extend(scaling);
-    let mut child = spawn_job("pool", ck.path(), &params, &args);
+    let job = ["--template", "kafka-to-bq", "--job-name", "pool", "--checkpoint-dir", ck.path().to_str().unwrap()];
+    let mut all: Vec<&str> = job.into_iter().chain(["--parameters", params.as_str()]).collect();
+    all.extend(args);
+    // The pool's own log lines say when a topic's pipeline follows the job's size.
+    let mut child = flexrun(&all)
+        .env("FLEXRUN_LOG", "warn,flexrun::kafka_to_bq::run::autoscale=info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // The job's page: both topics, each with its stages and backlog.
     let (job, point) = wait_for_point(&addr, "pool", |pt| {
         [&a, &b].iter().all(|t| pt["topics"][t.as_str()]["stages"]["end_to_end"].is_object())
@@ -164,21 +174,22 @@ async fn two_topics_share_one_autoscaled_pool_and_one_page() {
         assert!(x["backlog_elements"].is_u64() && x["partition_backlog"].as_object().unwrap().len() == 2, "{x}");
         assert_eq!(x["job"], format!("pool.{t}"), "each topic keeps a page of its own");
     }
-    wait_for_rows(&s, &ta, 4_000, &mut child).await;
-    wait_for_rows(&s, &tb, 4_000, &mut child).await;
+    wait_for_rows(&s, &ta, 3_000, &mut child).await;
+    wait_for_rows(&s, &tb, 3_000, &mut child).await;
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = wait_with_timeout(child, Duration::from_secs(60));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(s.count(&ta).await, (4_000, 4_000));
-    assert_eq!(s.count(&tb).await, (4_000, 4_000));
+    assert_eq!(s.count(&ta).await, (3_000, 3_000));
+    assert_eq!(s.count(&tb).await, (3_000, 3_000));
     let j = summary(&sum);
     let up = j["decisions"]
         .as_array()
         .expect("the job's own decisions")
         .iter()
         .any(|d| d["to"].as_u64() > d["from"].as_u64());
-    assert!(up, "the job's pool scaled up on the two topics' backlog: {}", j["decisions"]);
     let log = text(&o);
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("decision") || l.contains("pool")).collect();
+    assert!(up, "the job's pool scaled up on the two topics' backlog: {}\n{}", j["decisions"], said.join("\n"));
     for t in [&a, &b] {
         let followed = log.lines().any(|l| l.contains("following the job's pool") && l.contains(&format!("pool.{t}")));
         assert!(followed, "topic {t}'s pipeline moved its shards onto the job's new workers:\n{log}");

@@ -163,7 +163,7 @@ async fn follow(
     next_report: &mut Instant,
     point: Option<flexrun_web::TopicPoint>,
 ) -> Result<Option<f64>> {
-    if Instant::now() >= *next_report {
+    if point.is_some() || Instant::now() >= *next_report {
         *next_report = Instant::now() + Duration::from_secs(1);
         match ctx.metadata.high_watermarks(partitions).await {
             Ok(hw) => {
