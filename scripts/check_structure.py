@@ -2,12 +2,17 @@
 """Fail when a source file or a function grows past what one reader can hold
 (scripts/test.sh runs this, beside check_layers.py).
 
-Two rules, over every crate's src/ and tests/:
+Three rules, over every crate's src/ and tests/:
 
 1. No file holds more than MAX_FILE_LINES lines of code (blank lines and comments do not count).
 2. No function body runs past MAX_FN_LINES lines of code, unless it is listed in ALLOWED below
    with the reason it stays whole. A listed function that is cut down or removed must leave the
    list (the check says so), so the list only shrinks.
+
+3. No template parameter is read by its string name (`p.get("messageFormat")`,
+   `.flag(..)`, `.was_given(..)`, `.parsed(..)`, `.defines(..)`) outside the templates crate:
+   the runner reads parameters through `flexrun_templates::typed`, generated from the
+   YAML, so a misspelt name fails to compile and each default lives only in the YAML.
 
 Functions are found by `fn name` at the start of a line and measured to their closing brace,
 ignoring braces inside strings, character literals and comments. Prints every violation and
@@ -26,10 +31,8 @@ MAX_FN_LINES = 100
 ALLOWED = {
     ("web/tests/browser.rs", "the_estimate_page_and_a_job_page_render_with_charts"):
         "one headless-browser session walks the pages in order; each step depends on the last",
-    ("runner/src/kafka_to_bq/job.rs", "run"):
-        "not yet cut (issue 50 item 3): the job's start, recovery and steady loop",
     ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
-        "not yet cut (issue 50 item 3): one batch's log, append and commit",
+        "the exactly-once loop of one batch: log, append, and the two recoveries (rows refused, stream lost) share its offsets x, zs, y and its plans; to cut when those become one struct",
     ("runner/src/avro/from_json.rs", "convert"):
         "one match over Avro's schema kinds; each arm is a few lines",
 }
@@ -70,6 +73,31 @@ def functions(lines):
             i += 1
 
 
+PARAM_NAME = re.compile(r"^  - name: (\w+)", re.M)
+READ_BY_NAME = re.compile(r'\.(?:get|flag|was_given|defines|parsed(?:::<[^>]+>)?)\("(\w+)"')
+
+
+def parameter_names():
+    """Every parameter name any template YAML defines."""
+    names = set()
+    for y in (ROOT / "templates").glob("*.yaml"):
+        names.update(PARAM_NAME.findall(y.read_text(encoding="utf-8")))
+    return names
+
+
+def reads_by_name(problems):
+    names = parameter_names()
+    for crate in CRATES:
+        if crate == "templates":
+            continue
+        for path in sorted((ROOT / crate / "src").rglob("*.rs")):
+            rel = path.relative_to(ROOT).as_posix()
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                for name in READ_BY_NAME.findall(line):
+                    if name in names and not line.strip().startswith("//"):
+                        problems.append(f"{rel}:{n}: reads parameter {name} by its string name: use flexrun_templates::typed")
+
+
 def main():
     problems, seen = [], set()
     for crate in CRATES:
@@ -88,12 +116,13 @@ def main():
                     seen.add((rel, name))
                     continue
                 problems.append(f"{rel}: fn {name} is {length} lines, over {MAX_FN_LINES}: cut it along its steps, or list it in scripts/check_structure.py with the reason it stays whole")
+    reads_by_name(problems)
     for rel, name in sorted(set(ALLOWED) - seen):
         problems.append(f"{rel}: fn {name} is listed in scripts/check_structure.py but is no longer over {MAX_FN_LINES} lines (or is gone): take it off the list")
     if problems:
         print("\n".join(problems))
         sys.exit(1)
-    print(f"structure: no file over {MAX_FILE_LINES} lines of code, no function over {MAX_FN_LINES} but {len(ALLOWED)} listed")
+    print(f"structure: no file over {MAX_FILE_LINES} lines of code, no function over {MAX_FN_LINES} but {len(ALLOWED)} listed, no parameter read by name")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@
 //!   resolved parameters with defaults filled in or a [`ParamError`] that names
 //!   the parameter and the expected form.
 //!
+//! - [`typed`]: each template's parameters as typed methods, generated from its YAML
+//!   by `build.rs`; the only way the runner reads a parameter.
 //! - [`export`]: the same job as a Dataflow launch of Google's template (gcloud command
 //!   and REST body), with local endpoints replaced by placeholders.
 //!
@@ -21,6 +23,7 @@
 pub mod export;
 pub mod metadata;
 pub mod params;
+pub mod typed;
 
 pub use metadata::{builtin, find, find_by_gcs_path, Parameter, Template, TemplateError};
 pub use params::{

@@ -23,6 +23,7 @@ pub mod table;
 pub mod wire;
 
 use apache_avro::schema::{Name, Schema};
+use flexrun_templates::typed::kafka_source::Params as Src;
 use std::collections::HashMap;
 
 /// A parsed writer schema with its named types, ready to decode and map with.
@@ -94,7 +95,7 @@ impl WriterSchema {
 /// built is refused, never accepted and then ignored (which would send the registry
 /// unauthenticated requests the user did not ask for).
 pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut flexrun_templates::Problems) {
-    match p.get("schemaRegistryAuthenticationMode").unwrap_or("NONE") {
+    match Src(p).schema_registry_authentication_mode() {
         "NONE" => {}
         m => errs.push(format!(
             "schemaRegistryAuthenticationMode={m} is not supported by flexrun; only NONE (a registry without authentication) is"

@@ -12,6 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use flexrun_estimator as est;
 use flexrun_templates::export::{localize, Launch};
+use flexrun_templates::typed::kafka_source::Params as Src;
 
 /// `flexrun export JOB | --template kafka-to-bq --parameters ... [run flags]`
 #[derive(Debug, Args)]
@@ -141,7 +142,7 @@ pub fn launch(a: &ExportArgs) -> Result<Launch> {
 /// A job of several topics (flexrun's extension) has no Dataflow form: Google's template
 /// reads one topic per job.
 fn refuse_several_topics(p: &flexrun_templates::ResolvedParams) -> Result<()> {
-    let topic = p.get("readBootstrapServerAndTopic").and_then(|v| v.split_once(';')).map(|(_, t)| t);
+    let topic = Src(p).read_bootstrap_server_and_topic().split_once(';').map(|(_, t)| t);
     match topic {
         Some(t) if t.contains('|') || t.starts_with('/') => Err(usage(format!(
             "readBootstrapServerAndTopic: {t} reads several topics, and Google's template reads one per job: export each topic as its own job (host:port;topic), with its table"
@@ -153,8 +154,8 @@ fn refuse_several_topics(p: &flexrun_templates::ResolvedParams) -> Result<()> {
 /// Protobuf input (flexrun's extension) has no Dataflow form: Google's Kafka template
 /// reads JSON and Avro only.
 fn refuse_protobuf(p: &flexrun_templates::ResolvedParams) -> Result<()> {
-    match p.get("messageFormat") {
-        Some(f) if f.starts_with("PROTO") => Err(usage(format!(
+    match Src(p).message_format() {
+        f if f.starts_with("PROTO") => Err(usage(format!(
             "messageFormat={f}: Google's Kafka_to_BigQuery_Flex reads JSON and Avro only (its YAML template, Kafka_to_BigQuery_Yaml, reads PROTO); there is no Dataflow form of this job"
         ))),
         _ => Ok(()),
@@ -164,15 +165,15 @@ fn refuse_protobuf(p: &flexrun_templates::ResolvedParams) -> Result<()> {
 /// For an Avro kafka-to-bq job, where flexrun's Avro → BigQuery mapping and Google's
 /// differ: the columns by name when the schema is a local file, else in general.
 fn avro_mapping_note(t: &flexrun_templates::Template, p: &flexrun_templates::ResolvedParams) -> Option<String> {
-    let format = p.get("messageFormat").unwrap_or_default();
+    let format = Src(p).message_format();
     if t.name != "kafka-to-bq" || !format.starts_with("AVRO") {
         return None;
     }
     let why = "flexrun gives Avro logical types their BigQuery types, where Google's template makes date a TIMESTAMP column (whose values then fail), reads timestamp-millis as microseconds and makes timestamp-micros and time-* INTEGER columns";
-    let path = match (format, p.get("schemaFormat")) {
-        ("AVRO_BINARY_ENCODING", _) => p.get("binaryAvroSchemaPath"),
-        (_, Some("SCHEMA_REGISTRY")) => None,
-        _ => p.get("confluentAvroSchemaPath"),
+    let path = match (format, Src(p).schema_format()) {
+        ("AVRO_BINARY_ENCODING", _) => Src(p).binary_avro_schema_path(),
+        (_, "SCHEMA_REGISTRY") => None,
+        _ => Src(p).confluent_avro_schema_path(),
     };
     let Some(path) = path else {
         return Some(format!("Avro mapping: {why}. With a Schema Registry the columns are not known here: before Google's template writes to a table flexrun created, check its DATE, TIME, TIMESTAMP and DATETIME columns"));

@@ -8,6 +8,7 @@ use clap::Args;
 use flexrun_estimator::files::WindowCommit;
 use flexrun_estimator::state::{CheckpointCosts, CheckpointKind, StateBackend, StateModel};
 use flexrun_estimator::{parse_duration, Rate};
+use flexrun_templates::typed::kafka_to_gcs::Params as Gcs;
 use std::time::Duration;
 
 /// Serial publish time per file: see [`GcsModelFlags::commit_file_cost`].
@@ -93,8 +94,8 @@ pub fn window_and_files(mut pairs: Vec<(String, String)>, max_workers: Option<u3
         }
     }
     let p = flexrun_templates::validate(template, &pairs).map_err(|e| usage(e.to_string()))?;
-    let window = crate::kafka_to_gcs::window::parse_window(p.get("windowDuration").unwrap_or("5m")).map_err(usage)?;
-    let files = match p.get("numShards").unwrap_or("0").parse::<i64>() {
+    let window = crate::kafka_to_gcs::window::parse_window(Gcs(&p).window_duration()).map_err(usage)?;
+    let files = match Gcs(&p).num_shards().parse::<i64>() {
         Ok(0) => max_workers.map_or(crate::kafka_to_gcs::config::DEFAULT_SHARDS as f64, |m| 2.0 * m as f64),
         Ok(n) if n > 0 => n as f64,
         _ => return Err(usage("numShards: expected 0 (the runner chooses) or a positive whole number")),

@@ -9,6 +9,7 @@ use crate::control::{lock::JobLock, Control};
 use crate::kafka_to_bq::setup::config::{KafkaToBqConfig, SinkKind};
 use crate::{data_generator, invalid_parameters, kafka_to_bq, microbatch, usage};
 use anyhow::{anyhow, Context, Result};
+use flexrun_templates::typed::kafka_to_bq::{Name as BqName, Params as Bq};
 use flexrun_templates::{parse_parameter_list, validate, ParameterViolation, ResolvedParams, Template};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -224,7 +225,7 @@ async fn run_kafka_to_bq(resolved: &ResolvedParams, job_name: &str, flags: &JobF
     for n in flags.notes() {
         eprintln!("note: {n}");
     }
-    if !resolved.was_given("useStorageWriteApiAtLeastOnce") && flags.at_least_once_experiment() {
+    if !Bq(resolved).was_given(BqName::UseStorageWriteApiAtLeastOnce) && flags.at_least_once_experiment() {
         eprintln!("note: --additional-experiments=streaming_mode_at_least_once: at-least-once delivery (the _default stream), as Google's template does");
     }
     let web = serve_web(flags, job_name).await?;

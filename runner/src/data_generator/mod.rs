@@ -14,6 +14,7 @@ pub mod sink;
 
 use anyhow::{bail, Context, Result};
 pub use flexrun_generator::Generator;
+use flexrun_templates::typed::streaming_data_generator::{Name as GenName, Params as Gen};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::time::{Duration, Instant};
 
@@ -85,11 +86,12 @@ impl GeneratorConfig {
     /// Build from validated parameters; errors name the parameter and what it expects.
     pub fn from_params(p: &ResolvedParams, seed: Option<u64>) -> Result<GeneratorConfig, ParamErrors> {
         let mut errs = Problems::default();
-        let qps: f64 = p.parsed("qps", "a number of messages per second above 0").ok().flatten().unwrap_or(0.0);
+        let qps: f64 =
+            Gen(p).parsed(GenName::Qps, "a number of messages per second above 0").ok().flatten().unwrap_or(0.0);
         if !(qps > 0.0 && qps.is_finite()) {
-            errs.push(format!("qps={}: expected a number of messages per second above 0", p.get("qps").unwrap_or("")));
+            errs.push(format!("qps={}: expected a number of messages per second above 0", Gen(p).qps()));
         }
-        let (schema, schema_path) = match (p.get("schemaLocation"), p.get("schemaTemplate")) {
+        let (schema, schema_path) = match (Gen(p).schema_location(), Gen(p).schema_template()) {
             (Some(loc), _) if loc.starts_with("gs://") => {
                 errs.push(format!(
                     "schemaLocation={loc}: Cloud Storage is not reachable from here; give a local file path"
@@ -119,7 +121,7 @@ impl GeneratorConfig {
                 (String::new(), String::new())
             }
         };
-        let limit = match p.get("messagesLimit").unwrap_or("0").parse::<u64>() {
+        let limit = match Gen(p).messages_limit().parse::<u64>() {
             Ok(0) => None,
             Ok(n) => Some(n),
             Err(_) => {
@@ -129,18 +131,17 @@ impl GeneratorConfig {
         };
         let avro = avro_output(p, &mut errs);
         let proto = proto_output(p, &mut errs);
-        let sink = match p.get("sinkType").unwrap_or("PUBSUB") {
-            "KAFKA" => match (p.get("bootstrapServer"), p.get("kafkaTopic")) {
+        let sink = match Gen(p).sink_type() {
+            "KAFKA" => match (Gen(p).bootstrap_server(), Gen(p).kafka_topic()) {
                 (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
                 _ => {
                     errs.push("sinkType=KAFKA needs bootstrapServer (host:port) and kafkaTopic");
                     SinkSpec::Null
                 }
             },
-            "FILE" => match p.get("outputDirectory") {
+            "FILE" => match Gen(p).output_directory() {
                 Some(d) if !d.starts_with("gs://") => SinkSpec::File(
-                    std::path::Path::new(d)
-                        .join(format!("{}generated.json", p.get("outputFilenamePrefix").unwrap_or("output-"))),
+                    std::path::Path::new(d).join(format!("{}generated.json", Gen(p).output_filename_prefix())),
                 ),
                 Some(d) => {
                     errs.push(format!(
@@ -170,16 +171,16 @@ impl GeneratorConfig {
             seed: seed.unwrap_or_else(|| rand::Rng::random(&mut rand::rng())),
             avro,
             proto,
-            compact: p.get("compactJson") != Some("false"),
+            compact: Gen(p).compact_json(),
         })
     }
 }
 
 fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
-    match p.get("outputType").unwrap_or("JSON") {
+    match Gen(p).output_type() {
         "JSON" => None,
         "AVRO" => {
-            let Some(path) = p.get("avroSchemaLocation").filter(|s| !s.is_empty()) else {
+            let Some(path) = Gen(p).avro_schema_location().filter(|s| !s.is_empty()) else {
                 errs.push("outputType=AVRO needs avroSchemaLocation (a local .avsc file)");
                 return None;
             };
@@ -196,8 +197,8 @@ fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
             Some(AvroOutput {
                 schema,
                 schema_path: path.to_string(),
-                confluent: p.get("kafkaAvroEncoding") != Some("AVRO_BINARY_ENCODING"),
-                registry: p.get("schemaRegistryConnectionUrl").filter(|s| !s.is_empty()).map(str::to_string),
+                confluent: Gen(p).kafka_avro_encoding() != "AVRO_BINARY_ENCODING",
+                registry: Gen(p).schema_registry_connection_url().filter(|s| !s.is_empty()).map(str::to_string),
             })
         }
         "PROTO" => None,
@@ -212,15 +213,15 @@ fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
 /// `protoSchemaPath` (a descriptor set or a `.proto` file), to Kafka as the message alone,
 /// as kafka-to-bq's `messageFormat=PROTO` reads it.
 fn proto_output(p: &ResolvedParams, errs: &mut Problems) -> Option<prost_reflect::MessageDescriptor> {
-    if p.get("outputType") != Some("PROTO") {
+    if Gen(p).output_type() != "PROTO" {
         return None;
     }
-    if p.get("sinkType") != Some("KAFKA") {
+    if Gen(p).sink_type() != "KAFKA" {
         errs.push(
             "outputType=PROTO writes to Kafka only (sinkType=KAFKA): a file of bare messages could not be read back",
         );
     }
-    let (Some(path), Some(message)) = (p.get("protoSchemaPath"), p.get("fullMessageName")) else {
+    let (Some(path), Some(message)) = (Gen(p).proto_schema_path(), Gen(p).full_message_name()) else {
         errs.push("outputType=PROTO needs protoSchemaPath (a descriptor set or a .proto file) and fullMessageName (package.Message)");
         return None;
     };

@@ -3,63 +3,74 @@
 //! `kafkaReadOffset`, `enableCommitOffsets`), read once for every template.
 
 use super::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
+use flexrun_templates::typed::kafka_source::{Name as SrcName, Params as Src};
 use flexrun_templates::{Problems, ResolvedParams};
 
 /// The source the parameters name, or `None` with the problems pushed to `errs`.
 pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Problems) -> Option<SourceSettings> {
-    if p.flag("enableCommitOffsets") && p.get("consumerGroupId").is_none() {
+    if Src(p).enable_commit_offsets() && Src(p).consumer_group_id().is_none() {
         errs.push("enableCommitOffsets=true requires consumerGroupId");
     }
-    let (bootstrap, topic) = match parse_server_and_topic(p.get("readBootstrapServerAndTopic").unwrap_or_default()) {
+    let (bootstrap, topic) = match parse_server_and_topic(Src(p).read_bootstrap_server_and_topic()) {
         Ok(v) => v,
         Err(e) => {
             errs.push(e.to_string());
             Default::default()
         }
     };
-    let mode = p.get("kafkaReadAuthenticationMode").unwrap_or("SASL_PLAIN");
-    let path = |n: &str| p.get(n).map(str::to_string);
-    let auth = match mode {
-        "NONE" => Ok(Auth::None),
-        "SASL_PLAIN" => secret(p, "kafkaReadUsernameSecretId", mode).and_then(|u| {
-            secret(p, "kafkaReadPasswordSecretId", mode).map(|pw| Auth::SaslPlain { username: u, password: pw, ca: path("kafkaReadTruststoreLocation") })
-        }),
-        "SASL_SCRAM_512" => secret(p, "kafkaReadSaslScramUsernameSecretId", mode).and_then(|u| {
-            secret(p, "kafkaReadSaslScramPasswordSecretId", mode).map(|pw| Auth::SaslScram512 { username: u, password: pw, ca: path("kafkaReadSaslScramTruststoreLocation") })
-        }),
-        "TLS" => {
-            let key_password = match p.get("kafkaReadKeyPasswordSecretId") {
-                Some(v) => resolve_secret("kafkaReadKeyPasswordSecretId", v).map(Some).map_err(|e| e.to_string()),
-                None => Ok(None),
-            };
-            key_password.map(|kp| Auth::Tls { ca: path("kafkaReadTruststoreLocation"), keystore: path("kafkaReadKeystoreLocation"), key_password: kp })
-        }
-        // Google's template takes no truststore here (Managed Kafka's certificates are
-        // publicly trusted); kafkaReadTruststoreLocation is honoured if given.
-        "APPLICATION_DEFAULT_CREDENTIALS" => Ok(Auth::GoogleAdc { ca: path("kafkaReadTruststoreLocation") }),
-        other => Err(format!("kafkaReadAuthenticationMode={other}: expected APPLICATION_DEFAULT_CREDENTIALS, SASL_PLAIN, SASL_SCRAM_512, TLS or NONE")),
-    };
+    let mode = Src(p).kafka_read_authentication_mode();
+    let auth = auth_of(Src(p), mode);
     let auth = auth.map_err(|e| errs.push(e)).ok();
-    let gap_policy =
-        super::gaps::GapPolicy::parse(p.get("offsetGapPolicy").unwrap_or("FAIL")).map_err(|e| errs.push(e)).ok();
-    let hostname_check = super::HostnameCheck::parse(p.get("kafkaTlsHostnameVerification").unwrap_or("AS_GOOGLE"))
-        .map_err(|e| errs.push(e))
-        .ok();
-    let isolation = super::source::Isolation::parse(p.get("kafkaIsolationLevel").unwrap_or("read_committed"))
-        .map_err(|e| errs.push(e))
-        .ok();
-    let group_id = p.get("consumerGroupId").map(str::to_string).unwrap_or_else(|| format!("flexrun-{job_name}"));
+    let gap_policy = super::gaps::GapPolicy::parse(Src(p).offset_gap_policy()).map_err(|e| errs.push(e)).ok();
+    let hostname_check =
+        super::HostnameCheck::parse(Src(p).kafka_tls_hostname_verification()).map_err(|e| errs.push(e)).ok();
+    let isolation = super::source::Isolation::parse(Src(p).kafka_isolation_level()).map_err(|e| errs.push(e)).ok();
+    let group_id = Src(p).consumer_group_id().map(str::to_string).unwrap_or_else(|| format!("flexrun-{job_name}"));
     Some(SourceSettings {
         conn: Connection { bootstrap, auth: auth?, hostname_check: hostname_check? },
         topic,
         group_id,
-        start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
+        start_earliest: Src(p).kafka_read_offset() == "earliest",
         gap_policy: gap_policy?,
         isolation: isolation?,
     })
 }
 
-fn secret(p: &ResolvedParams, name: &str, mode: &str) -> Result<String, String> {
-    let v = p.get(name).ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
+/// The authentication `kafkaReadAuthenticationMode` names, with its secrets resolved.
+fn auth_of(p: Src<'_>, mode: &str) -> Result<Auth, String> {
+    let owned = |v: Option<&str>| v.map(str::to_string);
+    match mode {
+        "NONE" => Ok(Auth::None),
+        "SASL_PLAIN" => {
+            let username = secret(SrcName::KafkaReadUsernameSecretId, p.kafka_read_username_secret_id(), mode)?;
+            let password = secret(SrcName::KafkaReadPasswordSecretId, p.kafka_read_password_secret_id(), mode)?;
+            Ok(Auth::SaslPlain { username, password, ca: owned(p.kafka_read_truststore_location()) })
+        }
+        "SASL_SCRAM_512" => {
+            let user = p.kafka_read_sasl_scram_username_secret_id();
+            let username = secret(SrcName::KafkaReadSaslScramUsernameSecretId, user, mode)?;
+            let pass = p.kafka_read_sasl_scram_password_secret_id();
+            let password = secret(SrcName::KafkaReadSaslScramPasswordSecretId, pass, mode)?;
+            Ok(Auth::SaslScram512 { username, password, ca: owned(p.kafka_read_sasl_scram_truststore_location()) })
+        }
+        "TLS" => {
+            let key_password = match p.kafka_read_key_password_secret_id() {
+                Some(v) => Some(resolve_secret(SrcName::KafkaReadKeyPasswordSecretId.as_str(), v).map_err(|e| e.to_string())?),
+                None => None,
+            };
+            let (ca, keystore) = (owned(p.kafka_read_truststore_location()), owned(p.kafka_read_keystore_location()));
+            Ok(Auth::Tls { ca, keystore, key_password })
+        }
+        // Google's template takes no truststore here (Managed Kafka's certificates are
+        // publicly trusted); kafkaReadTruststoreLocation is honoured if given.
+        "APPLICATION_DEFAULT_CREDENTIALS" => Ok(Auth::GoogleAdc { ca: owned(p.kafka_read_truststore_location()) }),
+        other => Err(format!("kafkaReadAuthenticationMode={other}: expected APPLICATION_DEFAULT_CREDENTIALS, SASL_PLAIN, SASL_SCRAM_512, TLS or NONE")),
+    }
+}
+
+/// A secret parameter the mode needs, resolved (`env:VAR`, `file:PATH` or the value).
+fn secret(name: SrcName, value: Option<&str>, mode: &str) -> Result<String, String> {
+    let name = name.as_str();
+    let v = value.ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
     resolve_secret(name, v).map_err(|e| e.to_string())
 }

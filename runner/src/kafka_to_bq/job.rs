@@ -181,6 +181,56 @@ fn stop_when_caught_up(ctx: Arc<JobCtx>, ends: BTreeMap<i32, i64>, tx: watch::Se
     });
 }
 
+/// The Storage Write client (None for the stats sink), after making sure the dead-letter
+/// table exists.
+async fn write_client(cfg: &KafkaToBqConfig, endpoints: Option<&Endpoints>) -> Result<Option<WriteClient>> {
+    Ok(match (&cfg.run.sink, endpoints) {
+        (SinkKind::Stats { .. }, _) => None,
+        (SinkKind::BigQuery, Some(ep)) => {
+            if let Some(dlq) = &cfg.dlq {
+                let client = rest::client(ep).await?;
+                rest::ensure_table(&client, ep, dlq, &crate::kafka_to_bq::map::dlq::schema())
+                    .await
+                    .with_context(|| format!("preparing the dead-letter table {dlq}"))?;
+            }
+            Some(WriteClient::connect(ep).await?)
+        }
+        (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
+    })
+}
+
+/// `--idle-timeout`: drain once no message has been read and no batch has been busy
+/// for `idle`.
+fn drain_when_idle(ctx: Arc<JobCtx>, idle: Duration, tx: watch::Sender<bool>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = chrono::Utc::now().timestamp_millis();
+            if ctx.busy.load(Ordering::Acquire) > 0 {
+                ctx.last_read_ms.store(now, Ordering::Relaxed);
+                continue;
+            }
+            let quiet = now - ctx.last_read_ms.load(Ordering::Relaxed);
+            if quiet >= idle.as_millis() as i64 {
+                tracing::info!(idle_ms = quiet, "no new messages: draining");
+                tx.send_replace(true);
+                return;
+            }
+            if *tx.borrow() {
+                return;
+            }
+        }
+    });
+}
+
+/// Each shard's partitions (`p % shards`), leaving out shards with none.
+fn shard_list(partitions: &[i32], shards: usize) -> Vec<(usize, Vec<i32>)> {
+    (0..shards)
+        .map(|id| (id, partitions.iter().copied().filter(|p| (*p as usize) % shards == id).collect::<Vec<i32>>()))
+        .filter(|(_, parts)| !parts.is_empty())
+        .collect()
+}
+
 /// Run a kafka-to-bq job until it is cancelled (or idle for `--idle-timeout`, or caught
 /// up with `--stop-when-caught-up`).
 pub async fn run(
@@ -219,19 +269,7 @@ pub async fn run(
     let stats = Arc::new(JobStats::default());
     let starts = start_positions(&cfg, &metadata, &job_dir, &partitions, existed, &stats).await?;
 
-    let write_client = match (&cfg.run.sink, &endpoints) {
-        (SinkKind::Stats { .. }, _) => None,
-        (SinkKind::BigQuery, Some(ep)) => {
-            if let Some(dlq) = &cfg.dlq {
-                let client = rest::client(ep).await?;
-                rest::ensure_table(&client, ep, dlq, &crate::kafka_to_bq::map::dlq::schema())
-                    .await
-                    .with_context(|| format!("preparing the dead-letter table {dlq}"))?;
-            }
-            Some(WriteClient::connect(ep).await?)
-        }
-        (SinkKind::BigQuery, None) => bail!("no BigQuery endpoints"),
-    };
+    let write_client = write_client(&cfg, endpoints.as_ref()).await?;
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
     let mapping = Arc::new(job_mapping(&cfg, dest)?);
     store_schema(&job_dir, &mapping)?;
@@ -258,31 +296,9 @@ pub async fn run(
         _lock: job_lock,
     });
 
-    let shard_list: Vec<(usize, Vec<i32>)> = (0..shards)
-        .map(|id| (id, partitions.iter().copied().filter(|p| (*p as usize) % shards == id).collect::<Vec<i32>>()))
-        .filter(|(_, parts)| !parts.is_empty())
-        .collect();
+    let shard_list = shard_list(&partitions, shards);
     if let Some(idle) = ctx.cfg.run.idle_timeout {
-        let (ctx, tx) = (ctx.clone(), cancel_tx.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let now = chrono::Utc::now().timestamp_millis();
-                if ctx.busy.load(Ordering::Acquire) > 0 {
-                    ctx.last_read_ms.store(now, Ordering::Relaxed);
-                    continue;
-                }
-                let quiet = now - ctx.last_read_ms.load(Ordering::Relaxed);
-                if quiet >= idle.as_millis() as i64 {
-                    tracing::info!(idle_ms = quiet, "no new messages: draining");
-                    tx.send_replace(true);
-                    return;
-                }
-                if *tx.borrow() {
-                    return;
-                }
-            }
-        });
+        drain_when_idle(ctx.clone(), idle, cancel_tx.clone());
     }
     if ctx.cfg.run.stop_when_caught_up {
         let ends = ctx.metadata.high_watermarks(&partitions).await?;

@@ -8,6 +8,7 @@ use crate::scaling::Capacity;
 use crate::state::{Backend, Kind};
 use crate::store::Location;
 use flexrun_autoscaler::ScalingConfig;
+use flexrun_templates::typed::kafka_to_gcs::{Name as GcsName, Params as Gcs};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl OutputFormat {
 /// parameter) over the format `messageFormat` gives.
 fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Problems) -> Option<OutputFormat> {
     let read = read?;
-    let given = p.get("outputFileFormat").filter(|_| p.was_given("outputFileFormat"));
+    let given = Gcs(p).output_file_format().filter(|_| Gcs(p).was_given(GcsName::OutputFileFormat));
     match (given, read) {
         (None, f) | (Some("TEXT"), f @ OutputFormat::Json) | (Some("AVRO"), f @ OutputFormat::Avro(_)) => Some(f),
         (Some("PARQUET"), OutputFormat::Avro(d)) => {
@@ -74,23 +75,20 @@ fn output_format(p: &ResolvedParams, errs: &mut Problems) -> Option<OutputFormat
     let file = |name: &str, framing: Framing, errs: &mut Problems| {
         let path = crate::avro::schema_file_param(p, name, errs);
         if path.is_empty() {
-            errs.push(format!(
-                "{name} is required for messageFormat={}: a local .avsc file",
-                p.get("messageFormat").unwrap_or_default()
-            ));
+            errs.push(format!("{name} is required for messageFormat={}: a local .avsc file", Gcs(p).message_format()));
             return None;
         }
         let text = std::fs::read_to_string(&path).ok()?;
         let w = crate::avro::WriterSchema::parse(&text).ok()?;
         Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_file(framing, w))))
     };
-    match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
+    match Gcs(p).message_format() {
         "JSON" => Some(OutputFormat::Json),
         "AVRO_BINARY_ENCODING" => file("binaryAvroSchemaPath", Framing::Binary, errs),
-        _ => match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
+        _ => match Gcs(p).schema_format() {
             "SCHEMA_REGISTRY" => {
                 crate::avro::check_registry_auth(p, errs);
-                match p.get("schemaRegistryConnectionUrl") {
+                match Gcs(p).schema_registry_connection_url() {
                     Some(url) => Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_registry(
                         crate::avro::registry::Registry::new(url),
                     )))),
@@ -162,7 +160,7 @@ pub struct KafkaToGcsConfig {
 
 /// `timestampPolicy` (CLAMP or FAIL) and `maxTimestampSkew` (a span, default 1h).
 fn timestamp_bounds(p: &ResolvedParams, errs: &mut Problems) -> Option<TimestampBounds> {
-    let policy = match p.get("timestampPolicy").unwrap_or("CLAMP") {
+    let policy = match Gcs(p).timestamp_policy() {
         "CLAMP" => TimestampPolicy::Clamp,
         "FAIL" => TimestampPolicy::Fail,
         other => {
@@ -170,8 +168,7 @@ fn timestamp_bounds(p: &ResolvedParams, errs: &mut Problems) -> Option<Timestamp
             return None;
         }
     };
-    let skew =
-        parse_span("maxTimestampSkew", p.get("maxTimestampSkew").unwrap_or("1h")).map_err(|e| errs.push(e)).ok()?;
+    let skew = parse_span("maxTimestampSkew", Gcs(p).max_timestamp_skew()).map_err(|e| errs.push(e)).ok()?;
     Some(TimestampBounds { policy, max_future_ms: skew.as_millis() as i64 })
 }
 
@@ -233,17 +230,16 @@ impl KafkaToGcsConfig {
     pub fn from_params(p: &ResolvedParams, f: GcsFlags) -> Result<KafkaToGcsConfig, ParamErrors> {
         let mut errs = Problems::default();
         let source = crate::kafka::params::read_source(p, &f.job_name, &mut errs);
-        let output = Location::parse(p.get("outputDirectory").unwrap_or_default())
-            .map_err(|e| errs.push(format!("outputDirectory: {e}")))
-            .ok();
-        let window = parse_window(p.get("windowDuration").unwrap_or("5m")).map_err(|e| errs.push(e)).ok();
-        let shards = match p.get("numShards").unwrap_or("0").parse::<i64>() {
+        let output =
+            Location::parse(Gcs(p).output_directory()).map_err(|e| errs.push(format!("outputDirectory: {e}"))).ok();
+        let window = parse_window(Gcs(p).window_duration()).map_err(|e| errs.push(e)).ok();
+        let shards = match Gcs(p).num_shards().parse::<i64>() {
             Ok(0) => f.max_workers.map(|m| 2 * m).unwrap_or(DEFAULT_SHARDS),
             Ok(n) if n > 0 && n <= 10_000 => n as u32,
             _ => {
                 errs.push(format!(
                     "numShards={}: expected 0 (the runner chooses) or a whole number from 1 to 10000",
-                    p.get("numShards").unwrap_or_default()
+                    Gcs(p).num_shards()
                 ));
                 0
             }
@@ -252,7 +248,7 @@ impl KafkaToGcsConfig {
         let format = file_format(p, read, &mut errs);
         let state = state_config(&f, &mut errs);
         let timestamps = timestamp_bounds(p, &mut errs);
-        if p.flag("useBigQueryDLQ") {
+        if Gcs(p).use_big_query_dlq() {
             errs.push("useBigQueryDLQ=true: a BigQuery dead-letter table for kafka-to-gcs is not built; leave it false (an undecodable Avro message then stops the job, naming it, where Google's template retries it without end)");
         }
         errs.into_result()?;
@@ -260,11 +256,11 @@ impl KafkaToGcsConfig {
             job_name: f.job_name,
             source: source.expect("checked"),
             output: output.expect("checked"),
-            prefix: p.get("outputFilenamePrefix").unwrap_or("output").to_string(),
+            prefix: Gcs(p).output_filename_prefix().to_string(),
             format: format.expect("checked"),
             window: window.expect("checked"),
             shards,
-            commit_offsets: p.flag("enableCommitOffsets"),
+            commit_offsets: Gcs(p).enable_commit_offsets(),
             parallelism: f.parallelism,
             endpoint: f.endpoint,
             idle_timeout: f.idle_timeout,

@@ -5,6 +5,7 @@ use super::{Batch, Latencies, Record, Sink, Source};
 use crate::kafka::oauth::AuthContext;
 use crate::kafka::{parse_server_and_topic, AckContext, Acks, Connection};
 use anyhow::{anyhow, bail, Result};
+use flexrun_templates::typed::kafka_to_kafka::{Name as K2kName, Params as K2k};
 use flexrun_templates::ResolvedParams;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -32,16 +33,16 @@ pub struct KafkaToKafkaConfig {
 impl KafkaToKafkaConfig {
     /// From validated parameters, or the parameter that is wrong and why.
     pub fn from_params(p: &ResolvedParams) -> Result<KafkaToKafkaConfig, String> {
-        let split = |k: &str| {
-            parse_server_and_topic(p.get(k).unwrap_or_default())
+        let split = |k: K2kName, v: &str| {
+            parse_server_and_topic(v)
                 .map(|(b, t)| (Connection::plaintext(&b), t))
-                .map_err(|e| format!("{k}: {e}"))
+                .map_err(|e| format!("{}: {e}", k.as_str()))
         };
         Ok(KafkaToKafkaConfig {
-            read: split("readBootstrapServerAndTopic")?,
-            write: split("writeBootstrapServerAndTopic")?,
-            start_earliest: p.get("kafkaReadOffset") == Some("earliest"),
-            json: p.get("messageFormat") != Some("RAW"),
+            read: split(K2kName::ReadBootstrapServerAndTopic, K2k(p).read_bootstrap_server_and_topic())?,
+            write: split(K2kName::WriteBootstrapServerAndTopic, K2k(p).write_bootstrap_server_and_topic())?,
+            start_earliest: K2k(p).kafka_read_offset() == "earliest",
+            json: K2k(p).message_format() != "RAW",
         })
     }
 }

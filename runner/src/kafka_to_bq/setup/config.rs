@@ -14,6 +14,7 @@ use crate::progress::ProgressConfig;
 use crate::scaling::Capacity;
 use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
+use flexrun_templates::typed::kafka_to_bq::{Name as BqName, Params as Bq};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,13 +35,15 @@ impl Delivery {
     /// always for CDC (`cdcPrimaryKey`), whose writes BigQuery takes only on the
     /// `_default` stream.
     pub fn of(p: &ResolvedParams, at_least_once_experiment: bool) -> Delivery {
-        let defined = |n: &str| p.defines(n);
-        let asked = if defined("useStorageWriteApiAtLeastOnce") && p.was_given("useStorageWriteApiAtLeastOnce") {
-            p.flag("useStorageWriteApiAtLeastOnce")
+        let defined = |n: BqName| Bq(p).defines(n);
+        let asked = if defined(BqName::UseStorageWriteApiAtLeastOnce)
+            && Bq(p).was_given(BqName::UseStorageWriteApiAtLeastOnce)
+        {
+            Bq(p).use_storage_write_api_at_least_once()
         } else {
             at_least_once_experiment
         };
-        let cdc = defined("cdcPrimaryKey") && p.get("cdcPrimaryKey").is_some_and(|k| !k.trim().is_empty());
+        let cdc = defined(BqName::CdcPrimaryKey) && Bq(p).cdc_primary_key().is_some_and(|k| !k.trim().is_empty());
         if asked || cdc {
             Delivery::AtLeastOnce
         } else {
@@ -160,8 +163,8 @@ pub const AUTO_MAX_SHARDS: usize = 8;
 
 /// Load the UDF the parameters name (JSON path only, as in Google's template).
 fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Problems) -> Option<Arc<Udf>> {
-    let path = p.get("javascriptTextTransformGcsPath").filter(|s| !s.is_empty());
-    let name = p.get("javascriptTextTransformFunctionName").filter(|s| !s.is_empty());
+    let path = Bq(p).javascript_text_transform_gcs_path().filter(|s| !s.is_empty());
+    let name = Bq(p).javascript_text_transform_function_name().filter(|s| !s.is_empty());
     let (path, name) = match (path, name) {
         (None, None) => return None,
         (Some(path), Some(name)) => (path, name),
@@ -186,7 +189,7 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Problems) -> Option<Arc<U
         ));
         return None;
     }
-    let minutes: u64 = match p.get("javascriptTextTransformReloadIntervalMinutes").unwrap_or("0").parse() {
+    let minutes: u64 = match Bq(p).javascript_text_transform_reload_interval_minutes().parse() {
         Ok(m) => m,
         Err(_) => {
             errs.push("javascriptTextTransformReloadIntervalMinutes: expected a whole number of minutes");
@@ -200,7 +203,8 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Problems) -> Option<Arc<U
 /// `numStorageWriteApiStreams` (0: Beam's dynamic sharding), read and checked once for
 /// the live job and `simulate` alike.
 pub fn storage_write_streams(p: &ResolvedParams) -> Result<u32, String> {
-    Ok(p.parsed("numStorageWriteApiStreams", "a whole number of streams (0: dynamic)")
+    Ok(Bq(p)
+        .parsed(BqName::NumStorageWriteApiStreams, "a whole number of streams (0: dynamic)")
         .map_err(|e| e.to_string())?
         .unwrap_or(0))
 }
@@ -209,8 +213,10 @@ pub fn storage_write_streams(p: &ResolvedParams) -> Result<u32, String> {
 /// checked once for the live job and `simulate` alike.
 pub fn triggering_frequency_s(p: &ResolvedParams) -> Result<f64, String> {
     let expected = "a number of seconds above 0 and at most 3600";
-    let freq: f64 =
-        p.parsed("storageWriteApiTriggeringFrequencySec", expected).map_err(|e| e.to_string())?.unwrap_or(5.0);
+    let freq: f64 = Bq(p)
+        .parsed(BqName::StorageWriteApiTriggeringFrequencySec, expected)
+        .map_err(|e| e.to_string())?
+        .unwrap_or(5.0);
     if !(freq > 0.0 && freq <= 3600.0) {
         return Err(format!("storageWriteApiTriggeringFrequencySec={freq}: expected {expected}"));
     }
@@ -254,17 +260,17 @@ fn cdc_params(
     fp: &super::format::FormatParams,
     errs: &mut Problems,
 ) -> Option<crate::kafka_to_bq::map::cdc::CdcConfig> {
-    let cdc = crate::kafka_to_bq::map::cdc::parse(p.get("cdcPrimaryKey"), p.get("cdcChangeTypeHeader"));
-    if p.get("cdcSequenceField").is_some() && !matches!(cdc, Ok(Some(_))) {
+    let cdc = crate::kafka_to_bq::map::cdc::parse(Bq(p).cdc_primary_key(), Bq(p).cdc_change_type_header());
+    if Bq(p).cdc_sequence_field().is_some() && !matches!(cdc, Ok(Some(_))) {
         errs.push("cdcSequenceField needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
-    if p.get("cdcChangeTypeField").is_some() && !matches!(cdc, Ok(Some(_))) {
+    if Bq(p).cdc_change_type_field().is_some() && !matches!(cdc, Ok(Some(_))) {
         errs.push("cdcChangeTypeField needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
-    if p.get("cdcChangeTypeField").is_some() && p.get("cdcChangeTypeHeader").is_some() {
+    if Bq(p).cdc_change_type_field().is_some() && Bq(p).cdc_change_type_header().is_some() {
         errs.push("cdcChangeTypeField and cdcChangeTypeHeader both name where the change type is; give one");
     }
-    if p.get("cdcKeySchemaPath").is_some() && !matches!(cdc, Ok(Some(_))) {
+    if Bq(p).cdc_key_schema_path().is_some() && !matches!(cdc, Ok(Some(_))) {
         errs.push("cdcKeySchemaPath needs cdcPrimaryKey (CDC is on only with a primary key)");
     }
     let key_schema = cdc_key_schema(p, fp, errs);
@@ -272,11 +278,11 @@ fn cdc_params(
     let cdc = cdc
         .map_err(|e| errs.push(e))
         .ok()??
-        .with_sequence_field(p.get("cdcSequenceField"))
-        .with_change_type_field(p.get("cdcChangeTypeField"))
+        .with_sequence_field(Bq(p).cdc_sequence_field())
+        .with_change_type_field(Bq(p).cdc_change_type_field())
         .with_key_schema(key_schema)
         .with_format(format);
-    if p.was_given("useStorageWriteApiAtLeastOnce") && !p.flag("useStorageWriteApiAtLeastOnce") {
+    if Bq(p).was_given(BqName::UseStorageWriteApiAtLeastOnce) && !Bq(p).use_storage_write_api_at_least_once() {
         errs.push("cdcPrimaryKey: BigQuery takes CDC writes only on the _default stream (\"You must use the Storage Write API in the default stream\"), and useStorageWriteApiAtLeastOnce=false asks for COMMITTED streams; drop it. Each key's final state is still exact after a crash");
     }
     if fp.dynamic.is_some() && cdc.format == crate::kafka_to_bq::map::cdc::CdcFormat::Flat {
@@ -289,12 +295,12 @@ fn cdc_params(
 /// flat format's parameters for them cannot go with it.
 fn cdc_format(p: &ResolvedParams, cdc_on: bool, errs: &mut Problems) -> crate::kafka_to_bq::map::cdc::CdcFormat {
     use crate::kafka_to_bq::map::cdc::CdcFormat;
-    let format = CdcFormat::parse(p.get("cdcFormat")).unwrap_or_else(|e| {
+    let format = CdcFormat::parse(Bq(p).cdc_format()).unwrap_or_else(|e| {
         errs.push(e);
         CdcFormat::Flat
     });
     if format == CdcFormat::Debezium {
-        if p.get("javascriptTextTransformGcsPath").is_some_and(|s| !s.is_empty()) {
+        if Bq(p).javascript_text_transform_gcs_path().is_some_and(|s| !s.is_empty()) {
             errs.push("javascriptTextTransformGcsPath cannot go with cdcFormat=DEBEZIUM: the envelope is read as Debezium writes it; change the rows with a BigQuery view instead");
         }
         if !cdc_on {
@@ -338,7 +344,7 @@ fn cdc_key_schema(
     errs: &mut Problems,
 ) -> Option<crate::kafka_to_bq::map::cdc::KeySchema> {
     use crate::avro::wire::{AvroDecoder, Framing};
-    let path = p.get("cdcKeySchemaPath")?;
+    let path = Bq(p).cdc_key_schema_path()?;
     let framing = match &fp.format {
         InputFormat::AvroBinary { .. } => Framing::Binary,
         InputFormat::AvroConfluentFile { .. } => Framing::Confluent,
@@ -358,7 +364,7 @@ fn cdc_key_schema(
 
 /// `cdcMaxStaleness` as BigQuery's interval text.
 fn cdc_staleness(p: &ResolvedParams, errs: &mut Problems) -> Option<String> {
-    let v = p.get("cdcMaxStaleness")?;
+    let v = Bq(p).cdc_max_staleness()?;
     match flexrun_estimator::parse_duration(v) {
         Ok(d) if d.as_secs() > 0 => Some(crate::bigquery::layout::staleness_interval(d)),
         Ok(_) => {
@@ -401,7 +407,7 @@ impl KafkaToBqConfig {
     pub fn from_params(p: &ResolvedParams, flags: RunFlags) -> Result<KafkaToBqConfig, ParamErrors> {
         let mut errs = Problems::default();
         let fp = format_params(p, &mut errs);
-        let table = match (p.get("outputTableSpec"), &fp.dynamic) {
+        let table = match (Bq(p).output_table_spec(), &fp.dynamic) {
             // The per-record table is named at start, from the registry's schema.
             (_, Some(d)) => {
                 Some(TableRef { project: d.project.clone(), dataset: d.dataset.clone(), table: String::new() })
@@ -409,16 +415,15 @@ impl KafkaToBqConfig {
             (Some(t), None) => TableRef::parse(t).map_err(|e| errs.push(format!("outputTableSpec: {e}"))).ok(),
             (None, None) => None,
         };
-        let dlq = match p.get("outputDeadletterTable") {
+        let dlq = match Bq(p).output_deadletter_table() {
             Some(t) => TableRef::parse(t).map_err(|e| errs.push(format!("outputDeadletterTable: {e}"))).ok(),
             None => None,
         };
-        if p.flag("useBigQueryDLQ") && p.get("outputDeadletterTable").is_none() {
+        if Bq(p).use_big_query_dlq() && Bq(p).output_deadletter_table().is_none() {
             errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)");
         }
-        let bad_records = BadRecordPolicy::parse(p.get("badRecordPolicy").unwrap_or("FAIL"))
-            .map_err(|e| errs.push(e))
-            .unwrap_or_default();
+        let bad_records =
+            BadRecordPolicy::parse(Bq(p).bad_record_policy()).map_err(|e| errs.push(e)).unwrap_or_default();
         if bad_records == BadRecordPolicy::LogAndDrop && dlq.is_some() {
             errs.push("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table, and outputDeadletterTable is set: bad records go to that table. Drop one of the two");
         }
@@ -436,25 +441,25 @@ impl KafkaToBqConfig {
             errs.push(ASYNC_PROGRESS_WITH_EXACTLY_ONCE);
         }
         let udf = load_udf(p, fp.format.is_binary(), &mut errs);
-        let metadata = parse_columns(p.get("kafkaMetadataColumns").unwrap_or_default()).unwrap_or_else(|e| {
+        let metadata = parse_columns(Bq(p).kafka_metadata_columns().unwrap_or_default()).unwrap_or_else(|e| {
             errs.push(e);
             Vec::new()
         });
-        check_layout(&fp, p.flag("persistKafkaKey"), &metadata, &mut errs);
+        check_layout(&fp, Bq(p).persist_kafka_key(), &metadata, &mut errs);
         let cdc = cdc_params(p, &fp, &mut errs);
-        let schema_updates = SchemaUpdates::parse(p.get("schemaUpdateOptions").unwrap_or_default())
+        let schema_updates = SchemaUpdates::parse(Bq(p).schema_update_options().unwrap_or_default())
             .map_err(|e| errs.push(e))
             .unwrap_or_default();
         let mut fp = fp;
         if let (Some(c), true) = (&cdc, fp.dispositions.create_if_needed) {
             fp.dispositions.layout.primary_key = c.primary_key.clone();
             fp.dispositions.layout.max_staleness = cdc_staleness(p, &mut errs);
-        } else if p.get("cdcMaxStaleness").is_some() {
+        } else if Bq(p).cdc_max_staleness().is_some() {
             errs.push("cdcMaxStaleness sets maxStaleness on a CDC table flexrun creates (cdcPrimaryKey with an Avro messageFormat and createDisposition=CREATE_IF_NEEDED); on an existing table use ALTER TABLE ... SET OPTIONS (max_staleness = INTERVAL ...)");
         }
         let topics = source.as_ref().and_then(|s| Topics::parse(&s.topic).map_err(|e| errs.push(e)).ok());
         let routes = table.as_ref().map(|t| {
-            TopicRoutes::parse(t.clone(), dlq.clone(), p.get("topicTableMap").unwrap_or_default())
+            TopicRoutes::parse(t.clone(), dlq.clone(), Bq(p).topic_table_map().unwrap_or_default())
                 .map_err(|e| errs.push(e))
                 .ok()
         });
@@ -477,7 +482,7 @@ impl KafkaToBqConfig {
             format: fp.format,
             dynamic: fp.dynamic,
             dispositions: fp.dispositions,
-            persist_key: p.flag("persistKafkaKey"),
+            persist_key: Bq(p).persist_kafka_key(),
             metadata,
             schema_updates,
             udf,
@@ -487,7 +492,7 @@ impl KafkaToBqConfig {
             cdc,
             streams,
             triggering_frequency: Duration::from_secs_f64(freq),
-            commit_offsets: p.flag("enableCommitOffsets"),
+            commit_offsets: Bq(p).enable_commit_offsets(),
             run: flags,
             parent: None,
             shared: None,

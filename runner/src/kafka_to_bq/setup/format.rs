@@ -11,6 +11,7 @@
 //! (`outputProject:outputDataset.[bqTableNamePrefix-]namespace-Name`).
 
 use crate::bigquery::layout::{Granularity, Partitioning, TableLayout};
+use flexrun_templates::typed::kafka_to_bq::{Name as BqName, Params as Bq};
 use flexrun_templates::{Problems, ResolvedParams};
 
 /// `messageFormat`, with the schema source it needs.
@@ -107,22 +108,22 @@ pub struct FormatParams {
 }
 
 fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
-    match p.get("schemaFormat").unwrap_or("SINGLE_SCHEMA_FILE") {
+    match Bq(p).schema_format() {
         "SCHEMA_REGISTRY" => {
-            let url = p.get("schemaRegistryConnectionUrl").unwrap_or_default().to_string();
+            let url = Bq(p).schema_registry_connection_url().unwrap_or_default().to_string();
             if url.is_empty() {
                 errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
             }
             crate::avro::check_registry_auth(p, errs);
-            let dataset = p.get("outputDataset").unwrap_or_default().to_string();
+            let dataset = Bq(p).output_dataset().unwrap_or_default().to_string();
             if dataset.is_empty() {
                 errs.push("outputDataset is required with schemaFormat=SCHEMA_REGISTRY (Google: \"An output BigQuery dataset is required. It will be used to create tables per schema.\")");
             }
-            let project = p.get("outputProject").unwrap_or_default().to_string();
+            let project = Bq(p).output_project().unwrap_or_default().to_string();
             if project.is_empty() {
                 errs.push("outputProject is required with schemaFormat=SCHEMA_REGISTRY: the per-record tables are outputProject:outputDataset.<name>");
             }
-            let prefix = p.get("bqTableNamePrefix").unwrap_or_default().to_string();
+            let prefix = Bq(p).bq_table_name_prefix().unwrap_or_default().to_string();
             (InputFormat::AvroRegistry { url }, Some(DynamicTables { project, dataset, prefix }))
         }
         _ => {
@@ -130,7 +131,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
             if schema_path.is_empty() {
                 errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
             }
-            if p.get("outputTableSpec").is_none() {
+            if Bq(p).output_table_spec().is_none() {
                 errs.push("outputTableSpec is required with schemaFormat=SINGLE_SCHEMA_FILE, as project:dataset.table (Google: \"The outputTableSpec parameter is required when using the SINGLE_SCHEMA_FILE schema format.\")");
             }
             (InputFormat::AvroConfluentFile { schema_path }, None)
@@ -140,8 +141,8 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
 
 /// `messageFormat=PROTO`: a descriptor set and a message name, checked now (exit 2).
 fn proto_file(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
-    let schema_path = p.get("protoSchemaPath").unwrap_or_default().to_string();
-    let message = p.get("fullMessageName").unwrap_or_default().to_string();
+    let schema_path = Bq(p).proto_schema_path().unwrap_or_default().to_string();
+    let message = Bq(p).full_message_name().unwrap_or_default().to_string();
     if schema_path.is_empty() || message.is_empty() {
         errs.push("messageFormat=PROTO needs protoSchemaPath (a descriptor set: protoc --include_imports --descriptor_set_out=schema.pb) and fullMessageName (package.Message)");
     } else if schema_path.starts_with("gs://") {
@@ -151,7 +152,7 @@ fn proto_file(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<D
     } else if let Err(e) = crate::proto::ProtoDecoder::from_file(&schema_path, &message) {
         errs.push(format!("protoSchemaPath={schema_path}, fullMessageName={message}: {e}"));
     }
-    if p.get("outputTableSpec").is_none() {
+    if Bq(p).output_table_spec().is_none() {
         errs.push("outputTableSpec is required with messageFormat=PROTO (project:dataset.table)");
     }
     (InputFormat::Proto { schema_path, message }, None)
@@ -159,12 +160,12 @@ fn proto_file(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<D
 
 /// `messageFormat=PROTO_CONFLUENT_WIRE_FORMAT`: a registry, and one existing table.
 fn proto_registry(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
-    let url = p.get("schemaRegistryConnectionUrl").unwrap_or_default().to_string();
+    let url = Bq(p).schema_registry_connection_url().unwrap_or_default().to_string();
     if url.is_empty() {
         errs.push("schemaRegistryConnectionUrl is required with messageFormat=PROTO_CONFLUENT_WIRE_FORMAT, e.g. http://localhost:8081");
     }
     crate::avro::check_registry_auth(p, errs);
-    if p.get("outputTableSpec").is_none() {
+    if Bq(p).output_table_spec().is_none() {
         errs.push("outputTableSpec is required with messageFormat=PROTO_CONFLUENT_WIRE_FORMAT: the table (which must exist) every message type is written to");
     }
     (InputFormat::ProtoRegistry { url }, None)
@@ -172,9 +173,9 @@ fn proto_registry(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
 
 /// Read `messageFormat` and what goes with it; problems are pushed onto `errs`.
 pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
-    let (format, dynamic) = match p.get("messageFormat").unwrap_or("AVRO_CONFLUENT_WIRE_FORMAT") {
+    let (format, dynamic) = match Bq(p).message_format() {
         "JSON" => {
-            if p.get("outputTableSpec").is_none() {
+            if Bq(p).output_table_spec().is_none() {
                 errs.push("outputTableSpec is required with messageFormat=JSON (project:dataset.table)");
             }
             (InputFormat::Json, None)
@@ -184,7 +185,7 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
             if schema_path.is_empty() {
                 errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")");
             }
-            if p.get("outputTableSpec").is_none() {
+            if Bq(p).output_table_spec().is_none() {
                 errs.push(
                     "outputTableSpec is required with messageFormat=AVRO_BINARY_ENCODING (project:dataset.table)",
                 );
@@ -196,13 +197,13 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
         _ => avro_confluent(p, errs),
     };
     let json = !format.can_create_tables();
-    let write = match p.get("writeDisposition").unwrap_or("WRITE_APPEND") {
+    let write = match Bq(p).write_disposition() {
         _ if json => WriteDisposition::Append,
         "WRITE_EMPTY" => WriteDisposition::Empty,
         "WRITE_TRUNCATE" => WriteDisposition::Truncate,
         _ => WriteDisposition::Append,
     };
-    let create_if_needed = !json && p.get("createDisposition").unwrap_or("CREATE_IF_NEEDED") == "CREATE_IF_NEEDED";
+    let create_if_needed = !json && Bq(p).create_disposition() == "CREATE_IF_NEEDED";
     let layout = table_layout(p, errs);
     if !layout.is_default() && !create_if_needed {
         errs.push(format!("tablePartitioning and tableClusteringFields lay out a table flexrun creates, and this job creates none ({}): create the table partitioned and clustered yourself, or use an Avro messageFormat with createDisposition=CREATE_IF_NEEDED", if json { "messageFormat=JSON writes to an existing table" } else { "createDisposition=CREATE_NEVER" }));
@@ -214,8 +215,8 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
 /// `tableClusteringFields` (the columns are checked against the schema when the table
 /// is created: [`TableLayout::check`]).
 fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
-    let field = p.get("tablePartitionField").map(str::to_string);
-    let expiration_days = match p.parsed::<f64>("tablePartitionExpirationDays", "a number of days above 0") {
+    let field = Bq(p).table_partition_field().map(str::to_string);
+    let expiration_days = match Bq(p).parsed::<f64>(BqName::TablePartitionExpirationDays, "a number of days above 0") {
         Ok(Some(d)) if d <= 0.0 => {
             errs.push(format!("tablePartitionExpirationDays={d}: expected a number of days above 0"));
             None
@@ -226,7 +227,7 @@ fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
             None
         }
     };
-    let partitioning = match p.get("tablePartitioning").unwrap_or("NONE") {
+    let partitioning = match Bq(p).table_partitioning() {
         "NONE" => {
             if field.is_some() || expiration_days.is_some() {
                 errs.push("tablePartitionField and tablePartitionExpirationDays need tablePartitioning (HOUR, DAY, MONTH or YEAR)");
@@ -241,8 +242,8 @@ fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
             }
         },
     };
-    let clustering = p
-        .get("tableClusteringFields")
+    let clustering = Bq(p)
+        .table_clustering_fields()
         .map(|v| v.split(['|', ',']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
         .unwrap_or_default();
     TableLayout { partitioning, clustering, ..Default::default() }
