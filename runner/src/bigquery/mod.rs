@@ -2,6 +2,8 @@
 //!
 //! - [`rest`]: `gcp-bigquery-client`'s REST client (schema lookup, dead-letter table
 //!   creation, and the helpers the local stack and tests use).
+//! - [`errors`]: what Storage Write's answers mean (retryable, a stream gone, an
+//!   offset already written), from the API's documented rules.
 //! - [`write`]: the crate's generated `BigQueryWriteClient` on a channel built here:
 //!   plain HTTP/2 to the emulator, TLS with Application Default Credentials to Google.
 //! - [`rows`]: a batch's rows, written once in the wire form a request carries.
@@ -19,6 +21,7 @@
 //! `host:port`) and `BIGQUERY_STORAGE_EMULATOR_HOST` (gRPC, `host:port`), or the
 //! matching flags; with neither, Google's endpoints.
 
+pub mod errors;
 pub mod evolution;
 pub mod framed;
 pub mod layout;
