@@ -31,10 +31,6 @@ MAX_FN_LINES = 100
 ALLOWED = {
     ("web/tests/browser.rs", "the_estimate_page_and_a_job_page_render_with_charts"):
         "one headless-browser session walks the pages in order; each step depends on the last",
-    ("runner/src/kafka_to_bq/run/shard.rs", "write_bq"):
-        "the exactly-once loop of one batch: log, append, and the two recoveries (rows refused, stream lost) share its offsets x, zs, y and its plans; to cut when those become one struct",
-    ("runner/src/avro/from_json.rs", "convert"):
-        "one match over Avro's schema kinds; each arm is a few lines",
 }
 
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+([A-Za-z0-9_]+)")

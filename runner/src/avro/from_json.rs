@@ -36,20 +36,7 @@ fn convert(w: &WriterSchema, s: &Schema, v: &Json, path: &str) -> Result<Value, 
     let s = w.resolve(s);
     let bad = |want: &str| format!("{}: expected {want}, found {v}", at(path));
     Ok(match (s, v) {
-        (Schema::Union(u), _) => {
-            let mut last = None;
-            for (i, branch) in u.variants().iter().enumerate() {
-                match (branch, v) {
-                    (Schema::Null, Json::Null) => return Ok(Value::Union(i as u32, Box::new(Value::Null))),
-                    (Schema::Null, _) => continue,
-                    _ => match convert(w, branch, v, path) {
-                        Ok(x) => return Ok(Value::Union(i as u32, Box::new(x))),
-                        Err(e) => last = Some(e),
-                    },
-                }
-            }
-            return Err(last.unwrap_or_else(|| bad("a value of the union")));
-        }
+        (Schema::Union(u), _) => return union(w, u, v, path),
         (Schema::Null, Json::Null) => Value::Null,
         (Schema::Boolean, Json::Bool(b)) => Value::Boolean(*b),
         (Schema::Int, Json::Number(n)) => {
@@ -81,20 +68,7 @@ fn convert(w: &WriterSchema, s: &Schema, v: &Json, path: &str) -> Result<Value, 
                 .map(|(k, x)| Ok((k.clone(), convert(w, &m.types, x, &format!("{path}.{k}"))?)))
                 .collect::<Result<_, String>>()?,
         ),
-        (Schema::Record(r), Json::Object(o)) => {
-            let mut fields = Vec::with_capacity(r.fields.len());
-            for f in &r.fields {
-                let p = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
-                let x = match (o.get(&f.name), &f.default) {
-                    (Some(x), _) => convert(w, &f.schema, x, &p)?,
-                    (None, Some(d)) => convert(w, &f.schema, d, &p)?,
-                    (None, None) => convert(w, &f.schema, &Json::Null, &p)
-                        .map_err(|_| format!("{}: missing, and it has no default and is not nullable", at(&p)))?,
-                };
-                fields.push((f.name.clone(), x));
-            }
-            Value::Record(fields)
-        }
+        (Schema::Record(r), Json::Object(o)) => record(w, r, o, path)?,
         (Schema::Date, Json::String(x)) => {
             let d = chrono::NaiveDate::parse_from_str(x, "%Y-%m-%d").map_err(|_| bad("a date like 2024-01-31"))?;
             Value::Date((d - chrono::NaiveDate::default()).num_days() as i32)
@@ -110,26 +84,7 @@ fn convert(w: &WriterSchema, s: &Schema, v: &Json, path: &str) -> Result<Value, 
             | Schema::LocalTimestampMillis
             | Schema::LocalTimestampMicros,
             _,
-        ) => {
-            let micros = match v {
-                Json::String(x) => parse_timestamp_micros(x),
-                Json::Number(n) => n.as_i64().map(|ms| {
-                    if matches!(s, Schema::TimestampMillis | Schema::LocalTimestampMillis) {
-                        ms * 1000
-                    } else {
-                        ms
-                    }
-                }),
-                _ => None,
-            }
-            .ok_or_else(|| bad("a timestamp"))?;
-            match s {
-                Schema::TimestampMillis => Value::TimestampMillis(micros.div_euclid(1000)),
-                Schema::TimestampMicros => Value::TimestampMicros(micros),
-                Schema::LocalTimestampMillis => Value::LocalTimestampMillis(micros.div_euclid(1000)),
-                _ => Value::LocalTimestampMicros(micros),
-            }
-        }
+        ) => timestamp(s, v).ok_or_else(|| bad("a timestamp"))?,
         (Schema::Decimal(d), Json::Number(_) | Json::String(_)) => {
             let text = match v {
                 Json::String(x) => x.clone(),
@@ -140,6 +95,61 @@ fn convert(w: &WriterSchema, s: &Schema, v: &Json, path: &str) -> Result<Value, 
             Value::Decimal(apache_avro::Decimal::from(unscaled.to_signed_bytes_be()))
         }
         _ => return Err(bad(&format!("a value of Avro type {:?}", apache_avro::schema::SchemaKind::from(s)))),
+    })
+}
+
+/// The first branch of union `u` that `v` converts to (null only for JSON null).
+fn union(w: &WriterSchema, u: &apache_avro::schema::UnionSchema, v: &Json, path: &str) -> Result<Value, String> {
+    let mut last = None;
+    for (i, branch) in u.variants().iter().enumerate() {
+        match (branch, v) {
+            (Schema::Null, Json::Null) => return Ok(Value::Union(i as u32, Box::new(Value::Null))),
+            (Schema::Null, _) => continue,
+            _ => match convert(w, branch, v, path) {
+                Ok(x) => return Ok(Value::Union(i as u32, Box::new(x))),
+                Err(e) => last = Some(e),
+            },
+        }
+    }
+    Err(last.unwrap_or_else(|| format!("{}: expected a value of the union, found {v}", at(path))))
+}
+
+/// Record `r`'s fields from object `o`: a missing field takes its default, or null if
+/// it is nullable.
+fn record(
+    w: &WriterSchema,
+    r: &apache_avro::schema::RecordSchema,
+    o: &serde_json::Map<String, Json>,
+    path: &str,
+) -> Result<Value, String> {
+    let mut fields = Vec::with_capacity(r.fields.len());
+    for f in &r.fields {
+        let p = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
+        let x = match (o.get(&f.name), &f.default) {
+            (Some(x), _) => convert(w, &f.schema, x, &p)?,
+            (None, Some(d)) => convert(w, &f.schema, d, &p)?,
+            (None, None) => convert(w, &f.schema, &Json::Null, &p)
+                .map_err(|_| format!("{}: missing, and it has no default and is not nullable", at(&p)))?,
+        };
+        fields.push((f.name.clone(), x));
+    }
+    Ok(Value::Record(fields))
+}
+
+/// A timestamp of logical type `s` from an RFC 3339 string or a number in the type's
+/// own unit.
+fn timestamp(s: &Schema, v: &Json) -> Option<Value> {
+    let millis = matches!(s, Schema::TimestampMillis | Schema::LocalTimestampMillis);
+    let micros = match v {
+        Json::String(x) => parse_timestamp_micros(x),
+        Json::Number(n) => n.as_i64().map(|n| if millis { n * 1000 } else { n }),
+        _ => None,
+    }?;
+    Some(match s {
+        Schema::TimestampMillis => Value::TimestampMillis(micros.div_euclid(1000)),
+        Schema::TimestampMicros => Value::TimestampMicros(micros),
+        Schema::LocalTimestampMillis => Value::LocalTimestampMillis(micros.div_euclid(1000)),
+        _ => Value::LocalTimestampMicros(micros),
     })
 }
 

@@ -4,27 +4,24 @@
 //! collects batches and hands each to [`Shard::process`], which maps it
 //! ([`super::batch`]), verifies a replay against its log entry, and runs the commit
 //! protocol (log → append → commit, described in the module above) on the shard's
-//! [`super::writer`].
+//! [`super::writer`]. The log and append steps, with their in-place recoveries, are in
+//! `shard/append.rs`.
 
+mod append;
 mod recover;
 
-use super::batch::{apply_rejections, map_batch, reject_rows, verify_replay, Cut, MapOptions, Mapped, RowPool};
+use super::batch::{apply_rejections, map_batch, Cut, MapOptions, Mapped, RowPool};
 use super::records::Records;
-use super::writer::{
-    append_both, digest_kind, new_stream, open_side_targets, side_slots, slot_of, BqWriter, Offsets, Plans,
-    SideOffsets, Step, Targets, Which, Writer,
-};
-use crate::bigquery::rows::Rows;
+use super::writer::Writer;
 use crate::bigquery::target::RetryCtl;
 use crate::bigquery::write::WriteError;
 use crate::kafka::shared::{Held, Partitions};
 use crate::kafka_to_bq::context::JobCtx;
-use crate::kafka_to_bq::context::Mapping;
 use crate::kafka_to_bq::setup::config::{BadRecordPolicy, Delivery};
 use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, ShardLog};
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageSamples};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
@@ -356,134 +353,6 @@ impl Shard {
         crate::crash_point!("eo::before_commit_log");
         self.commit(batch, cut, mapped, counts, t_write)?;
         crate::crash_point!("eo::after_commit_log");
-        Ok(())
-    }
-
-    /// Steps 2 and 3 of the protocol: log the batch (when its entry is new), append
-    /// its rows and dead-letter rows; on row errors or a lost stream, log again and
-    /// append again.
-    async fn write_bq(
-        &mut self,
-        entry: &mut OffsetEntry,
-        cut: &Cut,
-        mapped: &mut Mapped,
-        mapping: &Mapping,
-        replay: Option<&OffsetEntry>,
-        counts: &mut BatchCounts,
-    ) -> Result<()> {
-        let ctx = self.ctx.clone();
-        let exactly = ctx.cfg.delivery == Delivery::ExactlyOnce;
-        let Writer::Bq(bq) = &mut self.writer else { unreachable!("write_bq is only called with a BigQuery writer") };
-        let BqWriter { client, main, dlq, side } = bq.as_mut();
-        main.set_descriptor(mapping.descriptor.clone());
-        open_side_targets(client, side, mapped, exactly, ctx.cfg.run.append_request_bytes, &mut self.retry).await?;
-        // In a replay the targets were opened at the logged offsets.
-        let mut x = main.next;
-        let mut zs: SideOffsets = side.iter().map(|(t, target)| (t.clone(), target.next)).collect();
-        let mut y = dlq.as_ref().map(|d| d.next);
-        let kind = digest_kind(exactly, replay);
-        let mut attempted = replay.is_some();
-        let mut first = true;
-        let mut plans = Plans::new((main, side, dlq.as_ref()), mapped, replay).map_err(|e| {
-            anyhow!("job {} shard {} batch {}: {e}; no row was written. Move the job's checkpoint directory aside to start over", ctx.cfg.job_name, self.id, entry.batch)
-        })?;
-        loop {
-            entry.main = Some(slot_of(main, x, (&mapped.rows, &mapped.row_crcs), &plans.main, kind));
-            entry.side = side_slots(side, &zs, mapped, &plans, kind);
-            entry.dlq = dlq.as_ref().map(|d| slot_of(d, y.unwrap_or(0), (&mapped.dlq_rows, &[]), &plans.dlq, kind));
-            let relog = !first;
-            if let (Some(logged), true) = (replay, std::mem::take(&mut first)) {
-                verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
-            }
-            if exactly && replay.is_none_or(|r| r != &*entry) {
-                crate::crash_point!("eo::before_offset_log");
-                self.log.as_mut().expect(OWNS_LOGS).log_offsets(entry)?;
-                crate::crash_point!("eo::after_offset_log");
-                if relog {
-                    crate::crash_point!("eo::after_relog_before_append");
-                }
-            }
-            let targets = Targets { main: &mut *main, side: &mut *side, dlq: dlq.as_mut() };
-            let at = Offsets { x: exactly.then_some(x), zs: exactly.then_some(&zs), y: y.filter(|_| exactly) };
-            let step = append_both(client, targets, mapped, &mut plans, at, &mut self.retry).await;
-            let step = step.map_err(|e| {
-                anyhow::Error::new(e)
-                    .context(format!("shard {} batch {}: appending to {}", self.id, entry.batch, main.table))
-            })?;
-            match step {
-                Step::Done { already_existed } => {
-                    counts.already_existed += already_existed;
-                    break;
-                }
-                Step::RowErrors { which, request, errors: errs, already_existed } => {
-                    counts.already_existed += already_existed;
-                    let table = match &which {
-                        Which::Side(t) => Some(t.clone()),
-                        _ => None,
-                    };
-                    if dlq.is_none() && ctx.cfg.bad_records == BadRecordPolicy::Fail {
-                        bail!("{}", refused_without_dlq(&ctx, cut, mapped, table.as_deref(), &errs));
-                    }
-                    reject_rows(&ctx, cut, mapped, table.as_deref(), &errs, entry, counts)?;
-                    let (rows, budget) = match &table {
-                        Some(t) => (
-                            mapped.side.get(t).map_or(Rows::empty(), |s| &s.rows),
-                            side.get(t).map_or(main.request_budget(), |t| t.request_budget()),
-                        ),
-                        None => (&mapped.rows, main.request_budget()),
-                    };
-                    plans.of(&which).after_rejection(request, rows, budget);
-                    // The refused rows joined the dead-letter rows, none of which were
-                    // sent yet (they go last): split them anew.
-                    plans.dlq = dlq.as_ref().map(|d| d.plan(&mapped.dlq_rows)).unwrap_or_default();
-                    let to =
-                        if dlq.is_some() { "the dead-letter table" } else { "the log (badRecordPolicy=LOG_AND_DROP)" };
-                    tracing::warn!(
-                        shard = self.id,
-                        batch = entry.batch,
-                        rejected = errs.len(),
-                        to,
-                        "BigQuery rejected rows"
-                    );
-                }
-                Step::StreamGone { which, stream, message } => {
-                    let target = match &which {
-                        Which::Main => &mut *main,
-                        Which::Side(t) => side.get_mut(t).expect("an append to it failed, so there is a target"),
-                        Which::Dlq => dlq.as_mut().expect("a dead-letter append failed, so there is a target"),
-                    };
-                    let new = new_stream(client, &target.table, &mut self.retry).await?;
-                    ctx.stats.note(|r| r.streams_replaced += 1);
-                    // Sent before: in an earlier round or process, or requests of this
-                    // round that landed on the old stream before it went.
-                    if attempted || plans.of(&which).landed() > 0 {
-                        ctx.stats.note(|r| r.batches_possibly_duplicated += 1);
-                        tracing::error!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message,
-                            "write stream is gone: this batch had been sent before, so if that attempt landed its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
-                    } else {
-                        tracing::warn!(shard = self.id, batch = entry.batch, old = %stream, new = %new, %message, "write stream is gone: continuing on a new stream; no request of this batch had been sent to it, so nothing is duplicated");
-                    }
-                    target.replace_stream(new);
-                    plans.of(&which).restart();
-                    match which {
-                        Which::Main => x = 0,
-                        Which::Side(t) => {
-                            zs.insert(t, 0);
-                        }
-                        Which::Dlq => y = Some(0),
-                    }
-                }
-            }
-            attempted = true;
-        }
-        main.next = x + mapped.rows.len() as i64;
-        for (t, target) in side.iter_mut() {
-            let n = mapped.side.get(t).map_or(0, |s| s.rows.len()) as i64;
-            target.next = zs.get(t).copied().unwrap_or(target.next) + n;
-        }
-        if let Some(d) = dlq.as_mut() {
-            d.next = y.unwrap_or(d.next) + mapped.dlq_rows.len() as i64;
-        }
         Ok(())
     }
 
