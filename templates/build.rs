@@ -2,8 +2,10 @@
 //! template YAML, a `Name` enum of its parameters and a `Params` view over the resolved
 //! values with one method per parameter, typed by the YAML (a boolean, a value the
 //! template always has, or an optional value). A misspelt parameter is then a compile
-//! error, and a default is written only in the YAML. `kafka_source` holds the
-//! parameters every Kafka-reading template shares, for the code they share.
+//! error, and a default is written only in the YAML. A parameter with `enumOptions`
+//! reads as a Rust enum of those options, so a value the code forgot is a compile error
+//! in its `match`. `kafka_source` holds the parameters every Kafka-reading template
+//! shares, for the code they share (an enum there has every template's options).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,6 +34,35 @@ struct Param {
     name: String,
     label: String,
     kind: Kind,
+    /// `enumOptions` in the YAML's order (none for a true/false parameter).
+    options: Vec<String>,
+}
+
+fn options_of(p: &serde_yaml::Value, kind: &Kind) -> Vec<String> {
+    if matches!(kind, Kind::Flag { .. }) {
+        return Vec::new();
+    }
+    let text = |x: &serde_yaml::Value| {
+        x.as_str().expect("enumOptions are strings: quote a YAML keyword such as \"NULL\"").to_string()
+    };
+    let list: Vec<String> =
+        p.get("enumOptions").and_then(|v| v.as_sequence()).map(|s| s.iter().map(text).collect()).unwrap_or_default();
+    if let Kind::Always { default } = kind {
+        assert!(list.is_empty() || list.contains(default), "default {default:?} is not one of {list:?}");
+    }
+    list
+}
+
+/// An option's Rust name: `AVRO_BINARY_ENCODING` is `AvroBinaryEncoding`, `read_committed` is `ReadCommitted`.
+fn variant(option: &str) -> String {
+    option
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let lower = s.to_ascii_lowercase();
+            lower[..1].to_ascii_uppercase() + &lower[1..]
+        })
+        .collect()
 }
 
 fn kind_of(p: &serde_yaml::Value) -> Kind {
@@ -59,10 +90,14 @@ fn params_of(path: &Path) -> Vec<Param> {
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("template YAML parses");
     let list = doc.get("parameters").and_then(|v| v.as_sequence()).cloned().unwrap_or_default();
     list.iter()
-        .map(|p| Param {
-            name: p["name"].as_str().expect("a parameter's name").to_string(),
-            label: p.get("label").and_then(|v| v.as_str()).unwrap_or_default().to_string(),
-            kind: kind_of(p),
+        .map(|p| {
+            let kind = kind_of(p);
+            Param {
+                name: p["name"].as_str().expect("a parameter's name").to_string(),
+                label: p.get("label").and_then(|v| v.as_str()).unwrap_or_default().to_string(),
+                options: options_of(p, &kind),
+                kind,
+            }
         })
         .collect()
 }
@@ -86,6 +121,57 @@ fn pascal(name: &str) -> String {
     s
 }
 
+/// The enum of a parameter's options, with its spelling both ways.
+fn value_enum(out: &mut String, p: &Param) {
+    let ty = pascal(&p.name);
+    let _ = writeln!(
+        out,
+        "    /// The values of `{}`.\n    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n    pub enum {ty} {{",
+        p.name
+    );
+    for o in &p.options {
+        let _ = writeln!(out, "        /// `{o}`.\n        {},", variant(o));
+    }
+    let _ = writeln!(out, "    }}\n\n    impl {ty} {{\n        /// Every value, in the YAML's order.\n        pub const ALL: &'static [{ty}] = &[{}];\n", p.options.iter().map(|o| format!("{ty}::{}", variant(o))).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(out, "        /// The value as the template's YAML spells it.\n        pub fn as_str(self) -> &'static str {{\n            match self {{");
+    for o in &p.options {
+        let _ = writeln!(out, "                {ty}::{} => {o:?},", variant(o));
+    }
+    let _ = writeln!(out, "            }}\n        }}\n\n        /// The value spelt `s`, if the template has it.\n        pub fn parse(s: &str) -> Option<{ty}> {{\n            Self::ALL.iter().copied().find(|v| v.as_str() == s)\n        }}\n    }}\n");
+    let _ = writeln!(out, "    impl std::fmt::Display for {ty} {{\n        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {{\n            f.write_str(self.as_str())\n        }}\n    }}\n");
+}
+
+/// The reader of one parameter: its signature and body.
+fn reader(p: &Param) -> String {
+    let (name, f, ty) = (&p.name, snake(&p.name), pascal(&p.name));
+    let read = |s: &str| format!("{ty}::parse({s}).expect(\"validated against the template's enumOptions\")");
+    match (&p.kind, p.options.is_empty()) {
+        (Kind::Flag { default: false }, _) => {
+            format!("pub fn {f}(&self) -> bool {{\n            self.0.flag({name:?})\n        }}")
+        }
+        (Kind::Flag { default: true }, _) => {
+            format!("pub fn {f}(&self) -> bool {{\n            self.0.get({name:?}) != Some(\"false\")\n        }}")
+        }
+        (Kind::Always { default }, true) => format!(
+            "pub fn {f}(&self) -> &'a str {{\n            self.0.get({name:?}).unwrap_or({default:?})\n        }}"
+        ),
+        (Kind::Always { default }, false) => format!(
+            "pub fn {f}(&self) -> {ty} {{\n            self.0.get({name:?}).map_or({ty}::{}, |v| {})\n        }}",
+            variant(default),
+            read("v")
+        ),
+        (Kind::Optional, true) => {
+            format!("pub fn {f}(&self) -> Option<&'a str> {{\n            self.0.get({name:?})\n        }}")
+        }
+        (Kind::Optional, false) => {
+            format!(
+                "pub fn {f}(&self) -> Option<{ty}> {{\n            self.0.get({name:?}).map(|v| {})\n        }}",
+                read("v")
+            )
+        }
+    }
+}
+
 fn module(out: &mut String, module: &str, what: &str, params: &[Param]) {
     let _ = writeln!(out, "/// {what}\npub mod {module} {{\n    use crate::{{ParamError, ResolvedParams}};\n");
     let _ = writeln!(
@@ -100,25 +186,13 @@ fn module(out: &mut String, module: &str, what: &str, params: &[Param]) {
         let _ = writeln!(out, "                Name::{} => {:?},", pascal(&p.name), p.name);
     }
     let _ = writeln!(out, "            }}\n        }}\n    }}\n");
+    for p in params.iter().filter(|p| !p.options.is_empty()) {
+        value_enum(out, p);
+    }
     let _ = writeln!(out, "    /// Typed reads of validated parameters.\n    #[derive(Debug, Clone, Copy)]\n    pub struct Params<'a>(pub &'a ResolvedParams);\n\n    impl<'a> Params<'a> {{");
     for p in params {
         let doc = format!("        /// `{}`: {}.", p.name, p.label.replace('`', "'"));
-        let (name, f) = (&p.name, snake(&p.name));
-        let body = match &p.kind {
-            Kind::Flag { default: false } => {
-                format!("pub fn {f}(&self) -> bool {{\n            self.0.flag({name:?})\n        }}")
-            }
-            Kind::Flag { default: true } => {
-                format!("pub fn {f}(&self) -> bool {{\n            self.0.get({name:?}) != Some(\"false\")\n        }}")
-            }
-            Kind::Always { default } => format!(
-                "pub fn {f}(&self) -> &'a str {{\n            self.0.get({name:?}).unwrap_or({default:?})\n        }}"
-            ),
-            Kind::Optional => {
-                format!("pub fn {f}(&self) -> Option<&'a str> {{\n            self.0.get({name:?})\n        }}")
-            }
-        };
-        let _ = writeln!(out, "{doc}\n        {body}\n");
+        let _ = writeln!(out, "{doc}\n        {}\n", reader(p));
     }
     let _ = writeln!(out, "        /// Whether the user set `name` (rather than its default).\n        pub fn was_given(&self, name: Name) -> bool {{\n            self.0.was_given(name.as_str())\n        }}\n");
     let _ = writeln!(out, "        /// Whether the template these values were validated against has `name`.\n        pub fn defines(&self, name: Name) -> bool {{\n            self.0.defines(name.as_str())\n        }}\n");
@@ -137,8 +211,20 @@ fn main() {
     }
     let first = &by[KAFKA_SOURCES[0]];
     // Alike: the same name, read the same way with the same default (labels may differ).
+    // An enum's shared type has every template's options, so any validated value parses.
     let alike = |p: &Param, t: &str| by[t].iter().any(|q| q.name == p.name && q.kind == p.kind);
-    let shared: Vec<Param> = first.iter().filter(|p| KAFKA_SOURCES[1..].iter().all(|t| alike(p, t))).cloned().collect();
+    let mut shared: Vec<Param> =
+        first.iter().filter(|p| KAFKA_SOURCES[1..].iter().all(|t| alike(p, t))).cloned().collect();
+    for p in shared.iter_mut().filter(|p| !p.options.is_empty()) {
+        for t in &KAFKA_SOURCES[1..] {
+            let q = by[t].iter().find(|q| q.name == p.name).expect("alike");
+            for o in &q.options {
+                if !p.options.contains(o) {
+                    p.options.push(o.clone());
+                }
+            }
+        }
+    }
     module(
         &mut out,
         "kafka_source",

@@ -23,7 +23,7 @@ pub mod table;
 pub mod wire;
 
 use apache_avro::schema::{Name, Schema};
-use flexrun_templates::typed::kafka_source::Params as Src;
+use flexrun_templates::typed::kafka_source::{Params as Src, SchemaRegistryAuthenticationMode as RegistryAuth};
 use std::collections::HashMap;
 
 /// A parsed writer schema with its named types, ready to decode and map with.
@@ -96,8 +96,8 @@ impl WriterSchema {
 /// unauthenticated requests the user did not ask for).
 pub fn check_registry_auth(p: &flexrun_templates::ResolvedParams, errs: &mut flexrun_templates::Problems) {
     match Src(p).schema_registry_authentication_mode() {
-        "NONE" => {}
-        m => errs.push(format!(
+        RegistryAuth::None => {}
+        m @ (RegistryAuth::Tls | RegistryAuth::Oauth | RegistryAuth::ApplicationDefaultCredentials) => errs.push(format!(
             "schemaRegistryAuthenticationMode={m} is not supported by flexrun; only NONE (a registry without authentication) is"
         )),
     }

@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use flexrun_estimator as est;
 use flexrun_templates::export::{localize, Launch};
-use flexrun_templates::typed::kafka_source::Params as Src;
+use flexrun_templates::typed::kafka_source::{MessageFormat, Params as Src, SchemaFormat};
 
 /// `flexrun export JOB | --template kafka-to-bq --parameters ... [run flags]`
 #[derive(Debug, Args)]
@@ -155,7 +155,7 @@ fn refuse_several_topics(p: &flexrun_templates::ResolvedParams) -> Result<()> {
 /// reads JSON and Avro only.
 fn refuse_protobuf(p: &flexrun_templates::ResolvedParams) -> Result<()> {
     match Src(p).message_format() {
-        f if f.starts_with("PROTO") => Err(usage(format!(
+        f @ (MessageFormat::Proto | MessageFormat::ProtoConfluentWireFormat) => Err(usage(format!(
             "messageFormat={f}: Google's Kafka_to_BigQuery_Flex reads JSON and Avro only (its YAML template, Kafka_to_BigQuery_Yaml, reads PROTO); there is no Dataflow form of this job"
         ))),
         _ => Ok(()),
@@ -166,13 +166,14 @@ fn refuse_protobuf(p: &flexrun_templates::ResolvedParams) -> Result<()> {
 /// differ: the columns by name when the schema is a local file, else in general.
 fn avro_mapping_note(t: &flexrun_templates::Template, p: &flexrun_templates::ResolvedParams) -> Option<String> {
     let format = Src(p).message_format();
-    if t.name != "kafka-to-bq" || !format.starts_with("AVRO") {
+    let avro = matches!(format, MessageFormat::AvroConfluentWireFormat | MessageFormat::AvroBinaryEncoding);
+    if t.name != "kafka-to-bq" || !avro {
         return None;
     }
     let why = "flexrun gives Avro logical types their BigQuery types, where Google's template makes date a TIMESTAMP column (whose values then fail), reads timestamp-millis as microseconds and makes timestamp-micros and time-* INTEGER columns";
     let path = match (format, Src(p).schema_format()) {
-        ("AVRO_BINARY_ENCODING", _) => Src(p).binary_avro_schema_path(),
-        (_, "SCHEMA_REGISTRY") => None,
+        (MessageFormat::AvroBinaryEncoding, _) => Src(p).binary_avro_schema_path(),
+        (_, SchemaFormat::SchemaRegistry) => None,
         _ => Src(p).confluent_avro_schema_path(),
     };
     let Some(path) = path else {

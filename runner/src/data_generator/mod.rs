@@ -14,7 +14,9 @@ pub mod sink;
 
 use anyhow::{bail, Context, Result};
 pub use flexrun_generator::Generator;
-use flexrun_templates::typed::streaming_data_generator::{Name as GenName, Params as Gen};
+use flexrun_templates::typed::streaming_data_generator::{
+    KafkaAvroEncoding, Name as GenName, OutputType, Params as Gen, SchemaTemplate, SinkType,
+};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::time::{Duration, Instant};
 
@@ -61,11 +63,10 @@ pub struct GeneratorConfig {
 
 /// Google's built-in schemas (`schemaTemplate`), as its `StreamingDataGenerator.SchemaTemplate`
 /// defines them.
-pub fn builtin_schema(name: &str) -> Option<&'static str> {
+pub fn builtin_schema(name: SchemaTemplate) -> &'static str {
     match name {
-        "GAME_EVENT" => Some(include_str!("schemas/GAME_EVENT.json")),
-        "LOG_ENTRY" => Some(include_str!("schemas/LOG_ENTRY.json")),
-        _ => None,
+        SchemaTemplate::GameEvent => include_str!("schemas/GAME_EVENT.json"),
+        SchemaTemplate::LogEntry => include_str!("schemas/LOG_ENTRY.json"),
     }
 }
 
@@ -105,15 +106,7 @@ impl GeneratorConfig {
                     (String::new(), loc.to_string())
                 }
             },
-            (None, Some(t)) => match builtin_schema(t) {
-                Some(text) => (text.to_string(), format!("schemaTemplate={t}")),
-                None => {
-                    errs.push(format!(
-                        "schemaTemplate={t}: expected GAME_EVENT or LOG_ENTRY (Google's built-in schemas)"
-                    ));
-                    (String::new(), String::new())
-                }
-            },
+            (None, Some(t)) => (builtin_schema(t).to_string(), format!("schemaTemplate={t}")),
             (None, None) => {
                 errs.push(
                     "one of schemaLocation (a local JSON Data Generator schema file) or schemaTemplate is required",
@@ -132,14 +125,14 @@ impl GeneratorConfig {
         let avro = avro_output(p, &mut errs);
         let proto = proto_output(p, &mut errs);
         let sink = match Gen(p).sink_type() {
-            "KAFKA" => match (Gen(p).bootstrap_server(), Gen(p).kafka_topic()) {
+            SinkType::Kafka => match (Gen(p).bootstrap_server(), Gen(p).kafka_topic()) {
                 (Some(b), Some(t)) => SinkSpec::Kafka { bootstrap: b.into(), topic: t.into() },
                 _ => {
                     errs.push("sinkType=KAFKA needs bootstrapServer (host:port) and kafkaTopic");
                     SinkSpec::Null
                 }
             },
-            "FILE" => match Gen(p).output_directory() {
+            SinkType::File => match Gen(p).output_directory() {
                 Some(d) if !d.starts_with("gs://") => SinkSpec::File(
                     std::path::Path::new(d).join(format!("{}generated.json", Gen(p).output_filename_prefix())),
                 ),
@@ -154,9 +147,9 @@ impl GeneratorConfig {
                     SinkSpec::Null
                 }
             },
-            "STDOUT" => SinkSpec::Stdout,
-            "NULL" => SinkSpec::Null,
-            other => {
+            SinkType::Stdout => SinkSpec::Stdout,
+            SinkType::Null => SinkSpec::Null,
+            other @ (SinkType::Pubsub | SinkType::Bigquery | SinkType::Gcs | SinkType::Jdbc | SinkType::Spanner) => {
                 errs.push(format!("sinkType={other} is Google's but not reachable from flexrun; use KAFKA, FILE, STDOUT or NULL (Google's default is PUBSUB, so set sinkType explicitly)"));
                 SinkSpec::Null
             }
@@ -178,8 +171,8 @@ impl GeneratorConfig {
 
 fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
     match Gen(p).output_type() {
-        "JSON" => None,
-        "AVRO" => {
+        OutputType::Json | OutputType::Proto => None,
+        OutputType::Avro => {
             let Some(path) = Gen(p).avro_schema_location().filter(|s| !s.is_empty()) else {
                 errs.push("outputType=AVRO needs avroSchemaLocation (a local .avsc file)");
                 return None;
@@ -197,13 +190,12 @@ fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
             Some(AvroOutput {
                 schema,
                 schema_path: path.to_string(),
-                confluent: Gen(p).kafka_avro_encoding() != "AVRO_BINARY_ENCODING",
+                confluent: Gen(p).kafka_avro_encoding() != KafkaAvroEncoding::AvroBinaryEncoding,
                 registry: Gen(p).schema_registry_connection_url().filter(|s| !s.is_empty()).map(str::to_string),
             })
         }
-        "PROTO" => None,
-        t => {
-            errs.push(format!("outputType={t} is not supported by flexrun yet; use JSON, AVRO or PROTO"));
+        OutputType::Parquet => {
+            errs.push("outputType=PARQUET is not supported by flexrun yet; use JSON, AVRO or PROTO");
             None
         }
     }
@@ -213,10 +205,10 @@ fn avro_output(p: &ResolvedParams, errs: &mut Problems) -> Option<AvroOutput> {
 /// `protoSchemaPath` (a descriptor set or a `.proto` file), to Kafka as the message alone,
 /// as kafka-to-bq's `messageFormat=PROTO` reads it.
 fn proto_output(p: &ResolvedParams, errs: &mut Problems) -> Option<prost_reflect::MessageDescriptor> {
-    if Gen(p).output_type() != "PROTO" {
+    if Gen(p).output_type() != OutputType::Proto {
         return None;
     }
-    if Gen(p).sink_type() != "KAFKA" {
+    if Gen(p).sink_type() != SinkType::Kafka {
         errs.push(
             "outputType=PROTO writes to Kafka only (sinkType=KAFKA): a file of bare messages could not be read back",
         );

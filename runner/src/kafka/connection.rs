@@ -62,17 +62,6 @@ pub enum HostnameCheck {
     Always,
 }
 
-impl HostnameCheck {
-    /// Parse `kafkaTlsHostnameVerification`.
-    pub fn parse(s: &str) -> Result<HostnameCheck, String> {
-        match s {
-            "AS_GOOGLE" => Ok(HostnameCheck::AsGoogle),
-            "ALWAYS" => Ok(HostnameCheck::Always),
-            other => Err(format!("kafkaTlsHostnameVerification={other}: expected AS_GOOGLE (not checked for TLS, checked for SASL, as Google's template does) or ALWAYS (checked in every TLS mode)")),
-        }
-    }
-}
-
 /// Bootstrap servers and authentication: enough to build any client.
 ///
 /// ```

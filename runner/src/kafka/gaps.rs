@@ -47,17 +47,6 @@ pub enum GapPolicy {
     Skip,
 }
 
-impl GapPolicy {
-    /// Parse `offsetGapPolicy`.
-    pub fn parse(s: &str) -> Result<GapPolicy, String> {
-        match s {
-            "FAIL" => Ok(GapPolicy::Fail),
-            "SKIP" => Ok(GapPolicy::Skip),
-            other => Err(format!("offsetGapPolicy={other}: expected FAIL (stop when a partition's position is no longer stored) or SKIP (go on at the nearest stored offset, counted)")),
-        }
-    }
-}
-
 /// One partition whose position the broker does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Discontinuity {
@@ -216,8 +205,6 @@ mod tests {
         let s = apply(GapPolicy::Skip, &found, &mut pos, "j", "t").unwrap();
         assert_eq!(s, Skipped { lost: 15, past_end: 1 });
         assert_eq!(pos, BTreeMap::from([(3, 25), (4, 12), (5, 1)]));
-        assert_eq!(GapPolicy::parse("SKIP"), Ok(GapPolicy::Skip));
-        assert!(GapPolicy::parse("skip").unwrap_err().contains("offsetGapPolicy"));
     }
 
     #[test]

@@ -2,8 +2,14 @@
 //! `kafkaReadAuthenticationMode` and its secrets, `consumerGroupId`,
 //! `kafkaReadOffset`, `enableCommitOffsets`), read once for every template.
 
+use super::gaps::GapPolicy;
+use super::source::Isolation;
+use super::HostnameCheck;
 use super::{parse_server_and_topic, resolve_secret, Auth, Connection, SourceSettings};
-use flexrun_templates::typed::kafka_source::{Name as SrcName, Params as Src};
+use flexrun_templates::typed::kafka_source::{
+    KafkaIsolationLevel, KafkaReadAuthenticationMode as Mode, KafkaReadOffset, KafkaTlsHostnameVerification,
+    Name as SrcName, OffsetGapPolicy, Params as Src,
+};
 use flexrun_templates::{Problems, ResolvedParams};
 
 /// The source the parameters name, or `None` with the problems pushed to `errs`.
@@ -21,41 +27,51 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Problems) -> O
     let mode = Src(p).kafka_read_authentication_mode();
     let auth = auth_of(Src(p), mode);
     let auth = auth.map_err(|e| errs.push(e)).ok();
-    let gap_policy = super::gaps::GapPolicy::parse(Src(p).offset_gap_policy()).map_err(|e| errs.push(e)).ok();
-    let hostname_check =
-        super::HostnameCheck::parse(Src(p).kafka_tls_hostname_verification()).map_err(|e| errs.push(e)).ok();
-    let isolation = super::source::Isolation::parse(Src(p).kafka_isolation_level()).map_err(|e| errs.push(e)).ok();
+    let gap_policy = match Src(p).offset_gap_policy() {
+        OffsetGapPolicy::Fail => GapPolicy::Fail,
+        OffsetGapPolicy::Skip => GapPolicy::Skip,
+    };
+    let hostname_check = match Src(p).kafka_tls_hostname_verification() {
+        KafkaTlsHostnameVerification::AsGoogle => HostnameCheck::AsGoogle,
+        KafkaTlsHostnameVerification::Always => HostnameCheck::Always,
+    };
+    let isolation = match Src(p).kafka_isolation_level() {
+        KafkaIsolationLevel::ReadCommitted => Isolation::ReadCommitted,
+        KafkaIsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
+    };
     let group_id = Src(p).consumer_group_id().map(str::to_string).unwrap_or_else(|| format!("flexrun-{job_name}"));
     Some(SourceSettings {
-        conn: Connection { bootstrap, auth: auth?, hostname_check: hostname_check? },
+        conn: Connection { bootstrap, auth: auth?, hostname_check },
         topic,
         group_id,
-        start_earliest: Src(p).kafka_read_offset() == "earliest",
-        gap_policy: gap_policy?,
-        isolation: isolation?,
+        start_earliest: Src(p).kafka_read_offset() == KafkaReadOffset::Earliest,
+        gap_policy,
+        isolation,
     })
 }
 
 /// The authentication `kafkaReadAuthenticationMode` names, with its secrets resolved.
-fn auth_of(p: Src<'_>, mode: &str) -> Result<Auth, String> {
+fn auth_of(p: Src<'_>, mode: Mode) -> Result<Auth, String> {
     let owned = |v: Option<&str>| v.map(str::to_string);
     match mode {
-        "NONE" => Ok(Auth::None),
-        "SASL_PLAIN" => {
+        Mode::None => Ok(Auth::None),
+        Mode::SaslPlain => {
             let username = secret(SrcName::KafkaReadUsernameSecretId, p.kafka_read_username_secret_id(), mode)?;
             let password = secret(SrcName::KafkaReadPasswordSecretId, p.kafka_read_password_secret_id(), mode)?;
             Ok(Auth::SaslPlain { username, password, ca: owned(p.kafka_read_truststore_location()) })
         }
-        "SASL_SCRAM_512" => {
+        Mode::SaslScram512 => {
             let user = p.kafka_read_sasl_scram_username_secret_id();
             let username = secret(SrcName::KafkaReadSaslScramUsernameSecretId, user, mode)?;
             let pass = p.kafka_read_sasl_scram_password_secret_id();
             let password = secret(SrcName::KafkaReadSaslScramPasswordSecretId, pass, mode)?;
             Ok(Auth::SaslScram512 { username, password, ca: owned(p.kafka_read_sasl_scram_truststore_location()) })
         }
-        "TLS" => {
+        Mode::Tls => {
             let key_password = match p.kafka_read_key_password_secret_id() {
-                Some(v) => Some(resolve_secret(SrcName::KafkaReadKeyPasswordSecretId.as_str(), v).map_err(|e| e.to_string())?),
+                Some(v) => {
+                    Some(resolve_secret(SrcName::KafkaReadKeyPasswordSecretId.as_str(), v).map_err(|e| e.to_string())?)
+                }
                 None => None,
             };
             let (ca, keystore) = (owned(p.kafka_read_truststore_location()), owned(p.kafka_read_keystore_location()));
@@ -63,13 +79,12 @@ fn auth_of(p: Src<'_>, mode: &str) -> Result<Auth, String> {
         }
         // Google's template takes no truststore here (Managed Kafka's certificates are
         // publicly trusted); kafkaReadTruststoreLocation is honoured if given.
-        "APPLICATION_DEFAULT_CREDENTIALS" => Ok(Auth::GoogleAdc { ca: owned(p.kafka_read_truststore_location()) }),
-        other => Err(format!("kafkaReadAuthenticationMode={other}: expected APPLICATION_DEFAULT_CREDENTIALS, SASL_PLAIN, SASL_SCRAM_512, TLS or NONE")),
+        Mode::ApplicationDefaultCredentials => Ok(Auth::GoogleAdc { ca: owned(p.kafka_read_truststore_location()) }),
     }
 }
 
 /// A secret parameter the mode needs, resolved (`env:VAR`, `file:PATH` or the value).
-fn secret(name: SrcName, value: Option<&str>, mode: &str) -> Result<String, String> {
+fn secret(name: SrcName, value: Option<&str>, mode: Mode) -> Result<String, String> {
     let name = name.as_str();
     let v = value.ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
     resolve_secret(name, v).map_err(|e| e.to_string())

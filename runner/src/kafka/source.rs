@@ -47,15 +47,6 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    /// Parse `kafkaIsolationLevel`.
-    pub fn parse(s: &str) -> Result<Isolation, String> {
-        match s {
-            "read_committed" => Ok(Isolation::ReadCommitted),
-            "read_uncommitted" => Ok(Isolation::ReadUncommitted),
-            other => Err(format!("kafkaIsolationLevel={other}: expected read_committed (skip open and aborted transactions) or read_uncommitted (read everything, as Google's template does)")),
-        }
-    }
-
     /// librdkafka's `isolation.level` value.
     pub fn as_str(self) -> &'static str {
         match self {

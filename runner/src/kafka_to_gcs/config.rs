@@ -8,7 +8,10 @@ use crate::scaling::Capacity;
 use crate::state::{Backend, Kind};
 use crate::store::Location;
 use flexrun_autoscaler::ScalingConfig;
-use flexrun_templates::typed::kafka_to_gcs::{Name as GcsName, Params as Gcs};
+use flexrun_templates::typed::kafka_to_gcs::{
+    MessageFormat, Name as GcsName, OutputFileFormat as FileParam, Params as Gcs, SchemaFormat,
+    TimestampPolicy as PolicyParam,
+};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,8 +52,10 @@ fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Proble
     let read = read?;
     let given = Gcs(p).output_file_format().filter(|_| Gcs(p).was_given(GcsName::OutputFileFormat));
     match (given, read) {
-        (None, f) | (Some("TEXT"), f @ OutputFormat::Json) | (Some("AVRO"), f @ OutputFormat::Avro(_)) => Some(f),
-        (Some("PARQUET"), OutputFormat::Avro(d)) => {
+        (None, f)
+        | (Some(FileParam::Text), f @ OutputFormat::Json)
+        | (Some(FileParam::Avro), f @ OutputFormat::Avro(_)) => Some(f),
+        (Some(FileParam::Parquet), OutputFormat::Avro(d)) => {
             if let Some(w) = d.schema_file() {
                 if let Err(e) = super::parquet::columns(&w.schema) {
                     errs.push(format!("outputFileFormat=PARQUET: {e}"));
@@ -83,10 +88,10 @@ fn output_format(p: &ResolvedParams, errs: &mut Problems) -> Option<OutputFormat
         Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_file(framing, w))))
     };
     match Gcs(p).message_format() {
-        "JSON" => Some(OutputFormat::Json),
-        "AVRO_BINARY_ENCODING" => file("binaryAvroSchemaPath", Framing::Binary, errs),
-        _ => match Gcs(p).schema_format() {
-            "SCHEMA_REGISTRY" => {
+        MessageFormat::Json => Some(OutputFormat::Json),
+        MessageFormat::AvroBinaryEncoding => file("binaryAvroSchemaPath", Framing::Binary, errs),
+        MessageFormat::AvroConfluentWireFormat => match Gcs(p).schema_format() {
+            SchemaFormat::SchemaRegistry => {
                 crate::avro::check_registry_auth(p, errs);
                 match Gcs(p).schema_registry_connection_url() {
                     Some(url) => Some(OutputFormat::Avro(Arc::new(AvroDecoder::with_registry(
@@ -98,7 +103,7 @@ fn output_format(p: &ResolvedParams, errs: &mut Problems) -> Option<OutputFormat
                     }
                 }
             }
-            _ => file("confluentAvroSchemaPath", Framing::Confluent, errs),
+            SchemaFormat::SingleSchemaFile => file("confluentAvroSchemaPath", Framing::Confluent, errs),
         },
     }
 }
@@ -161,12 +166,8 @@ pub struct KafkaToGcsConfig {
 /// `timestampPolicy` (CLAMP or FAIL) and `maxTimestampSkew` (a span, default 1h).
 fn timestamp_bounds(p: &ResolvedParams, errs: &mut Problems) -> Option<TimestampBounds> {
     let policy = match Gcs(p).timestamp_policy() {
-        "CLAMP" => TimestampPolicy::Clamp,
-        "FAIL" => TimestampPolicy::Fail,
-        other => {
-            errs.push(format!("timestampPolicy={other}: expected CLAMP (window the record by the processing time) or FAIL (stop the job)"));
-            return None;
-        }
+        PolicyParam::Clamp => TimestampPolicy::Clamp,
+        PolicyParam::Fail => TimestampPolicy::Fail,
     };
     let skew = parse_span("maxTimestampSkew", Gcs(p).max_timestamp_skew()).map_err(|e| errs.push(e)).ok()?;
     Some(TimestampBounds { policy, max_future_ms: skew.as_millis() as i64 })

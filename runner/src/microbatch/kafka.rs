@@ -5,7 +5,7 @@ use super::{Batch, Latencies, Record, Sink, Source};
 use crate::kafka::oauth::AuthContext;
 use crate::kafka::{parse_server_and_topic, AckContext, Acks, Connection};
 use anyhow::{anyhow, bail, Result};
-use flexrun_templates::typed::kafka_to_kafka::{Name as K2kName, Params as K2k};
+use flexrun_templates::typed::kafka_to_kafka::{KafkaReadOffset, MessageFormat, Name as K2kName, Params as K2k};
 use flexrun_templates::ResolvedParams;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -41,8 +41,8 @@ impl KafkaToKafkaConfig {
         Ok(KafkaToKafkaConfig {
             read: split(K2kName::ReadBootstrapServerAndTopic, K2k(p).read_bootstrap_server_and_topic())?,
             write: split(K2kName::WriteBootstrapServerAndTopic, K2k(p).write_bootstrap_server_and_topic())?,
-            start_earliest: K2k(p).kafka_read_offset() == "earliest",
-            json: K2k(p).message_format() != "RAW",
+            start_earliest: K2k(p).kafka_read_offset() == KafkaReadOffset::Earliest,
+            json: K2k(p).message_format() == MessageFormat::Json,
         })
     }
 }

@@ -66,17 +66,6 @@ pub enum CdcFormat {
     Debezium,
 }
 
-impl CdcFormat {
-    /// Parse `cdcFormat` (FLAT or DEBEZIUM, case-insensitive).
-    pub fn parse(s: Option<&str>) -> Result<CdcFormat, String> {
-        match s.map(str::to_ascii_uppercase).as_deref() {
-            None | Some("FLAT") => Ok(CdcFormat::Flat),
-            Some("DEBEZIUM") => Ok(CdcFormat::Debezium),
-            Some(other) => Err(format!("cdcFormat: {other:?}; expected FLAT or DEBEZIUM")),
-        }
-    }
-}
-
 /// The Avro schema a tombstone's key is written in (`cdcKeySchemaPath`), read in the
 /// job's framing.
 #[derive(Debug, Clone)]

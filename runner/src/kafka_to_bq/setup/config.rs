@@ -14,7 +14,7 @@ use crate::progress::ProgressConfig;
 use crate::scaling::Capacity;
 use crate::udf::Udf;
 use flexrun_autoscaler::ScalingConfig;
-use flexrun_templates::typed::kafka_to_bq::{Name as BqName, Params as Bq};
+use flexrun_templates::typed::kafka_to_bq::{self as bq, Name as BqName, Params as Bq};
 use flexrun_templates::{ParamErrors, Problems, ResolvedParams};
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,16 +143,6 @@ pub enum BadRecordPolicy {
     /// Google's template does without `outputDeadletterTable` (its `ThrowErrorFn`
     /// logs each failed element; nothing writes it anywhere).
     LogAndDrop,
-}
-
-impl BadRecordPolicy {
-    fn parse(s: &str) -> Result<BadRecordPolicy, String> {
-        match s {
-            "FAIL" => Ok(BadRecordPolicy::Fail),
-            "LOG_AND_DROP" => Ok(BadRecordPolicy::LogAndDrop),
-            other => Err(format!("badRecordPolicy={other}: expected FAIL (stop at the first record that cannot be written) or LOG_AND_DROP (log it, count it and go on, as Google's template does without a dead-letter table)")),
-        }
-    }
 }
 
 /// Why asynchronous progress tracking and exactly-once do not mix.
@@ -295,10 +285,10 @@ fn cdc_params(
 /// flat format's parameters for them cannot go with it.
 fn cdc_format(p: &ResolvedParams, cdc_on: bool, errs: &mut Problems) -> crate::kafka_to_bq::map::cdc::CdcFormat {
     use crate::kafka_to_bq::map::cdc::CdcFormat;
-    let format = CdcFormat::parse(Bq(p).cdc_format()).unwrap_or_else(|e| {
-        errs.push(e);
-        CdcFormat::Flat
-    });
+    let format = match Bq(p).cdc_format() {
+        None | Some(bq::CdcFormat::Flat) => CdcFormat::Flat,
+        Some(bq::CdcFormat::Debezium) => CdcFormat::Debezium,
+    };
     if format == CdcFormat::Debezium {
         if Bq(p).javascript_text_transform_gcs_path().is_some_and(|s| !s.is_empty()) {
             errs.push("javascriptTextTransformGcsPath cannot go with cdcFormat=DEBEZIUM: the envelope is read as Debezium writes it; change the rows with a BigQuery view instead");
@@ -422,8 +412,10 @@ impl KafkaToBqConfig {
         if Bq(p).use_big_query_dlq() && Bq(p).output_deadletter_table().is_none() {
             errs.push("useBigQueryDLQ=true requires outputDeadletterTable (project:dataset.table)");
         }
-        let bad_records =
-            BadRecordPolicy::parse(Bq(p).bad_record_policy()).map_err(|e| errs.push(e)).unwrap_or_default();
+        let bad_records = match Bq(p).bad_record_policy() {
+            bq::BadRecordPolicy::Fail => BadRecordPolicy::Fail,
+            bq::BadRecordPolicy::LogAndDrop => BadRecordPolicy::LogAndDrop,
+        };
         if bad_records == BadRecordPolicy::LogAndDrop && dlq.is_some() {
             errs.push("badRecordPolicy=LOG_AND_DROP is for jobs without a dead-letter table, and outputDeadletterTable is set: bad records go to that table. Drop one of the two");
         }

@@ -11,7 +11,10 @@
 //! (`outputProject:outputDataset.[bqTableNamePrefix-]namespace-Name`).
 
 use crate::bigquery::layout::{Granularity, Partitioning, TableLayout};
-use flexrun_templates::typed::kafka_to_bq::{Name as BqName, Params as Bq};
+use flexrun_templates::typed::kafka_to_bq::{
+    CreateDisposition, MessageFormat, Name as BqName, Params as Bq, SchemaFormat, TablePartitioning,
+    WriteDisposition as WriteParam,
+};
 use flexrun_templates::{Problems, ResolvedParams};
 
 /// `messageFormat`, with the schema source it needs.
@@ -109,7 +112,7 @@ pub struct FormatParams {
 
 fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<DynamicTables>) {
     match Bq(p).schema_format() {
-        "SCHEMA_REGISTRY" => {
+        SchemaFormat::SchemaRegistry => {
             let url = Bq(p).schema_registry_connection_url().unwrap_or_default().to_string();
             if url.is_empty() {
                 errs.push("schemaRegistryConnectionUrl is required with schemaFormat=SCHEMA_REGISTRY, e.g. http://localhost:8081 (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
@@ -126,7 +129,7 @@ fn avro_confluent(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
             let prefix = Bq(p).bq_table_name_prefix().unwrap_or_default().to_string();
             (InputFormat::AvroRegistry { url }, Some(DynamicTables { project, dataset, prefix }))
         }
-        _ => {
+        SchemaFormat::SingleSchemaFile => {
             let schema_path = crate::avro::schema_file_param(p, "confluentAvroSchemaPath", errs);
             if schema_path.is_empty() {
                 errs.push("confluentAvroSchemaPath is required with schemaFormat=SINGLE_SCHEMA_FILE, a local .avsc file (Google: \"Either Schema Registry Connection URL or Confluent Avro Schema Path must be provided for AVRO_CONFLUENT_WIRE_FORMAT.\")");
@@ -174,13 +177,13 @@ fn proto_registry(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Opti
 /// Read `messageFormat` and what goes with it; problems are pushed onto `errs`.
 pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
     let (format, dynamic) = match Bq(p).message_format() {
-        "JSON" => {
+        MessageFormat::Json => {
             if Bq(p).output_table_spec().is_none() {
                 errs.push("outputTableSpec is required with messageFormat=JSON (project:dataset.table)");
             }
             (InputFormat::Json, None)
         }
-        "AVRO_BINARY_ENCODING" => {
+        MessageFormat::AvroBinaryEncoding => {
             let schema_path = crate::avro::schema_file_param(p, "binaryAvroSchemaPath", errs);
             if schema_path.is_empty() {
                 errs.push("binaryAvroSchemaPath is required with messageFormat=AVRO_BINARY_ENCODING, a local .avsc file (Google: \"Binary Avro Schema Path cannot be empty for AVRO_BINARY_ENCODING.\")");
@@ -192,18 +195,18 @@ pub fn format_params(p: &ResolvedParams, errs: &mut Problems) -> FormatParams {
             }
             (InputFormat::AvroBinary { schema_path }, None)
         }
-        "PROTO" => proto_file(p, errs),
-        "PROTO_CONFLUENT_WIRE_FORMAT" => proto_registry(p, errs),
-        _ => avro_confluent(p, errs),
+        MessageFormat::Proto => proto_file(p, errs),
+        MessageFormat::ProtoConfluentWireFormat => proto_registry(p, errs),
+        MessageFormat::AvroConfluentWireFormat => avro_confluent(p, errs),
     };
     let json = !format.can_create_tables();
     let write = match Bq(p).write_disposition() {
         _ if json => WriteDisposition::Append,
-        "WRITE_EMPTY" => WriteDisposition::Empty,
-        "WRITE_TRUNCATE" => WriteDisposition::Truncate,
-        _ => WriteDisposition::Append,
+        WriteParam::WriteEmpty => WriteDisposition::Empty,
+        WriteParam::WriteTruncate => WriteDisposition::Truncate,
+        WriteParam::WriteAppend => WriteDisposition::Append,
     };
-    let create_if_needed = !json && Bq(p).create_disposition() == "CREATE_IF_NEEDED";
+    let create_if_needed = !json && Bq(p).create_disposition() == CreateDisposition::CreateIfNeeded;
     let layout = table_layout(p, errs);
     if !layout.is_default() && !create_if_needed {
         errs.push(format!("tablePartitioning and tableClusteringFields lay out a table flexrun creates, and this job creates none ({}): create the table partitioned and clustered yourself, or use an Avro messageFormat with createDisposition=CREATE_IF_NEEDED", if json { "messageFormat=JSON writes to an existing table" } else { "createDisposition=CREATE_NEVER" }));
@@ -227,21 +230,19 @@ fn table_layout(p: &ResolvedParams, errs: &mut Problems) -> TableLayout {
             None
         }
     };
-    let partitioning = match Bq(p).table_partitioning() {
-        "NONE" => {
-            if field.is_some() || expiration_days.is_some() {
-                errs.push("tablePartitionField and tablePartitionExpirationDays need tablePartitioning (HOUR, DAY, MONTH or YEAR)");
-            }
-            None
-        }
-        unit => match Granularity::parse(unit) {
-            Some(granularity) => Some(Partitioning { granularity, field, expiration_days }),
-            None => {
-                errs.push(format!("tablePartitioning={unit}: expected NONE, HOUR, DAY, MONTH or YEAR"));
-                None
-            }
-        },
+    let granularity = match Bq(p).table_partitioning() {
+        TablePartitioning::None => None,
+        TablePartitioning::Hour => Some(Granularity::Hour),
+        TablePartitioning::Day => Some(Granularity::Day),
+        TablePartitioning::Month => Some(Granularity::Month),
+        TablePartitioning::Year => Some(Granularity::Year),
     };
+    if granularity.is_none() && (field.is_some() || expiration_days.is_some()) {
+        errs.push(
+            "tablePartitionField and tablePartitionExpirationDays need tablePartitioning (HOUR, DAY, MONTH or YEAR)",
+        );
+    }
+    let partitioning = granularity.map(|granularity| Partitioning { granularity, field, expiration_days });
     let clustering = Bq(p)
         .table_clustering_fields()
         .map(|v| v.split(['|', ',']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
