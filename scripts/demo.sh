@@ -7,6 +7,7 @@
 # kafka-to-gcs and lists both jobs.
 #
 #   scripts/demo.sh [MESSAGES]     (default 50000)
+# FLEXRUN_CARGO_TIMINGS=1 also writes Cargo's timing report (target/cargo-timings/).
 # The stack keeps running afterwards (scripts/stack.sh stop demo to stop it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,7 +21,7 @@ mkdir -p "${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}"
 INSTALL_LOG="${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}/demo-install.log"
 bash scripts/stack.sh install >"$INSTALL_LOG" 2>&1 &
 INSTALL=$!
-cargo build --release --bin flexrun
+cargo build --release --bin flexrun ${FLEXRUN_CARGO_TIMINGS:+--timings}
 T1=$(date +%s)
 F=target/release/flexrun
 wait "$INSTALL" || { tail -20 "$INSTALL_LOG" >&2; echo "installing the stack failed; log in $INSTALL_LOG" >&2; exit 1; }
