@@ -1,9 +1,9 @@
-//! The `flexrun` binary: parses the command line, sets up tracing and the runtime,
-//! dispatches to [`flexrun::cli`], and maps errors to exit codes: 2 for bad input
+//! The `flexrun` binary: parses the command line, sets up tracing, runs
+//! [`flexrun::cli::run`], and maps errors to exit codes: 2 for bad input
 //! (flags, parameters, files; reported before anything connects), 1 for a runtime failure.
 
 use clap::Parser;
-use flexrun::cli::{dispatch, Cli};
+use flexrun::cli::Cli;
 use flexrun::UsageError;
 use std::process::ExitCode;
 
@@ -32,8 +32,7 @@ fn main() -> ExitCode {
     if let Err(why) = malloc {
         tracing::debug!(?why, "glibc malloc left at its settings");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    match rt.block_on(dispatch(cli)) {
+    match flexrun::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             match e.downcast_ref::<UsageError>().and_then(|u| u.json.as_ref()) {

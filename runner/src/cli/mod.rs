@@ -43,7 +43,7 @@ pub mod web;
 pub use flags::{Format, JobFlags, ScalingFlags};
 
 use crate::usage;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 /// Runs Google's Dataflow templates for real on this machine.
@@ -157,6 +157,15 @@ pub struct RunArgs {
     /// Shared flags.
     #[command(flatten)]
     pub flags: JobFlags,
+}
+
+/// Run `cli` to completion on a new multi-threaded runtime. It lives in the library, not
+/// the binary, so that the futures of every command are compiled once, here: a binary
+/// that polled [`dispatch`] itself compiled its whole call tree again, about 80 s of a
+/// fresh demo's build (BENCHMARKS.md, "A fresh demo").
+pub fn run(cli: Cli) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+    rt.block_on(dispatch(cli))
 }
 
 /// Run the subcommand `cli` names.
