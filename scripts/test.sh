@@ -40,7 +40,7 @@ cargo fmt --all --check
 # build, which leaves a core idle in places.
 mkdir -p "${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}"
 INSTALL_LOG="${FLEXRUN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flexrun}/test-install.log"
-(bash scripts/install-chromium.sh && nice -n 5 bash scripts/stack.sh install) >"$INSTALL_LOG" 2>&1 &
+(nice -n 19 bash scripts/install-chromium.sh && nice -n 19 bash scripts/stack.sh install) >"$INSTALL_LOG" 2>&1 &
 INSTALL_PID=$!
 step "layering and structure: no module names a layer above it; no file or function too long"
 python3 scripts/check_layers.py
