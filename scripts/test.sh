@@ -22,7 +22,7 @@ step() { echo "[test] $* ($(($(date +%s) - T0)) s in)" >&2; }
 # registries (cargo-nextest from crates.io, cached in ~/.cargo/bin; clippy and rustfmt as
 # rustup components; libclang, Java and Maven from Debian), or the script says why not.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  step "installing cargo-nextest from crates.io (once per machine, about 4 minutes)"
+  step "installing cargo-nextest from crates.io (once per machine, about 7 minutes on 2 cores)"
   cargo install cargo-nextest --locked --quiet
 fi
 for c in clippy rustfmt; do
