@@ -112,6 +112,42 @@ async fn sigterm_during_a_stall_drains_and_the_restart_finishes_the_batch() {
     assert_eq!(s.count(&f.table).await, (3000, 3000));
 }
 
+/// A stop that lands while the replay of a logged batch, at the shard's start, waits out
+/// a BigQuery outage (a drain here; a move of the shard to another worker takes the same
+/// path) ends the job cleanly with the batch still logged, and the next run replays it.
+/// The chaos suite's exit 1 (RELIABILITY.md) was this: a rescale during a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_replay_in_a_stall_drains_and_the_next_run_replays() {
+    let s = stack();
+    let f = s.fixture("replaydrain", 1).await;
+    f.produce(&s, 0, 3000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "");
+    table_faults(&f.table, r#""fail_for_s": 300, "code": "UNAVAILABLE", "on": "append""#);
+    // The first run logs its batch, meets the stall, and drains: the batch stays logged.
+    let mut child = spawn_job("replaydrain", ck.path(), &params, &[]);
+    wait_for_injected_failure(&f.table, "injected_append", &mut child).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The second run replays that batch as its shard opens, meets the stall there, and
+    // is stopped while the replay waits to retry.
+    let seen = fault_stats(&f.table)["injected_append"].as_u64().unwrap();
+    let mut child = spawn_job("replaydrain", ck.path(), &params, &[]);
+    wait_for_injected_failures_over(&f.table, "injected_append", seen, &mut child).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = wait_with_timeout(child, Duration::from_secs(30));
+    reset_faults(&f.table);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("stopped while replaying a logged batch"), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await.0, 0, "nothing was written during the stall");
+    let (sum, sum_s) = summary_arg(ck.path());
+    let o = run_job("replaydrain", ck.path(), &params, "2s", &["--summary-json", &sum_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sum)["summary"]["replayed_batches"], 1);
+    assert_eq!(s.count(&f.table).await, (3000, 3000));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finalized_stream_after_a_clean_stop_is_replaced_without_duplicates() {
     let s = stack();

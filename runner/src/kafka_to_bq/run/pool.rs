@@ -8,7 +8,7 @@
 //! to stop, finishes its open batch through the commit log and exits; only then does
 //! the new owner open the shard, which starts with recovery from the shard's logs.
 
-use super::shard::Shard;
+use super::shard::{is_interrupted, Shard};
 use crate::kafka::shared::SharedConsumer;
 use crate::kafka_to_bq::context::JobCtx;
 use crate::scaling::{Capacity, SharedWorkers, WorkerSlot};
@@ -97,11 +97,16 @@ impl Pool {
         let ctx = self.ctx.clone();
         let worker = slot.id;
         let handle = tokio::spawn(async move {
-            Shard::open(id, ctx, parts, (slot, consumer), stop_rx)
-                .await?
-                .run()
-                .await
-                .with_context(|| format!("shard {id}"))
+            let shard = match Shard::open(id, ctx, parts, (slot, consumer), stop_rx).await {
+                // A drain or a move while the replay of a logged batch waited out a
+                // BigQuery outage: the batch stays logged, and the next owner replays it.
+                Err(e) if is_interrupted(&e) => {
+                    tracing::warn!(shard = id, error = %e, "stopped while replaying a logged batch during a BigQuery outage: it stays logged, and the next owner replays it");
+                    return Ok(());
+                }
+                r => r?,
+            };
+            shard.run().await.with_context(|| format!("shard {id}"))
         });
         self.running.insert(id, Running { worker, stop, handle });
     }

@@ -430,7 +430,8 @@ fn refused_without_dlq(
     }
 }
 
-fn is_interrupted(e: &anyhow::Error) -> bool {
+/// Whether `e` is a stop (a drain or a move) that came while an append waited to retry.
+pub(super) fn is_interrupted(e: &anyhow::Error) -> bool {
     e.chain().any(|c| matches!(c.downcast_ref::<WriteError>(), Some(WriteError::Interrupted { .. })))
 }
 

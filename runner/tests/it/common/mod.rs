@@ -288,8 +288,14 @@ pub async fn wait_for_rows(s: &Stack, t: &TableRef, rows: i64, child: &mut Child
 /// counted under `counter` (`injected_failures`, or by call: `injected_create`,
 /// `injected_get`, `injected_append`), while `child` still runs.
 pub async fn wait_for_injected_failure(t: &TableRef, counter: &str, child: &mut Child) {
+    wait_for_injected_failures_over(t, counter, 0, child).await
+}
+
+/// Wait until the emulator's `counter` of injected faults on `t` is above `seen` (the
+/// count before `child` started), while `child` still runs.
+pub async fn wait_for_injected_failures_over(t: &TableRef, counter: &str, seen: u64, child: &mut Child) {
     let start = std::time::Instant::now();
-    while fault_stats(t)[counter].as_u64().unwrap_or(0) == 0 {
+    while fault_stats(t)[counter].as_u64().unwrap_or(0) <= seen {
         if let Some(status) = child.try_wait().expect("poll the job") {
             panic!(
                 "the job ended ({status}) before any call on {t} met the injected fault ({counter}); its stderr ends:\n{}",
