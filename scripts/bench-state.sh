@@ -19,9 +19,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RATES=${1:-"2500 5000 7500"}
 SECONDS_PER_RUN=${2:-90}
 bash scripts/build-deps.sh
-cargo build --release --bin flexrun >&2
+# The lsm rows need RocksDB, which the default build leaves out (the `lsm` feature).
+cargo build --release --bin flexrun --features flexrun/lsm >&2
+BIN="${CARGO_TARGET_DIR:-target}/release/flexrun"
 bash scripts/stack.sh start bench >&2
 eval "$(bash scripts/stack.sh env bench)"
 mkdir -p target/bench docs/bench
-python3 scripts/bench_state.py --flexrun target/release/flexrun --rates "$RATES" --seconds "$SECONDS_PER_RUN" \
+python3 scripts/bench_state.py --flexrun "$BIN" --rates "$RATES" --seconds "$SECONDS_PER_RUN" \
   --json target/bench/state.json --svg docs/bench/state-checkpoints.svg
