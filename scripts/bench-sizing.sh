@@ -21,7 +21,7 @@ echo "== calibrate"
 target/release/flexrun calibrate --duration 3s --output bench-out/baseline.yaml
 echo
 echo "== estimate from it: 100 MiB/s exactly-once on e2-standard-2"
-target/release/flexrun estimate --throughput 100MiB/s --baseline bench-out/baseline.yaml | head -2
+target/release/flexrun estimate --throughput 100MiB/s --baseline bench-out/baseline.yaml | sed -n 1,2p
 echo
 echo "== capacity"
 target/release/flexrun capacity --bootstrap-server "$FLEXRUN_KAFKA" --topic "capacity-$(date +%s)" --partitions 8 \

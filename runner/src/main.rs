@@ -14,7 +14,27 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Status of a process ended by SIGPIPE (128 + 13), as a shell reports `cmd | head`.
+const BROKEN_PIPE_STATUS: i32 = 141;
+
+/// `flexrun estimate ... | head`: when the reader of stdout goes away, end quietly with
+/// the status other command-line tools get from SIGPIPE, instead of the panic that
+/// `println!` raises on a broken pipe. Every other panic is reported as before.
+fn end_quietly_on_a_broken_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if msg.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
+            std::process::exit(BROKEN_PIPE_STATUS);
+        }
+        report(info)
+    }));
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_a_broken_stdout();
     #[cfg(not(any(feature = "alloc-mimalloc", feature = "alloc-jemalloc")))]
     let malloc = flexrun::malloc::tune();
     #[cfg(feature = "failpoints")]

@@ -148,3 +148,20 @@ fn a_cdc_table_prices_its_apply_jobs_and_its_size_instead_of_the_stream() {
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
 }
+
+/// `flexrun estimate ... | head`: a reader that has gone away ends the process quietly,
+/// with the status a shell gives SIGPIPE (141), not with a panic's backtrace.
+#[test]
+fn a_closed_stdout_ends_quietly_with_the_broken_pipe_status() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader); // every write to stdout now fails with EPIPE
+    let out = Command::new(env!("CARGO_BIN_EXE_flexrun"))
+        .args(["estimate", "--throughput", "100MiB/s"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
