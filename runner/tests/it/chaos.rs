@@ -415,7 +415,16 @@ async fn chaos_topics_join_a_cdc_pattern_job_under_10_sigkills() {
         let start = Instant::now();
         let t3_read = |k: i64| k != 7 || changes(&tables[2]) > 0;
         while (changes(&tables[0]) < goal || !t3_read(k)) && child.try_wait().unwrap().is_none() {
-            assert!(start.elapsed() < RUN_LIMIT, "kill {k}: the job made no progress");
+            if start.elapsed() > RUN_LIMIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "kill {k}: the job made no progress ({} of {goal} changes of t1, {} of t3); its stderr ends:\n{}",
+                    changes(&tables[0]),
+                    changes(&tables[2]),
+                    stderr_tail(&mut child)
+                );
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(child.try_wait().unwrap().is_none(), "kill {k} would not land while the job runs");
