@@ -346,7 +346,10 @@ fn copy_into(from: &dyn WindowState, to: Box<dyn WindowState>) -> Result<Box<dyn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{tests::sample, Window};
+    use crate::state::heap::HeapState;
+    use crate::state::tests::sample;
+    #[cfg(feature = "lsm")]
+    use crate::state::Window;
     use crate::store::{local::LocalStore, Store};
 
     fn store(d: &Path) -> Store {
