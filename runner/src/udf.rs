@@ -19,17 +19,26 @@
 //! input: one that reads the clock or `Math.random()` can make a replay differ from
 //! what was logged, and the job then stops and says so.
 //!
+//! QuickJS sits behind the `udf` cargo feature, on by default; a build without it (as
+//! `scripts/demo.sh` makes, to keep a fresh machine's build short) refuses a UDF at
+//! launch with exit 2 and says how to build one that runs it.
+//!
 //! ```
+//! # #[cfg(feature = "udf")] {
 //! use flexrun::udf::{Udf, UdfOutcome};
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("f.js");
 //! std::fs::write(&path, "function up(s) { var o = JSON.parse(s); o.n += 1; return JSON.stringify(o); }").unwrap();
 //! let udf = Udf::new(path.to_str().unwrap(), "up", None).unwrap();
 //! assert_eq!(udf.call(r#"{"n":1}"#), UdfOutcome::Output(r#"{"n":2}"#.into()));
+//! # }
 //! ```
 
+#[cfg(feature = "udf")]
 use rquickjs::{CatchResultExt, Context, Function, Runtime};
+#[cfg(feature = "udf")]
 use std::cell::RefCell;
+#[cfg(feature = "udf")]
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -64,10 +73,17 @@ pub enum UdfError {
         /// What went wrong.
         message: String,
     },
+    /// This flexrun was built without the `udf` feature (QuickJS).
+    #[error("javascriptTextTransformGcsPath={path}: this flexrun was built without JavaScript UDFs (scripts/demo.sh leaves them out); build it with `cargo build --release`, whose default features include `udf`")]
+    NotBuilt {
+        /// The path.
+        path: String,
+    },
 }
 
 /// A UDF: the script's path, the function's name and the reload interval.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "udf"), allow(dead_code))]
 pub struct Udf {
     path: String,
     function: String,
@@ -76,6 +92,7 @@ pub struct Udf {
     born: Instant,
 }
 
+#[cfg(feature = "udf")]
 struct Engine {
     generation: u64,
     // The context must be dropped before the runtime.
@@ -83,6 +100,7 @@ struct Engine {
     _runtime: Runtime,
 }
 
+#[cfg(feature = "udf")]
 thread_local! {
     static ENGINES: RefCell<HashMap<u64, Engine>> = RefCell::new(HashMap::new());
 }
@@ -103,6 +121,12 @@ impl Udf {
         Ok(udf)
     }
 
+    #[cfg(not(feature = "udf"))]
+    fn build(&self) -> Result<(), UdfError> {
+        Err(UdfError::NotBuilt { path: self.path.clone() })
+    }
+
+    #[cfg(feature = "udf")]
     fn build(&self) -> Result<Engine, UdfError> {
         let source =
             std::fs::read_to_string(&self.path).map_err(|source| UdfError::Read { path: self.path.clone(), source })?;
@@ -119,6 +143,7 @@ impl Udf {
     }
 
     /// Which reload period we are in (0 forever without a reload interval).
+    #[cfg(feature = "udf")]
     fn generation(&self) -> u64 {
         match self.reload {
             Some(d) => (self.born.elapsed().as_secs_f64() / d.as_secs_f64()) as u64,
@@ -126,7 +151,15 @@ impl Udf {
         }
     }
 
+    /// Call the UDF with one message's JSON text. (Without the `udf` feature no `Udf` is
+    /// ever made: [`Udf::new`] refuses.)
+    #[cfg(not(feature = "udf"))]
+    pub fn call(&self, _input: &str) -> UdfOutcome {
+        UdfOutcome::Failed(UdfError::NotBuilt { path: self.path.clone() }.to_string())
+    }
+
     /// Call the UDF with one message's JSON text.
+    #[cfg(feature = "udf")]
     pub fn call(&self, input: &str) -> UdfOutcome {
         ENGINES.with(|cell| {
             let mut engines = cell.borrow_mut();
@@ -166,7 +199,7 @@ impl Udf {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "udf"))]
 mod tests {
     use super::*;
 
@@ -231,5 +264,14 @@ mod tests {
         assert_eq!(u.call("{}"), UdfOutcome::Output("v1".into()), "no reload before the interval");
         std::thread::sleep(Duration::from_millis(250));
         assert_eq!(u.call("{}"), UdfOutcome::Output("v2".into()));
+    }
+}
+
+#[cfg(all(test, not(feature = "udf")))]
+mod without_quickjs {
+    #[test]
+    fn a_udf_is_refused_at_launch_with_how_to_build_one_in() {
+        let e = super::Udf::new("/nonexistent/u.js", "f", None).unwrap_err().to_string();
+        assert!(e.contains("built without JavaScript UDFs") && e.contains("`cargo build --release`"), "{e}");
     }
 }

@@ -46,6 +46,22 @@ impl OutputFormat {
     }
 }
 
+/// `outputFileFormat=PARQUET` over Avro input: refused when a column of the schema has
+/// no Parquet type, or when this flexrun was built without Parquet.
+fn parquet_format(d: Arc<AvroDecoder>, errs: &mut Problems) -> Option<OutputFormat> {
+    let checked = super::parquet::available().and_then(|()| match d.schema_file() {
+        Some(w) => super::parquet::columns(&w.schema).map(drop),
+        None => Ok(()),
+    });
+    match checked {
+        Ok(()) => Some(OutputFormat::Parquet(d)),
+        Err(e) => {
+            errs.push(format!("outputFileFormat=PARQUET: {e}"));
+            None
+        }
+    }
+}
+
 /// `outputFileFormat` (flexrun's extension; Google's older Kafka_to_GCS template's
 /// parameter) over the format `messageFormat` gives.
 fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Problems) -> Option<OutputFormat> {
@@ -55,15 +71,7 @@ fn file_format(p: &ResolvedParams, read: Option<OutputFormat>, errs: &mut Proble
         (None, f)
         | (Some(FileParam::Text), f @ OutputFormat::Json)
         | (Some(FileParam::Avro), f @ OutputFormat::Avro(_)) => Some(f),
-        (Some(FileParam::Parquet), OutputFormat::Avro(d)) => {
-            if let Some(w) = d.schema_file() {
-                if let Err(e) = super::parquet::columns(&w.schema) {
-                    errs.push(format!("outputFileFormat=PARQUET: {e}"));
-                    return None;
-                }
-            }
-            Some(OutputFormat::Parquet(d))
-        }
+        (Some(FileParam::Parquet), OutputFormat::Avro(d)) => parquet_format(d, errs),
         (Some(f), OutputFormat::Json) => {
             errs.push(format!("outputFileFormat={f}: messageFormat=JSON writes TEXT (JSON lines) only; AVRO and PARQUET need an Avro messageFormat and its schema"));
             None

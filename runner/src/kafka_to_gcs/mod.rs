@@ -58,7 +58,42 @@ pub mod encode;
 pub mod job;
 pub mod log;
 pub mod open_windows;
+#[cfg(feature = "parquet")]
 pub mod parquet;
+/// Without the `parquet` cargo feature (on by default; `scripts/demo.sh` leaves it out):
+/// `outputFileFormat=PARQUET` is refused at launch ([`config`]), so nothing is written.
+#[cfg(not(feature = "parquet"))]
+pub mod parquet {
+    use apache_avro::schema::Schema;
+    use apache_avro::types::Value;
+
+    /// Why Parquet is refused, and how to build a flexrun that writes it.
+    pub const NOT_BUILT: &str = "this flexrun was built without Parquet (scripts/demo.sh leaves it out); build it with `cargo build --release`, whose default features include `parquet`";
+
+    /// Refuses: this build has no Parquet writer.
+    pub fn available() -> Result<(), String> {
+        Err(NOT_BUILT.into())
+    }
+
+    /// Refuses every schema: this build has no Parquet writer.
+    pub fn columns(_: &Schema) -> Result<(), String> {
+        Err(NOT_BUILT.into())
+    }
+
+    /// Refuses: this build has no Parquet writer (never reached: launch refuses first).
+    pub fn write(_: &Schema, _: &[Value]) -> Result<Vec<u8>, String> {
+        Err(NOT_BUILT.into())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn parquet_is_refused_with_how_to_build_it_in() {
+            let e = super::available().unwrap_err();
+            assert!(e.contains("built without Parquet") && e.contains("`cargo build --release`"), "{e}");
+        }
+    }
+}
 pub mod pool;
 pub mod publish;
 pub mod reader;

@@ -72,6 +72,12 @@ fn kind(s: &Schema) -> Option<Kind> {
     })
 }
 
+/// This build writes Parquet (the `parquet` cargo feature; a build without it refuses
+/// `outputFileFormat=PARQUET` at launch).
+pub fn available() -> Result<(), String> {
+    Ok(())
+}
+
 /// The columns of a flat record schema, or which field cannot be one.
 pub fn columns(schema: &Schema) -> Result<Vec<Column>, String> {
     let Schema::Record(r) = schema else { return Err("the schema is not a record".into()) };
