@@ -69,6 +69,9 @@ stock emulator is lenient, the launcher makes it behave as documented:
                                           the next N REST tables.get / tables.patch calls
                                           on it answer 503 backendError, as BigQuery's
                                           error table lists it (counted: injected_rest)
+     {"table": "dataset.table", "patch_rate_limited_next": N}
+                                          the next N tables.patch calls on it answer 403
+                                          rateLimitExceeded, as past the update rate (14)
    Without "table" a fault applies to every table (no test does that any more).
    POST /reset {"table": "dataset.table"} clears that table's faults ({} clears all);
    GET /stats?table=dataset.table returns its call counters (no table: all calls):
@@ -107,6 +110,11 @@ stock emulator is lenient, the launcher makes it behave as documented:
    change). Without a number, arrival order decides. BigQuery applies changes in the
    background (max_staleness); here they apply at append, which is the state a query
    sees once BigQuery has caught up.
+
+14. tables.patch and tables.update are limited to 5 per table in 10 s, as BigQuery
+   limits table metadata updates: after 5 that changed the table, the next answers 403
+   rateLimitExceeded (counted: rate_limited_patches). A refused update (400) changed
+   nothing and is not counted. See the comment at TABLE_UPDATES_PER_WINDOW.
 
 12. A query that fails is a failed request, as BigQuery's API documents it (stock: jobs.query
    answers HTTP 200 with the error in the body's `errors` and no rows, so a client reads an
@@ -207,6 +215,7 @@ class _TableFaults:
         self.on = None  # None: every call; else only "create", "get" or "append"
         self.schema_lag_s = 0.0  # patch 13: how long a schema change takes to reach writers
         self.rest_unavailable = 0  # the next N REST tables.get/patch calls answer 503
+        self.rest_rate_limited = 0  # the next N tables.patch calls answer 403 rateLimitExceeded
 
     def take(self, method):
         """Consume one injected failure for a `method` call: its status code name, or None."""
@@ -512,6 +521,8 @@ class _FaultServer(http.server.BaseHTTPRequestHandler):
                 f.schema_lag_s = float(body["schema_lag_s"])
             if "rest_unavailable_next" in body:
                 f.rest_unavailable = int(body["rest_unavailable_next"])
+            if "patch_rate_limited_next" in body:
+                f.rest_rate_limited = int(body["patch_rate_limited_next"])
             if "on" in body:
                 if body["on"] not in (None, "create", "get", "append"):
                     return self._reply(400, {"error": f"unknown call {body['on']}: create, get or append"})
@@ -982,41 +993,98 @@ def _failing_queries_with_status(orig):
     return query
 
 
-def _rest_fault(kwargs):
-    """The 503 a test asked for on this table's next REST call, or None (item 9)."""
+# Patch 14: BigQuery's limit on table metadata updates. https://cloud.google.com/bigquery/quotas,
+# "Maximum rate of table metadata update operations per table: 5 operations per 10
+# seconds" (tables.patch and tables.update among them), answered, per
+# https://cloud.google.com/bigquery/docs/troubleshoot-quotas, with "Exceeded rate limits:
+# too many table update operations for this table" and the reason rateLimitExceeded,
+# HTTP 403. Stock bqemulator has no limit, so several shards widening one table at once
+# never met it here.
+TABLE_UPDATES_PER_WINDOW = 5
+TABLE_UPDATE_WINDOW_S = 10.0
+_TABLE_UPDATES = {}
+
+
+def _over_update_rate(table):
+    """Whether `table` has had 5 updates in the last 10 s (a 6th would be over the rate)."""
+    now = time.monotonic()
+    with FAULTS.lock:
+        recent = [t for t in _TABLE_UPDATES.get(table, []) if now - t < TABLE_UPDATE_WINDOW_S]
+        _TABLE_UPDATES[table] = recent
+        return len(recent) >= TABLE_UPDATES_PER_WINDOW
+
+
+def _count_update(table, response):
+    """Count an update that changed `table` (a refused one changed nothing)."""
+    if getattr(response, "status_code", 200) < 300:
+        with FAULTS.lock:
+            _TABLE_UPDATES.setdefault(table, []).append(time.monotonic())
+    return response
+
+
+def _error(status, code_name, reason, message):
     from fastapi.responses import JSONResponse
 
+    detail = {"message": message, "domain": "global", "reason": reason}
+    return JSONResponse(
+        status_code=status,
+        content={"error": {"code": status, "message": message, "errors": [detail], "status": code_name}},
+    )
+
+
+def _rest_fault(kwargs, patch=False):
+    """The 503 a test asked for on this table's next REST call (item 9), or for a
+    tables.patch the 403 rateLimitExceeded of an update over BigQuery's rate (patch 14,
+    or asked for), or None."""
     table = f"{kwargs.get('dataset_id')}.{kwargs.get('table_id')}"
     with FAULTS.lock:
         f = FAULTS.tables.get(table)
         fail = f is not None and f.rest_unavailable > 0
         if fail:
             f.rest_unavailable -= 1
-    if not fail:
-        return None
-    FAULTS.count("injected_rest", table=table)
-    message = "injected fault (backendError) from the flexrun launcher"
-    detail = {"message": message, "domain": "global", "reason": "backendError"}
-    return JSONResponse(
-        status_code=503,
-        content={"error": {"code": 503, "message": message, "errors": [detail], "status": "UNAVAILABLE"}},
-    )
+        limited = patch and f is not None and f.rest_rate_limited > 0
+        if limited:
+            f.rest_rate_limited -= 1
+    if fail:
+        FAULTS.count("injected_rest", table=table)
+        return _error(503, "UNAVAILABLE", "backendError", "injected fault (backendError) from the flexrun launcher")
+    if patch and (limited or _over_update_rate(table)):
+        FAULTS.count("rate_limited_patches", table=table)
+        return _error(
+            403,
+            "PERMISSION_DENIED",
+            "rateLimitExceeded",
+            "Exceeded rate limits: too many table update operations for this table. For more information, see https://cloud.google.com/bigquery/docs/troubleshoot-quotas",
+        )
+    return None
 
 
-def _failing_table_calls(orig):
-    """A tables.get/patch endpoint that answers 503 while a test asked for it; sync or
-    async as the stock endpoint is (FastAPI runs a sync one in its thread pool)."""
+def _failing_table_calls(orig, patch):
+    """A tables.get/patch endpoint that answers 503 while a test asked for it, and a
+    tables.patch past BigQuery's update rate 403; sync or async as the stock endpoint is
+    (FastAPI runs a sync one in its thread pool)."""
     import functools
     import inspect
+
+    def table(kwargs):
+        return f"{kwargs.get('dataset_id')}.{kwargs.get('table_id')}"
 
     if inspect.iscoroutinefunction(orig):
         @functools.wraps(orig)
         async def call(*args, **kwargs):
-            return _rest_fault(kwargs) or await orig(*args, **kwargs)
+            fault = _rest_fault(kwargs, patch)
+            if fault:
+                return fault
+            response = await orig(*args, **kwargs)
+            return _count_update(table(kwargs), response) if patch else response
     else:
         @functools.wraps(orig)
         def call(*args, **kwargs):
-            return _rest_fault(kwargs) or orig(*args, **kwargs)
+            fault = _rest_fault(kwargs, patch)
+            if fault:
+                return fault
+            response = orig(*args, **kwargs)
+            return _count_update(table(kwargs), response) if patch else response
 
     return call
 
@@ -1024,8 +1092,8 @@ def _failing_table_calls(orig):
 def _patch_table_routes():
     found = 0
     for route in tables_routes.router.routes:
-        if route.path.endswith("/tables/{table_id}") and ({"GET", "PATCH"} & set(route.methods)):
-            route.endpoint = _failing_table_calls(route.endpoint)
+        if route.path.endswith("/tables/{table_id}") and ({"GET", "PATCH", "PUT"} & set(route.methods)):
+            route.endpoint = _failing_table_calls(route.endpoint, bool({"PATCH", "PUT"} & set(route.methods)))
             found += 1
     if found < 2:
         sys.exit("bqemulator_launcher: the tables.get/patch routes were not found; this launcher is written for bqemulator 1.4.0")

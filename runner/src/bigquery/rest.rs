@@ -105,25 +105,36 @@ impl RestError {
         }
     }
 
-    /// Whether the call may succeed if tried again: a transport failure, HTTP 429, or a
-    /// 5xx (BigQuery's error table: `rateLimitExceeded`, `backendError`,
-    /// `internalError` are retried with exponential backoff). A 4xx other than 429
-    /// will be answered the same way again.
+    /// Whether the call may succeed if tried again: a transport failure, HTTP 429, a
+    /// 5xx, or a 403 whose reason is `rateLimitExceeded` (BigQuery's error table:
+    /// `rateLimitExceeded`, `backendError` and `internalError` are retried with
+    /// exponential backoff; table metadata updates past "5 operations per 10 seconds"
+    /// per table are answered 403 `rateLimitExceeded`). Any other 4xx will be answered
+    /// the same way again.
     pub fn is_transient(&self) -> bool {
         let code = |c: i64| c == 429 || (500..600).contains(&c);
         match self {
             RestError::Call { source, .. } | RestError::Client { source, .. } | RestError::GetTable { source, .. } => {
                 match source.as_ref() {
-                    BQError::ResponseError { error } => code(error.error.code),
+                    BQError::ResponseError { error } => {
+                        let reasons = error.error.errors.iter().filter_map(|e| e.get("reason"));
+                        code(error.error.code) || reasons.into_iter().any(|r| r == RATE_LIMITED)
+                    }
                     BQError::RequestError(_) => true,
                     _ => false,
                 }
             }
-            RestError::Patch { why, .. } => why.split_whitespace().next().and_then(|c| c.parse().ok()).is_none_or(code),
+            RestError::Patch { why, .. } => {
+                let status = why.split_whitespace().next().and_then(|c| c.parse().ok());
+                status.is_none_or(code) || (status == Some(403) && why.contains(RATE_LIMITED))
+            }
             _ => false,
         }
     }
 }
+
+/// The reason BigQuery gives a request over a rate limit (with HTTP 403).
+const RATE_LIMITED: &str = "rateLimitExceeded";
 
 /// The emulator checks no credentials; this hands the client a fixed token.
 #[derive(Clone)]
@@ -445,7 +456,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_patch_is_tried_again_on_429_5xx_and_the_network_only() {
+    fn a_patch_is_tried_again_on_429_5xx_rate_limits_and_the_network_only() {
         let patch = |why: &str| RestError::Patch { what: "tables.patch".into(), why: why.into() };
         for transient in ["429 Too Many Requests: slow down", "503 Service Unavailable: x", "error sending request"] {
             assert!(patch(transient).is_transient(), "{transient}");
@@ -453,5 +464,8 @@ mod tests {
         for permanent in ["400 Bad Request: Invalid field name", "403 Forbidden: no", "412 Precondition Failed: etag"] {
             assert!(!patch(permanent).is_transient(), "{permanent}");
         }
+        // Issue 62, item 10: BigQuery answers table updates past its rate with 403.
+        let limited = r#"403 Forbidden: {"error":{"code":403,"message":"Exceeded rate limits: too many table update operations for this table","errors":[{"reason":"rateLimitExceeded"}]}}"#;
+        assert!(patch(limited).is_transient());
     }
 }
