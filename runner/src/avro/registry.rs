@@ -58,6 +58,81 @@ struct SchemaAnswer {
     schema: String,
     #[serde(default)]
     id: Option<u32>,
+    #[serde(default)]
+    references: Vec<Reference>,
+}
+
+/// Another registered schema a schema imports (Confluent's "Schema references": the
+/// import path `name` resolves to version `version` of `subject`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Reference {
+    /// The name it is imported by (a `.proto` import path).
+    pub name: String,
+    /// The subject it is registered under.
+    pub subject: String,
+    /// Its version there.
+    pub version: i64,
+}
+
+/// A schema's text and the schemas it references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The schema text.
+    pub text: String,
+    /// What it imports.
+    pub references: Vec<Reference>,
+}
+
+/// What waiting on the registry ended with: an answer that holds for good.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Definitive {
+    /// HTTP 404: the registry does not know it.
+    #[error("not found in the Schema Registry at {url} ({body})")]
+    NotFound {
+        /// Base URL.
+        url: String,
+        /// The answer's body.
+        body: String,
+    },
+    /// Another refusal that asking again will not change (a 4xx other than 401, 403,
+    /// 408 and 429, or an answer of the wrong shape).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Ask the registry with `call` until it gives an answer that holds: the value, or a
+/// [`Definitive`] refusal. An outage (no connection, 5xx) and the refusals that say
+/// nothing about the request itself (401/403 credentials, 408 timeout, 429 rate limit)
+/// are waited out with backoff and counted, never taken as the answer: cached, such an
+/// answer would dead-letter every later record of that schema (issue 62, item 5).
+pub async fn until_answered<T, F, Fut>(client: &Registry, what: &str, mut call: F) -> Result<T, Definitive>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, RegistryError>>,
+{
+    for attempt in 1.. {
+        let wait = crate::retry::Backoff::REGISTRY.delay(attempt).expect("registry retries have no attempt limit");
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(RegistryError::Status { status: 404, body, .. }) => {
+                return Err(Definitive::NotFound { url: client.url().to_string(), body })
+            }
+            Err(e @ RegistryError::Status { status: 401 | 403 | 408 | 429, .. }) => {
+                tracing::error!(what, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry refused the request: retrying (the batch waits)");
+                crate::retry::note_retry(crate::retry::Service::Registry);
+                tokio::time::sleep(wait).await;
+            }
+            Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
+                return Err(Definitive::Refused(e.to_string()))
+            }
+            Err(e) => {
+                tracing::warn!(what, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry unavailable: retrying (the batch waits)");
+                crate::retry::note_retry(crate::retry::Service::Registry);
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 #[derive(Deserialize)]
@@ -96,6 +171,21 @@ impl Registry {
     pub async fn schema_by_id(&self, id: u32) -> Result<String, RegistryError> {
         let body = self.send(self.http.get(format!("{}/schemas/ids/{id}", self.url))).await?;
         Ok(self.parse::<SchemaAnswer>(&body)?.schema)
+    }
+
+    /// The schema registered under `id`, with its references.
+    pub async fn fetch_by_id(&self, id: u32) -> Result<Fetched, RegistryError> {
+        let body = self.send(self.http.get(format!("{}/schemas/ids/{id}", self.url))).await?;
+        let a: SchemaAnswer = self.parse(&body)?;
+        Ok(Fetched { text: a.schema, references: a.references })
+    }
+
+    /// Version `version` of `subject`, with its references.
+    pub async fn fetch_version(&self, subject: &str, version: i64) -> Result<Fetched, RegistryError> {
+        let url = format!("{}/subjects/{subject}/versions/{version}", self.url);
+        let body = self.send(self.http.get(url)).await?;
+        let a: SchemaAnswer = self.parse(&body)?;
+        Ok(Fetched { text: a.schema, references: a.references })
     }
 
     /// The latest schema of `subject`: its id and text.

@@ -15,10 +15,9 @@
 //! With `schemaFormat=SCHEMA_REGISTRY` the writer schema is fetched by id
 //! ([`super::registry`]) before a batch is mapped, and cached: ids never change meaning.
 
-use super::registry::{Registry, RegistryError};
+use super::registry::Registry;
 use super::WriterSchema;
 use crate::record::RecordError;
-use crate::retry::Backoff;
 use apache_avro::types::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -59,37 +58,12 @@ pub fn confluent_id(bytes: &[u8]) -> Result<u32, RecordError> {
 pub type CachedSchema = Result<Arc<WriterSchema>, String>;
 
 async fn fetch_with_retry(client: &Registry, id: u32) -> CachedSchema {
-    for attempt in 1.. {
-        let wait = Backoff::REGISTRY.delay(attempt).expect("registry retries have no attempt limit");
-        match client.schema_by_id(id).await {
-            Ok(text) => {
-                return WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}"))
-            }
-            Err(RegistryError::Status { status: 404, body, .. }) => {
-                return Err(format!(
-                    "Error retrieving Avro schema for id {id}: not found in the Schema Registry at {} ({body})",
-                    client.url()
-                ))
-            }
-            // 401/403 (credentials), 408 (timeout) and 429 (rate limit) say nothing about
-            // the id: waited out like an outage, never cached as the id's answer (a cached
-            // refusal would dead-letter every later message with that id for good).
-            Err(e @ RegistryError::Status { status: 401 | 403 | 408 | 429, .. }) => {
-                tracing::error!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry refused the request: retrying (the batch waits)");
-                crate::retry::note_retry(crate::retry::Service::Registry);
-                tokio::time::sleep(wait).await;
-            }
-            Err(e @ RegistryError::Status { status: 400..=499, .. }) | Err(e @ RegistryError::Shape { .. }) => {
-                return Err(format!("Error retrieving Avro schema for id {id}: {e}"))
-            }
-            Err(e) => {
-                tracing::warn!(id, error = %e, retry_in_ms = wait.as_millis() as u64, "Schema Registry unavailable: retrying (the batch waits)");
-                crate::retry::note_retry(crate::retry::Service::Registry);
-                tokio::time::sleep(wait).await;
-            }
-        }
+    use crate::avro::registry::{until_answered, Definitive};
+    match until_answered(client, &format!("schema id {id}"), || client.schema_by_id(id)).await {
+        Ok(text) => WriterSchema::parse(&text).map(Arc::new).map_err(|e| format!("registry schema id {id}: {e}")),
+        Err(e @ Definitive::NotFound { .. }) => Err(format!("Error retrieving Avro schema for id {id}: {e}")),
+        Err(Definitive::Refused(e)) => Err(format!("Error retrieving Avro schema for id {id}: {e}")),
     }
-    unreachable!("the loop returns")
 }
 
 /// Where writer schemas come from.

@@ -7,9 +7,11 @@
 //! indexes (a zigzag varint count, then that many zigzag varints: the path to the message
 //! among the file's messages and their nested messages; the common `[0]` is written as the
 //! single byte 0), then the message. The schema is the `.proto` text the registry holds,
-//! compiled here with `protox` (the well-known types resolve; other imports do not).
+//! compiled here with `protox`: its imports resolve to the schemas its references name
+//! (Confluent's "Schema references", fetched by subject and version) or to Google's
+//! well-known types.
 
-use crate::avro::registry::Registry;
+use crate::avro::registry::{until_answered, Reference, Registry};
 use crate::record::RecordError;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use std::collections::HashMap;
@@ -60,6 +62,12 @@ impl ProtoDecoder {
 
     /// Fetch and compile the schemas of these values that are not known yet (before a
     /// batch is mapped; [`ProtoDecoder::decode`] does not wait on the network).
+    ///
+    /// As for Avro, only an answer that holds is kept: an id the registry does not know,
+    /// or a schema that does not compile, dead-letters its records the same way on every
+    /// replay; an outage or a refusal that says nothing about the id (5xx, 401, 403, 408,
+    /// 429) is waited out ([`until_answered`]), never cached. The schemas a schema
+    /// references are fetched too, by subject and version, and resolve its imports.
     pub async fn prefetch<'a>(&self, values: impl Iterator<Item = &'a [u8]>) {
         let Source::Registry { client, pools } = &self.source else { return };
         let mut ids: Vec<u32> = values.filter_map(|v| header(v).ok().map(|(id, _, _)| id)).collect();
@@ -67,8 +75,8 @@ impl ProtoDecoder {
         ids.dedup();
         ids.retain(|id| !pools.read().expect("pools lock").contains_key(id));
         for id in ids {
-            let compiled = match client.schema_by_id(id).await {
-                Ok(text) => compile(&text),
+            let compiled = match fetch_with_references(client, id).await {
+                Ok((text, imports)) => compile_with(&text, imports),
                 Err(e) => Err(format!("schema id {id}: {e}")),
             };
             pools.write().expect("pools lock").insert(id, compiled);
@@ -114,19 +122,55 @@ pub fn load_message(path: &str, message: &str) -> Result<MessageDescriptor, Stri
     })
 }
 
+/// The most schemas one schema's references may reach, itself left out.
+pub const MAX_REFERENCES: usize = 256;
+
+/// Schema `id`'s text and, by import name, the text of every schema it references,
+/// directly or through another (each fetched once).
+async fn fetch_with_references(client: &Registry, id: u32) -> Result<(String, HashMap<String, String>), String> {
+    let top = until_answered(client, &format!("schema id {id}"), || client.fetch_by_id(id))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut imports = HashMap::new();
+    let mut todo: Vec<Reference> = top.references.clone();
+    while let Some(r) = todo.pop() {
+        if imports.contains_key(&r.name) {
+            continue;
+        }
+        if imports.len() >= MAX_REFERENCES {
+            return Err(format!("its references reach more than {MAX_REFERENCES} schemas"));
+        }
+        let what = format!("reference {} ({} version {})", r.name, r.subject, r.version);
+        let got = until_answered(client, &what, || client.fetch_version(&r.subject, r.version))
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+        todo.extend(got.references);
+        imports.insert(r.name, got.text);
+    }
+    Ok((top.text, imports))
+}
+
 /// Compile a registry's `.proto` text.
 pub fn compile(text: &str) -> Result<DescriptorPool, String> {
-    struct One(String);
-    impl protox::file::FileResolver for One {
+    compile_with(text, HashMap::new())
+}
+
+/// Compile a registry's `.proto` text whose imports are `imports` (import path → text)
+/// or Google's well-known types.
+pub fn compile_with(text: &str, imports: HashMap<String, String>) -> Result<DescriptorPool, String> {
+    struct Files(HashMap<String, String>);
+    impl protox::file::FileResolver for Files {
         fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
-            match name {
-                "schema.proto" => protox::file::File::from_source(name, &self.0),
-                _ => Err(protox::Error::file_not_found(name)),
+            match self.0.get(name) {
+                Some(text) => protox::file::File::from_source(name, text),
+                None => Err(protox::Error::file_not_found(name)),
             }
         }
     }
+    let mut files = imports;
+    files.insert("schema.proto".into(), text.to_string());
     let mut resolver = protox::file::ChainFileResolver::new();
-    resolver.add(One(text.to_string()));
+    resolver.add(Files(files));
     resolver.add(protox::file::GoogleFileResolver::new());
     let mut c = protox::Compiler::with_file_resolver(resolver);
     c.include_imports(true);
