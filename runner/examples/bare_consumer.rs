@@ -226,6 +226,7 @@ fn read_shards(
         start_earliest: true,
         gap_policy: Default::default(),
         isolation: Default::default(),
+        group_offsets: true,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {

@@ -51,11 +51,6 @@ pub enum RecordError {
     /// neither a row nor a dead letter).
     #[error("dropped by the UDF")]
     Dropped,
-    /// A CDC tombstone whose key lacks the `cdcSequenceField` column: skipped and counted,
-    /// neither a row nor a dead letter. Debezium writes one after each delete event, and
-    /// the delete event itself (with its log position) carries the DELETE.
-    #[error("a tombstone without the sequence field in its key: skipped")]
-    TombstoneSkipped,
     /// A Debezium record that is no change (a tombstone, heartbeat, schema change,
     /// transaction marker or message; `cdcFormat=DEBEZIUM`): skipped and counted.
     #[error("a Debezium {0}: skipped")]
@@ -95,7 +90,6 @@ impl RecordError {
             RecordError::Udf(_) => "udf",
             RecordError::OtherRecord(_) => "other_record",
             RecordError::Dropped => "udf_dropped",
-            RecordError::TombstoneSkipped => "tombstone_skipped",
             RecordError::DebeziumSkipped(_) => "debezium_skipped",
             RecordError::Cdc(_) => "cdc",
         }

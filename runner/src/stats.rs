@@ -182,6 +182,24 @@ impl StageSamples {
 pub struct JobStats {
     inner: Mutex<Inner>,
     first_read: OnceLock<Instant>,
+    /// Where each located exception is also appended as it is found ([`JobStats::journal_to`]).
+    journal: OnceLock<std::path::PathBuf>,
+}
+
+/// The file in a job's checkpoint directory that every located exception to
+/// exactly-once is appended to as it is decided (one JSON object a line, fsynced): a run
+/// killed after it found records lost or possibly duplicated still leaves the record,
+/// which its summary would not.
+pub const EXCEPTIONS_FILE: &str = "exceptions.jsonl";
+
+/// One line of [`EXCEPTIONS_FILE`].
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct ExceptionLine {
+    /// `lost` or `possibly_duplicated`.
+    pub kind: String,
+    /// The range.
+    #[serde(flatten)]
+    pub range: LostRange,
 }
 
 #[derive(Debug, Default)]
@@ -232,6 +250,81 @@ pub struct Reliability {
     /// Schema changes BigQuery refused for good (a 4xx other than 429 from
     /// `tables.patch`): the records that asked for them went to the dead-letter table.
     pub schema_changes_refused: u64,
+    /// Topics found deleted and created again since the job last ran, whose new log was
+    /// read from its earliest offset (`offsetGapPolicy=SKIP`).
+    pub topics_recreated: u64,
+    /// Partitions found truncated under the job's position (an unclean leader election,
+    /// KIP-320) and read on from where the log diverges (`offsetGapPolicy=SKIP`).
+    pub partitions_truncated: u64,
+    /// Uncommitted batches that could not be read again as logged, settled by their
+    /// streams' row counts (`offsetGapPolicy=SKIP`).
+    pub batches_abandoned: u64,
+    /// Where records were lost, each range named (at most [`MAX_RANGES`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<LostRange>,
+    /// Where records may have been written twice, each range named (at most [`MAX_RANGES`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub possibly_duplicated: Vec<LostRange>,
+}
+
+/// The most ranges [`Reliability::lost`] and [`Reliability::possibly_duplicated`] keep.
+pub const MAX_RANGES: usize = 1000;
+
+/// A range of one partition's offsets that an exception to exactly-once touched.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct LostRange {
+    /// The topic.
+    pub topic: String,
+    /// The log it was in: the topic's id then (None: the broker gave none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
+    /// The partition.
+    pub partition: i32,
+    /// The first offset.
+    pub from: i64,
+    /// The offset after the last (None: to the end of a log that is gone).
+    pub to: Option<i64>,
+    /// Why.
+    pub why: String,
+}
+
+/// Append `lines` to `path` as JSON lines and fsync.
+fn append_lines(path: &std::path::Path, lines: &[ExceptionLine]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let mut buf = Vec::new();
+    for l in lines {
+        serde_json::to_writer(&mut buf, l)?;
+        buf.push(b'\n');
+    }
+    f.write_all(&buf)?;
+    f.sync_data()
+}
+
+/// The exceptions recorded in `dir` (none when it has no [`EXCEPTIONS_FILE`]); a torn
+/// last line is left out.
+pub fn read_exceptions(dir: &std::path::Path) -> std::io::Result<Vec<ExceptionLine>> {
+    match std::fs::read_to_string(dir.join(EXCEPTIONS_FILE)) {
+        Ok(text) => Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+impl Reliability {
+    /// Name a range of lost records.
+    pub fn note_lost(&mut self, r: LostRange) {
+        if self.lost.len() < MAX_RANGES {
+            self.lost.push(r);
+        }
+    }
+
+    /// Name a range of records that may have been written twice.
+    pub fn note_possibly_duplicated(&mut self, r: LostRange) {
+        if self.possibly_duplicated.len() < MAX_RANGES {
+            self.possibly_duplicated.push(r);
+        }
+    }
 }
 
 impl Reliability {
@@ -246,6 +339,9 @@ impl Reliability {
         m.insert("messages_possibly_duplicated".into(), self.messages_possibly_duplicated);
         m.insert("schema_changes".into(), self.schema_changes);
         m.insert("schema_changes_refused".into(), self.schema_changes_refused);
+        m.insert("topics_recreated".into(), self.topics_recreated);
+        m.insert("partitions_truncated".into(), self.partitions_truncated);
+        m.insert("batches_abandoned".into(), self.batches_abandoned);
         m
     }
 }
@@ -392,7 +488,25 @@ impl JobStats {
 
     /// Update the reliability counters.
     pub fn note(&self, f: impl FnOnce(&mut Reliability)) {
-        f(&mut self.inner.lock().expect("stats lock").reliability);
+        let mut g = self.inner.lock().expect("stats lock");
+        let (lost, dup) = (g.reliability.lost.len(), g.reliability.possibly_duplicated.len());
+        f(&mut g.reliability);
+        let Some(path) = self.journal.get() else { return };
+        let r = &g.reliability;
+        let new: Vec<ExceptionLine> = (r.lost[lost..].iter().map(|x| ("lost", x)))
+            .chain(r.possibly_duplicated[dup..].iter().map(|x| ("possibly_duplicated", x)))
+            .map(|(kind, range)| ExceptionLine { kind: kind.into(), range: range.clone() })
+            .collect();
+        if !new.is_empty() {
+            if let Err(e) = append_lines(path, &new) {
+                tracing::error!(path = %path.display(), error = %e, "could not record exceptions to exactly-once in the checkpoint (they are in the log and the summary)");
+            }
+        }
+    }
+
+    /// Append every located exception from now on to `dir`'s [`EXCEPTIONS_FILE`].
+    pub fn journal_to(&self, dir: &std::path::Path) {
+        let _ = self.journal.set(dir.join(EXCEPTIONS_FILE));
     }
 
     /// Count one retried transient error.
@@ -473,6 +587,15 @@ impl Reliability {
         self.messages_possibly_duplicated += o.messages_possibly_duplicated;
         self.schema_changes += o.schema_changes;
         self.schema_changes_refused += o.schema_changes_refused;
+        self.topics_recreated += o.topics_recreated;
+        self.partitions_truncated += o.partitions_truncated;
+        self.batches_abandoned += o.batches_abandoned;
+        for r in &o.lost {
+            self.note_lost(r.clone());
+        }
+        for r in &o.possibly_duplicated {
+            self.note_possibly_duplicated(r.clone());
+        }
     }
 }
 
@@ -568,9 +691,19 @@ impl Summary {
         if r != &Reliability::default() {
             let retries: u64 = r.retries.values().sum();
             s.push_str(&format!(
-                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} messages possibly duplicated, {} offsets lost to retention, {} partitions past their end, {} partitions discovered\n",
-                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.messages_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_past_end, r.partitions_discovered
+                "reliability: {retries} retried errors {:?}, {} streams replaced, {} batches possibly duplicated, {} messages possibly duplicated, {} offsets lost to retention, {} partitions past their end, {} partitions truncated, {} topics recreated, {} batches abandoned, {} partitions discovered\n",
+                r.retries, r.streams_replaced, r.batches_possibly_duplicated, r.messages_possibly_duplicated, r.offsets_lost_to_retention, r.partitions_past_end, r.partitions_truncated, r.topics_recreated, r.batches_abandoned, r.partitions_discovered
             ));
+            for l in &r.lost {
+                s.push_str(&format!(
+                    "  lost: {}/{} offsets {}..{} ({})\n",
+                    l.topic,
+                    l.partition,
+                    l.from,
+                    l.to.map_or("end".into(), |t| t.to_string()),
+                    l.why
+                ));
+            }
         }
         s.push_str(&format!(
             "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}\n",

@@ -17,8 +17,8 @@ use gcp_bigquery_client::google::cloud::bigquery::storage::v1::{
     append_rows_response::Response,
     big_query_write_client::BigQueryWriteClient,
     write_stream::Type as StreamType,
-    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, GetWriteStreamRequest, ProtoRows, ProtoSchema,
-    WriteStream,
+    AppendRowsRequest, AppendRowsResponse, CreateWriteStreamRequest, FinalizeWriteStreamRequest, GetWriteStreamRequest,
+    ProtoRows, ProtoSchema, WriteStream,
 };
 use prost_types::DescriptorProto;
 use std::sync::Arc;
@@ -202,6 +202,22 @@ impl WriteClient {
             .await
             .map_err(|s| WriteError::from_status("GetWriteStream", s, Some(stream)))?;
         Ok(r.into_inner())
+    }
+
+    /// Finalize `stream` (no row can be appended after) and return how many rows it
+    /// holds: storage.proto, `FinalizeWriteStreamResponse.row_count`, "Number of rows in
+    /// the finalized stream". A logged batch that can no longer be re-read is settled by
+    /// it: its rows landed if the stream holds them (`kafka_to_bq::run::shard`).
+    pub async fn finalize_stream(&self, stream: &str) -> Result<i64, WriteError> {
+        let req =
+            self.request(FinalizeWriteStreamRequest { name: stream.to_string() }, &format!("name={stream}")).await?;
+        let r = self
+            .client
+            .clone()
+            .finalize_write_stream(req)
+            .await
+            .map_err(|s| WriteError::from_status("FinalizeWriteStream", s, Some(stream)))?;
+        Ok(r.into_inner().row_count)
     }
 
     /// Open an AppendRows connection to `stream` for rows described by `descriptor`.

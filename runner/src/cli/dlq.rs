@@ -9,7 +9,7 @@ use super::flags::JobFlags;
 use super::run::{kafka_to_bq_config, parse_pairs, resolve};
 use crate::kafka_to_bq::replay::{self, ReplayOptions, ReplayReport};
 use crate::kafka_to_bq::setup::config::KafkaToBqConfig;
-use crate::kafka_to_bq::setup::topics::{Topics, TOPIC_PLACEHOLDER};
+use crate::kafka_to_bq::setup::topics::Topics;
 use crate::usage;
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -40,6 +40,11 @@ pub struct ReplayArgs {
     /// Map every row and report what a replay would do; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also replay the dead-letter rows that name no job (written by Google's template or
+    /// an older flexrun) whose record came from this topic. A replay takes only its own
+    /// job's rows; those that name none are left alone without this.
+    #[arg(long, value_name = "TOPIC")]
+    pub topic: Option<String>,
     /// Shared flags (checkpoint directory, BigQuery endpoints, --batch-rows).
     #[command(flatten)]
     pub flags: JobFlags,
@@ -84,9 +89,10 @@ async fn replay_cmd(a: &ReplayArgs) -> Result<()> {
     let resolved = resolve(template, &merged(recorded, overrides), &a.flags)?;
     let (cfg, endpoints) = kafka_to_bq_config(&resolved, &job, &a.flags)?;
     let ep = endpoints.ok_or_else(|| usage("dlq replay writes to BigQuery: drop --sink stats"))?;
-    let opts = ReplayOptions { where_sql: a.where_sql.clone(), dry_run: a.dry_run };
+    let several = cfg.topics.is_several();
     for (name, cfg) in replays(cfg, &root)? {
-        let r = match replay::run(cfg, &root, ep.clone(), opts.clone()).await {
+        let opts = options_for(a, &cfg, several);
+        let r = match replay::run(cfg, &root, ep.clone(), opts).await {
             Err(e) if e.downcast_ref::<replay::BadWhere>().is_some() => return Err(usage(e.to_string())),
             r => r?,
         };
@@ -96,10 +102,9 @@ async fn replay_cmd(a: &ReplayArgs) -> Result<()> {
 }
 
 /// The replays a job's dead letters need: one for a job of one topic; for a job of
-/// several, one per topic (each topic's dead-letter table into that topic's table, with
-/// the topic's own replay directory), in the topics the job has started. A dead-letter
-/// table shared by topics whose tables differ is refused: its rows do not say which
-/// topic they came from, so they could not be routed.
+/// several, one per topic (each topic's rows into that topic's table, with the topic's
+/// own replay directory), in the topics the job has started. Every row names its job and
+/// topic, so one dead-letter table may serve them all (and other jobs too).
 fn replays(cfg: KafkaToBqConfig, root: &std::path::Path) -> Result<Vec<(String, KafkaToBqConfig)>> {
     if !cfg.topics.is_several() {
         return Ok(vec![(cfg.job_name.clone(), cfg)]);
@@ -109,21 +114,14 @@ fn replays(cfg: KafkaToBqConfig, root: &std::path::Path) -> Result<Vec<(String, 
         Topics::List(ts) => ts.clone(),
         _ => known.keys().cloned().collect(),
     };
-    let shared_dlq = cfg.dlq.as_ref().is_some_and(|d| !d.table.contains(TOPIC_PLACEHOLDER));
-    let tables: std::collections::BTreeSet<String> =
-        topics.iter().map(|t| cfg.for_topic(t).table.to_string()).collect();
-    if shared_dlq && tables.len() > 1 {
-        return Err(usage(format!(
-            "job {} reads several topics into {} tables through one dead-letter table, and a dead-letter row does not say which topic it came from, so a replay cannot route it. Replay one topic's rows with --parameters outputTableSpec=<its table> and --where, or give the job a dead-letter table per topic ({{topic}} in outputDeadletterTable)",
-            cfg.job_name,
-            tables.len()
-        )));
-    }
-    if shared_dlq {
-        let one = topics.first().map(|t| cfg.for_topic(t)).unwrap_or(cfg);
-        return Ok(vec![(one.job_name.clone(), one)]);
-    }
     Ok(topics.iter().map(|t| cfg.for_topic(t)).map(|c| (c.job_name.clone(), c)).collect())
+}
+
+/// The options of one topic's replay: `--topic` takes the rows that name no job into
+/// the replay of that topic only (a job of one topic: its one replay).
+fn options_for(a: &ReplayArgs, cfg: &KafkaToBqConfig, several: bool) -> ReplayOptions {
+    let unnamed_topic = a.topic.clone().filter(|t| !several || *t == cfg.source.topic);
+    ReplayOptions { where_sql: a.where_sql.clone(), dry_run: a.dry_run, unnamed_topic }
 }
 
 /// The report, as printed.
@@ -140,6 +138,18 @@ pub fn render(job: &str, dry_run: bool, r: &ReplayReport) -> String {
         ));
     }
     s.push_str(&format!("  dead-letter rows selected: {}\n", r.selected));
+    if r.other_jobs + r.other_topics > 0 {
+        s.push_str(&format!(
+            "  rows of other jobs left alone: {}; of this job's other topics: {}\n",
+            r.other_jobs, r.other_topics
+        ));
+    }
+    if r.unnamed > 0 {
+        s.push_str(&format!(
+            "  rows that name no job, left alone: {} (--topic TOPIC replays those of one topic)\n",
+            r.unnamed
+        ));
+    }
     s.push_str(&format!("  already replayed (skipped): {}\n", r.already_replayed));
     s.push_str(&format!("  {verb} into the table: {}\n", r.written));
     s.push_str(&format!("  dropped by the UDF (marked replayed): {}\n", r.dropped));

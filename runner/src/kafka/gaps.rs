@@ -68,13 +68,27 @@ pub enum Discontinuity {
         /// The log end offset.
         end: i64,
     },
+    /// The log no longer holds what the job read before `at`: the leader epoch of the
+    /// last record read ends at `diverged` on the current leader (KIP-320; an unclean
+    /// leader election replaced the log's tail). From `diverged` on, the log holds other
+    /// records than the ones the job read, however long it has grown since.
+    Truncated {
+        /// The partition.
+        partition: i32,
+        /// The job's position.
+        at: i64,
+        /// Where the current log diverges from the one the job read.
+        diverged: i64,
+    },
 }
 
 impl Discontinuity {
     /// The partition.
     pub fn partition(&self) -> i32 {
         match self {
-            Discontinuity::Deleted { partition, .. } | Discontinuity::PastEnd { partition, .. } => *partition,
+            Discontinuity::Deleted { partition, .. }
+            | Discontinuity::PastEnd { partition, .. }
+            | Discontinuity::Truncated { partition, .. } => *partition,
         }
     }
 
@@ -82,7 +96,7 @@ impl Discontinuity {
     pub fn lost(&self) -> i64 {
         match self {
             Discontinuity::Deleted { from, earliest, .. } => earliest - from,
-            Discontinuity::PastEnd { .. } => 0,
+            Discontinuity::PastEnd { .. } | Discontinuity::Truncated { .. } => 0,
         }
     }
 
@@ -91,6 +105,7 @@ impl Discontinuity {
         match self {
             Discontinuity::Deleted { earliest, .. } => *earliest,
             Discontinuity::PastEnd { end, .. } => *end,
+            Discontinuity::Truncated { diverged, .. } => *diverged,
         }
     }
 
@@ -103,6 +118,9 @@ impl Discontinuity {
             ),
             Discontinuity::PastEnd { partition, at, end } => format!(
                 "job {job}: {topic}/{partition} is at offset {at}, past the end of its log ({end}): the topic was recreated or its log cut short (an unclean leader election); the records the job read there are gone from the broker, and new records may take their offsets"
+            ),
+            Discontinuity::Truncated { partition, at, diverged } => format!(
+                "job {job}: {topic}/{partition} is at offset {at}, but its log was truncated at offset {diverged} since the job read it (the leader epoch of the last record read ends there on the current leader: an unclean leader election); from {diverged} on the log holds other records than the ones the job read and wrote"
             ),
         }
     }
@@ -142,6 +160,8 @@ pub struct Skipped {
     pub lost: u64,
     /// Partitions found past their log's end.
     pub past_end: u64,
+    /// Partitions whose log was found truncated under the job's position.
+    pub truncated: u64,
 }
 
 /// Apply `policy` to what [`check`] found: under FAIL the first refusal, else the
@@ -170,6 +190,7 @@ pub fn apply(
         positions.insert(d.partition(), d.resume());
         skipped.lost += d.lost() as u64;
         skipped.past_end += u64::from(matches!(d, Discontinuity::PastEnd { .. }));
+        skipped.truncated += u64::from(matches!(d, Discontinuity::Truncated { .. }));
     }
     Ok(skipped)
 }
@@ -203,7 +224,7 @@ mod tests {
         let e = apply(GapPolicy::Fail, &found, &mut pos.clone(), "j", "t").unwrap_err();
         assert!(e.contains("t/3 is at offset 10") && e.contains("offsetGapPolicy=SKIP"), "{e}");
         let s = apply(GapPolicy::Skip, &found, &mut pos, "j", "t").unwrap();
-        assert_eq!(s, Skipped { lost: 15, past_end: 1 });
+        assert_eq!(s, Skipped { lost: 15, past_end: 1, truncated: 0 });
         assert_eq!(pos, BTreeMap::from([(3, 25), (4, 12), (5, 1)]));
     }
 

@@ -107,6 +107,15 @@ impl Metadata {
         Ok(ps)
     }
 
+    /// The topic's id (KIP-516, base64), or None when the broker gives none
+    /// ([`super::lineage::topic_id`]).
+    pub async fn topic_id(&self) -> Result<Option<String>, KafkaError> {
+        let m = self.clone();
+        tokio::task::spawn_blocking(move || super::lineage::topic_id(m.client(), &m.topic).map_err(|e| m.err(e)))
+            .await
+            .expect("topic id task")
+    }
+
     /// Every topic the broker lists (internal ones, `__`-prefixed, left out), sorted: for
     /// a job that reads the topics a pattern matches.
     pub async fn topics(&self) -> Result<Vec<String>, KafkaError> {

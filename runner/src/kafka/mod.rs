@@ -22,6 +22,8 @@
 //!   `offsetGapPolicy`, at start and while running.
 //! - [`starts`]: start positions made durable before the first read, so a restart
 //!   without a checkpoint resumes where the last run began instead of at a new `latest`.
+//! - [`lineage`]: which log a position belongs to (topic id, leader epochs), and the
+//!   check that a saved position is still in it.
 //! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
 //!
 //! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
@@ -35,6 +37,7 @@ pub mod admin;
 pub mod connection;
 pub mod gaps;
 pub mod history;
+pub mod lineage;
 pub mod metadata;
 pub mod oauth;
 pub mod params;

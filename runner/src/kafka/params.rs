@@ -47,6 +47,7 @@ pub fn read_source(p: &ResolvedParams, job_name: &str, errs: &mut Problems) -> O
         start_earliest: Src(p).kafka_read_offset() == KafkaReadOffset::Earliest,
         gap_policy,
         isolation,
+        group_offsets: true,
     })
 }
 

@@ -79,11 +79,24 @@ impl SharedConsumer {
 
     /// Take the partitions of `positions` for one shard, each read from its offset.
     pub fn take(self: &Arc<Self>, positions: &BTreeMap<i32, i64>) -> Result<Partitions, KafkaError> {
+        let all: Vec<i32> = positions.keys().copied().collect();
+        self.take_some(&all, positions)
+    }
+
+    /// Split off the queues of all of one shard's `partitions`, and read those of
+    /// `positions` (some of them) from their offsets: the others can be assigned later
+    /// ([`Partitions::assign`]). A partition assigned without its queue split first would
+    /// have its messages go to the worker's main queue, which no shard reads.
+    pub fn take_some(
+        self: &Arc<Self>,
+        partitions: &[i32],
+        positions: &BTreeMap<i32, i64>,
+    ) -> Result<Partitions, KafkaError> {
         let rk = self.consumer.client().native_ptr();
         let topic = CString::new(self.topic.as_str()).map_err(|e| KafkaError::Config(e.to_string()))?;
         let wake = Arc::new(Notify::new());
         let mut queues = Vec::new();
-        for p in positions.keys() {
+        for p in partitions {
             // SAFETY: `rk` lives as long as `self.consumer`, which the Partitions keep;
             // a null queue (an unknown partition) is refused below.
             let q = unsafe { rdsys::rd_kafka_queue_get_partition(rk, topic.as_ptr(), *p) };
@@ -105,6 +118,7 @@ impl SharedConsumer {
         }
         let parts = Partitions {
             shared: self.clone(),
+            split: partitions.to_vec(),
             queues,
             next: AtomicUsize::new(0),
             wake,
@@ -163,6 +177,8 @@ pub struct Partitions {
     shared: Arc<SharedConsumer>,
     /// Each partition's own queue.
     queues: Vec<Queue>,
+    /// The partitions those queues are of: only these may be assigned.
+    split: Vec<i32>,
     /// The queue the next burst starts at, so no partition waits behind a busy one.
     next: AtomicUsize,
     /// Woken by librdkafka when a queue gets a message.
@@ -220,6 +236,11 @@ impl<'a> Fetched<'a> {
     /// The offset.
     pub fn offset(&self) -> i64 {
         self.0.offset
+    }
+
+    /// The leader epoch the record was written in (KIP-320; -1 when the broker gives none).
+    pub fn leader_epoch(&self) -> i32 {
+        super::lineage::message_epoch(self.0)
     }
 
     fn bytes(ptr: *mut c_void, len: usize) -> Option<&'a [u8]> {
@@ -282,8 +303,12 @@ impl Partitions {
     /// Read each partition of `positions` from its offset; the shard's other
     /// partitions are left out of the assignment until the next call.
     pub fn assign(&self, positions: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
-        let mut assigned = self.assigned.lock().expect("assignment lock");
         let topic = &self.shared.topic;
+        if let Some(p) = positions.keys().find(|p| !self.split.contains(p)) {
+            // Its messages would reach the worker's main queue, which no shard reads.
+            return Err(KafkaError::Config(format!("{topic} partition {p} has no queue of this shard's")));
+        }
+        let mut assigned = self.assigned.lock().expect("assignment lock");
         if !assigned.is_empty() {
             let old = self.shared.list(assigned.iter().map(|p| (*p, Offset::Invalid)))?;
             self.shared

@@ -26,6 +26,11 @@ pub struct SourceSettings {
     pub gap_policy: super::gaps::GapPolicy,
     /// `kafkaIsolationLevel`: whether records of open or aborted transactions are read.
     pub isolation: Isolation,
+    /// Whether a partition without a checkpoint starts where the consumer group committed
+    /// (the job's first start), or where `start_earliest` says whatever the group holds
+    /// (a topic that joins a started job, a recreated topic: the group's offsets belong
+    /// to another start, or to another log).
+    pub group_offsets: bool,
 }
 
 /// Which records of transactional producers a job reads (`kafkaIsolationLevel`).
@@ -100,6 +105,7 @@ impl SourceSettings {
     ///     start_earliest: false,
     ///     gap_policy: Default::default(),
     ///     isolation: Isolation::ReadUncommitted,
+    ///     group_offsets: true,
     /// };
     /// assert_eq!(s.consumer_config().get("isolation.level"), Some("read_uncommitted"));
     /// assert_eq!(s.consumer_config().get("auto.offset.reset"), Some("error"));
@@ -139,7 +145,10 @@ impl SourceSettings {
         partitions: &[i32],
         marks: &BTreeMap<i32, (i64, i64)>,
     ) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        let committed = metadata.committed(partitions).await;
+        let committed = match self.group_offsets {
+            true => metadata.committed(partitions).await,
+            false => BTreeMap::new(),
+        };
         partitions
             .iter()
             .map(|p| match committed.get(p) {

@@ -104,9 +104,15 @@ pub struct JobCtx {
     pub(super) start_positions: std::sync::Mutex<BTreeMap<i32, i64>>,
     /// The earliest offset stored per partition when the job started.
     pub(super) retention_floors: std::sync::Mutex<BTreeMap<i32, i64>>,
-    /// Partitions found past their log's end at start and moved to it
-    /// (`offsetGapPolicy=SKIP`): the logged position and the end.
-    pub(super) past_end: BTreeMap<i32, (i64, i64)>,
+    /// Positions `offsetGapPolicy=SKIP` moved at start (past an end, truncated,
+    /// deleted), each in force until its shard logs another batch.
+    pub(super) moves: crate::kafka_to_bq::setup::positions::Moves,
+    /// The log the job reads (topic id) and the logs its checkpoint may name that it
+    /// gave up on.
+    pub log: crate::kafka_to_bq::setup::positions::LogState,
+    /// Shards whose uncommitted batch cannot be read again as logged (settled by its
+    /// streams' row counts under `offsetGapPolicy=SKIP`).
+    pub(super) unreplayable: BTreeMap<usize, crate::kafka_to_bq::setup::positions::Unreplayable>,
     /// Storage Write client (None for the stats sink).
     pub write_client: Option<WriteClient>,
     /// The job's one metadata client (partitions and watermarks).
@@ -158,14 +164,20 @@ impl JobCtx {
         self.start_positions.lock().expect("start positions lock").get(&p).copied().unwrap_or(0)
     }
 
-    /// Where a shard whose logs leave partition `p` at `pos` resumes: at the earliest
-    /// stored offset if retention deleted `pos` (counted once at job start), at the
-    /// log's end if the job found `pos` past it and was told to skip.
-    pub fn resume_position(&self, p: i32, pos: i64) -> i64 {
-        match self.past_end.get(&p) {
-            Some(&(at, end)) if at == pos => end,
-            _ => pos.max(self.retention_floor(p)),
-        }
+    /// Where a shard whose newest logged batch `batch` leaves partition `p` at `pos`
+    /// resumes: where `offsetGapPolicy=SKIP` moved it at job start (counted then), else
+    /// at `pos`, or at the earliest stored offset if retention deleted it.
+    pub fn resume_position(&self, p: i32, pos: i64, batch: u64) -> i64 {
+        self.moves.resume(p, pos, batch).max(self.retention_floor(p))
+    }
+
+    /// Why shard `shard`'s uncommitted batch `batch` cannot be read again as logged, if so.
+    pub(crate) fn unreplayable(
+        &self,
+        shard: usize,
+        batch: u64,
+    ) -> Option<&crate::kafka_to_bq::setup::positions::Unreplayable> {
+        self.unreplayable.get(&shard).filter(|u| u.batch == batch)
     }
 
     /// The earliest offset of `p` still stored when the job started (or was found).
@@ -237,6 +249,68 @@ impl JobCtx {
         self.routes.lock().expect("routes lock").get(record).cloned()
     }
 
+    /// The routes a new batch maps with: every record type met so far.
+    pub(crate) fn routes_now(&self) -> HashMap<String, RouteResult> {
+        self.routes.lock().expect("routes lock").clone()
+    }
+
+    /// The routes a logged batch was mapped with: each record type to its logged table
+    /// and schema (the live route when it is still the same, else the schema's copy), or
+    /// to the dead letters with the logged reason.
+    pub(crate) fn logged_routes(
+        &self,
+        logged: &BTreeMap<String, crate::progress::LoggedRoute>,
+    ) -> Result<HashMap<String, RouteResult>> {
+        use crate::progress::LoggedRoute;
+        let live = self.routes_now();
+        let mut out = HashMap::new();
+        for (name, how) in logged {
+            let route = match how {
+                LoggedRoute::Refused(why) => Err(why.clone()),
+                LoggedRoute::Table { table, schema } => match live.get(name) {
+                    Some(Ok(r)) if r.table.to_string() == *table && r.mapping.fingerprint == *schema => Ok(r.clone()),
+                    _ => Ok(Arc::new(self.logged_route(name, table, schema)?)),
+                },
+            };
+            out.insert(name.clone(), route);
+        }
+        Ok(out)
+    }
+
+    /// Record type `name`'s route to `table` with the schema copy `fingerprint`.
+    fn logged_route(&self, name: &str, table: &str, fingerprint: &str) -> Result<Route> {
+        let path = schema_path(&self.job_dir, fingerprint);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!("job {}: a logged batch routed {name} to {table} with schema {fingerprint}, but its copy {} cannot be read", self.cfg.job_name, path.display())
+        })?;
+        let schema =
+            Schema::from_json(&serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?)
+                .with_context(|| format!("schema copy {}", path.display()))?;
+        let table = TableRef::parse(table).map_err(|e| anyhow::anyhow!("a logged route names table {table:?}: {e}"))?;
+        let mapping = self.record_mapping(&self.current().mapper, name, schema).map_err(anyhow::Error::msg)?;
+        Ok(Route { table, mapping: Arc::new(mapping) })
+    }
+
+    /// A mapping for records named `name` onto `schema`, with everything else as `like`.
+    fn record_mapping(
+        &self,
+        like: &crate::kafka_to_bq::map::transform::Mapper,
+        name: &str,
+        schema: Schema,
+    ) -> std::result::Result<Mapping, String> {
+        let m = Mapping::with_input(
+            schema,
+            like.max_row_bytes(),
+            like.input().clone(),
+            like.persists_key(),
+            &self.cfg.metadata,
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        Mapping { mapper: m.mapper.for_record(Some(name.to_string())), ..m }
+            .with_cdc(self.cfg.cdc.as_ref())
+            .map_err(|e| format!("{e:#}"))
+    }
+
     /// With per-record tables: make sure every record type in `values` has its table
     /// (created from its writer schema if needed) before the batch is mapped.
     pub async fn prepare_routes<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> Result<()> {
@@ -254,20 +328,13 @@ impl JobCtx {
         for (name, w) in new {
             let r = super::setup::table::side_table(&self.cfg, self.endpoints.as_ref(), &w).await?.and_then(
                 |(table, schema)| {
-                    let m = Mapping::with_input(
-                        schema,
-                        mapper.max_row_bytes(),
-                        mapper.input().clone(),
-                        mapper.persists_key(),
-                        &self.cfg.metadata,
-                    )
-                    .map_err(|e| format!("{e:#}"))?;
-                    let mapping = Mapping { mapper: m.mapper.for_record(Some(name.clone())), ..m }
-                        .with_cdc(self.cfg.cdc.as_ref())
-                        .map_err(|e| format!("{e:#}"))?;
+                    let mapping = self.record_mapping(mapper, &name, schema)?;
                     Ok(Arc::new(Route { table, mapping: Arc::new(mapping) }))
                 },
             );
+            if let Ok(route) = &r {
+                store_schema(&self.job_dir, &route.mapping)?;
+            }
             if let Err(e) = &r {
                 tracing::error!(record = %name, error = %e, "records of this type cannot be written: they go to the dead-letter table");
             }

@@ -72,7 +72,19 @@ pub async fn run_topics(
         let due = listed.is_none_or(|at| at.elapsed() >= crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL);
         if !*stop.borrow() && failed.is_none() && due {
             listed = Some(Instant::now());
-            let Some(existing) = list(&listing, pattern, &cfg, &mut known).await? else { continue };
+            let existing = match list(&listing, pattern, &cfg, &mut known).await {
+                Ok(Some(t)) => t,
+                Ok(None) => continue,
+                Err(e) => {
+                    // The broker cannot list topics: drain what runs, then fail (issue 62,
+                    // item 11: returning here left the pipelines running unreaped).
+                    running.values().for_each(|r| {
+                        r.stop.send_replace(true);
+                    });
+                    failed = Some(e);
+                    continue;
+                }
+            };
             let new: Vec<String> = cfg
                 .topics
                 .select(&existing)
@@ -80,6 +92,7 @@ pub async fn run_topics(
                 .filter(|t| !running.contains_key(t) && !done.contains_key(t))
                 .collect();
             let configs: Vec<KafkaToBqConfig> = new.iter().map(|t| known.start(&cfg, t)).collect();
+            known.first_dispositions(&cfg, endpoints.as_ref(), &configs).await?;
             // Durable before any of them reads.
             known.listed(root, &cfg.job_name)?;
             for (t, c) in new.into_iter().zip(configs) {
@@ -180,6 +193,9 @@ struct Joined {
     known: Option<layout::Known>,
     failed_listings: u32,
     workers: std::sync::Arc<crate::scaling::SharedWorkers>,
+    /// This is the job's first start, and its first pipelines have not started yet:
+    /// `writeDisposition` is still to be applied.
+    dispose: bool,
 }
 
 impl Joined {
@@ -192,21 +208,52 @@ impl Joined {
             known.get_or_insert_with(layout::Known::new).entry(t).or_insert(layout::StartRule::Initial);
             layout::write_known(root, job, known.as_ref().expect("set")).context("writing the known topics")?;
         }
-        Ok(Joined { known, failed_listings: 0, workers })
+        let dispose = known.is_none();
+        Ok(Joined { known, failed_listings: 0, workers, dispose })
     }
 
     /// The configuration of `topic`'s pipeline, its start rule recorded durably first.
+    /// A topic that joins a started job begins at its earliest offset, whatever its
+    /// consumer group has committed (issue 62, item 11), and appends to its table.
     fn start(&mut self, cfg: &KafkaToBqConfig, topic: &str) -> KafkaToBqConfig {
         let rule = layout::rule_for(self.known.as_ref(), topic);
         let mut c = cfg.for_topic(topic);
         c.shared = Some(self.workers.clone());
         if rule == layout::StartRule::Earliest {
             c.source.start_earliest = true;
+            c.source.group_offsets = false;
+        }
+        let own_table_at_first_start = self.dispose && c.dynamic.is_some() && rule == layout::StartRule::Initial;
+        if !own_table_at_first_start {
+            // Applied by the job, once per table ([`Joined::first_dispositions`]), or not
+            // at all: a restart, or a topic that joins later, appends.
+            c.dispositions.write = super::setup::format::WriteDisposition::Append;
         }
         let fresh = self.known.as_ref().is_none_or(|k| !k.contains_key(topic));
         tracing::info!(job = %cfg.job_name, topic, ?rule, fresh, "starting the topic's pipeline");
         self.known.get_or_insert_with(layout::Known::new).insert(topic.to_string(), rule);
         c
+    }
+
+    /// At the job's first start, before its first pipelines: `writeDisposition` on each
+    /// of their tables once (per-record tables excepted: each topic's pipeline applies it
+    /// to its own).
+    async fn first_dispositions(
+        &mut self,
+        cfg: &KafkaToBqConfig,
+        endpoints: Option<&Endpoints>,
+        configs: &[KafkaToBqConfig],
+    ) -> Result<()> {
+        if !std::mem::take(&mut self.dispose) || cfg.dynamic.is_some() {
+            return Ok(());
+        }
+        let Some(ep) = endpoints else { return Ok(()) };
+        let tables: BTreeMap<String, &crate::bigquery::TableRef> =
+            configs.iter().map(|c| (c.table.to_string(), &c.table)).collect();
+        for t in tables.values() {
+            super::setup::table::apply_write_disposition_once(cfg, ep, t).await?;
+        }
+        Ok(())
     }
 
     /// After a listing: make the known topics durable. From now on a topic the job has

@@ -91,8 +91,10 @@ pub fn job_mapping(cfg: &KafkaToBqConfig, dest: super::setup::table::Destination
     mapping.with_cdc(cfg.cdc.as_ref()).with_context(|| format!("table {}", dest.table))
 }
 
-/// Plan where every partition starts (see [`positions`]), report retention gaps and
-/// new partitions, and remember the partitions the job now knows.
+/// Plan where every partition starts (see [`positions`]): the log the checkpoint was
+/// read in (another topic id: the topic was recreated), each position checked against
+/// the log with its leader epoch, retention gaps and new partitions; apply
+/// `offsetGapPolicy`, report, and make the decisions durable before the first read.
 async fn start_positions(
     cfg: &KafkaToBqConfig,
     metadata: &Metadata,
@@ -101,51 +103,157 @@ async fn start_positions(
     existed: bool,
     stats: &JobStats,
 ) -> Result<Starts> {
-    let raw = positions::checkpoint_positions(job_dir)?;
-    let rebased = positions::read_rebased(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
-    let checkpoint = positions::rebase(&raw, &rebased);
-    let known = existed.then(|| positions::read_known(job_dir).unwrap_or_else(|| partitions.iter().copied().collect()));
-    let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let reading = |e: std::io::Error| anyhow::Error::new(e).context(format!("reading {}", job_dir.display()));
+    let writing = |e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", job_dir.display()));
+    let topic_id = current_topic_id(cfg, metadata).await;
+    let points = positions::read_checkpoint(job_dir)?;
+    let moves = positions::read_moves(job_dir).map_err(reading)?;
+    let mut gone = moves.superseded.clone();
+    let saved = crate::kafka::starts::read_bound(job_dir).map_err(reading)?;
+    let stale = positions::stale_topic_ids(&points, saved.topic_id.as_deref(), &moves.superseded, topic_id.as_deref());
+    let recreated = !stale.is_empty();
+    if recreated {
+        recreated_topic(cfg, &stale, topic_id.as_deref(), &points, stats)?;
+        gone.extend(stale);
+    }
+    let ck = positions::checkpoint(&points, saved.topic_id.as_deref(), &gone, &moves);
+    let known = match (recreated, existed) {
+        (true, _) => Some(BTreeSet::new()),
+        (false, true) => Some(
+            positions::read_known(job_dir).map_err(reading)?.unwrap_or_else(|| partitions.iter().copied().collect()),
+        ),
+        (false, false) => None,
+    };
     let marks = metadata.watermarks(partitions).await?;
-    let initial =
-        crate::kafka::starts::overlay(cfg.source.initial_positions(metadata, partitions, &marks).await?, &saved);
-    let lows = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
-    let mut plan = positions::plan(partitions, &checkpoint, known.as_ref(), &initial, &marks);
-    check_cdc_order(cfg, &plan)?;
+    let saved_positions = if recreated { BTreeMap::new() } else { saved.positions };
+    let initial = crate::kafka::starts::overlay(
+        cfg.source.initial_positions(metadata, partitions, &marks).await?,
+        &saved_positions,
+    );
+    let mut plan = positions::plan(partitions, &ck.positions, known.as_ref(), &initial, &marks);
+    let diverged = crate::kafka::lineage::divergences(
+        &cfg.source.conn,
+        &cfg.source.topic,
+        cfg.source.isolation.as_str(),
+        &ck.validate,
+    )
+    .await?;
+    plan.add_truncations(&diverged, &marks);
+    check_cdc_order(cfg, &plan, recreated)?;
+    let unreplayable = positions::unreplayable(&ck, &diverged, &marks);
     let skipped = plan.settle(cfg.source.gap_policy, &cfg.job_name, &cfg.source.topic).map_err(anyhow::Error::msg)?;
-    positions::report(&plan, skipped, &cfg.job_name, stats);
-    positions::record_rebased(job_dir, &raw, &plan, &rebased)
-        .with_context(|| format!("writing {}", job_dir.display()))?;
+    if let (crate::kafka::gaps::GapPolicy::Fail, Some((shard, u))) = (cfg.source.gap_policy, unreplayable.iter().next())
+    {
+        bail!(u.refusal(&cfg.job_name, &cfg.source.topic, *shard));
+    }
+    positions::report(&plan, skipped, &cfg.job_name, (&cfg.source.topic, topic_id.as_deref()), stats);
+    let moves = positions::record_moves(job_dir, &moves, &gone, &ck, &plan).map_err(writing)?;
     // Durable before the first read: a restart without a commit resumes here, not at a
     // newly resolved `latest` (which would skip what was produced in between).
-    crate::kafka::starts::record(job_dir, &plan.positions).with_context(|| format!("writing {}", job_dir.display()))?;
-    positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>())
-        .with_context(|| format!("writing {}", job_dir.display()))?;
-    // Where a shard whose log still holds a moved position resumes: this start's skips
-    // past an end, and earlier ones its log has not committed past yet.
-    let mut past_end: BTreeMap<i32, (i64, i64)> =
-        rebased.iter().filter(|(p, (from, _))| raw.get(p) == Some(from)).map(|(p, r)| (*p, *r)).collect();
-    for d in &plan.found {
-        if let crate::kafka::gaps::Discontinuity::PastEnd { partition, at, end } = d {
-            past_end.insert(*partition, (raw.get(partition).copied().unwrap_or(*at), *end));
+    let mut starts = saved_positions;
+    starts.extend(&plan.positions);
+    crate::kafka::starts::record_bound(
+        job_dir,
+        &crate::kafka::starts::Saved { topic_id: topic_id.clone(), positions: starts },
+    )
+    .map_err(writing)?;
+    positions::write_known(job_dir, &partitions.iter().copied().collect::<BTreeSet<i32>>()).map_err(writing)?;
+    let floors = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
+    let log = positions::LogState { topic_id, gone: moves.superseded.clone(), legacy: saved.topic_id };
+    Ok(Starts { positions: plan.positions, floors, moves, log, unreplayable })
+}
+
+/// A job's first start: where `kafkaReadOffset` (or the consumer group) puts each
+/// partition, made durable before anything else can fail (the table's checks, the
+/// identity). A start that fails on the way, and is run again after the fix, reads from
+/// here rather than from a `latest` resolved again later, which would skip what was
+/// produced in between (issue 62, item 7). Kept when already saved.
+async fn record_first_starts(
+    cfg: &KafkaToBqConfig,
+    metadata: &Metadata,
+    job_dir: &Path,
+    partitions: &[i32],
+) -> Result<()> {
+    let saved = crate::kafka::starts::read_bound(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    if !saved.positions.is_empty() || !positions::read_checkpoint(job_dir)?.is_empty() {
+        return Ok(());
+    }
+    let topic_id = current_topic_id(cfg, metadata).await;
+    let marks = metadata.watermarks(partitions).await?;
+    let positions = cfg.source.initial_positions(metadata, partitions, &marks).await?;
+    tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, ?positions, "first start: start positions saved before the set-up");
+    crate::kafka::starts::record_bound(job_dir, &crate::kafka::starts::Saved { topic_id, positions })
+        .with_context(|| format!("writing {}", job_dir.display()))
+}
+
+/// The topic's id now, or None (with a warning) when the broker cannot say: then the
+/// checkpoint is not judged by it.
+async fn current_topic_id(cfg: &KafkaToBqConfig, metadata: &Metadata) -> Option<String> {
+    match metadata.topic_id().await {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(job = %cfg.job_name, topic = %cfg.source.topic, error = %e, "cannot read the topic's id: a topic deleted and created again would not be told apart");
+            None
         }
     }
-    Ok(Starts { positions: plan.positions, floors: lows, past_end })
+}
+
+/// The checkpoint was read in a log whose topic id is not the topic's now: the topic was
+/// deleted and created again. `offsetGapPolicy=FAIL` stops naming it; `SKIP` counts it,
+/// logs where each partition stood in the old log (what it held after that is gone
+/// unread), and the caller starts the new log at its earliest offset.
+fn recreated_topic(
+    cfg: &KafkaToBqConfig,
+    old: &BTreeSet<String>,
+    now: Option<&str>,
+    points: &[positions::ShardPoint],
+    stats: &JobStats,
+) -> Result<()> {
+    let (job, topic) = (&cfg.job_name, &cfg.source.topic);
+    let old_ids = old.iter().cloned().collect::<Vec<_>>().join(", ");
+    let what = format!(
+        "job {job}: topic {topic} was deleted and created again since the job last ran (topic id {old_ids} in the checkpoint, {} now): the job's positions belong to the old log, whose records after them are gone",
+        now.unwrap_or("?")
+    );
+    if cfg.source.gap_policy == crate::kafka::gaps::GapPolicy::Fail {
+        bail!("{what}. offsetGapPolicy=FAIL stops the job here; nothing was read from the new log. Set offsetGapPolicy=SKIP to read the new topic from its earliest offset (counted), or start the job under another --job-name");
+    }
+    let at: BTreeMap<i32, (i64, Option<String>)> =
+        points.iter().flat_map(|p| p.positions.iter().map(|(k, v)| (*k, (*v, p.log.topic_id.clone())))).collect();
+    tracing::error!(job, topic, old = %old_ids, new = now.unwrap_or("?"), positions = ?at, "{what}; offsetGapPolicy=SKIP: reading the new log from its earliest offset");
+    stats.note(|r| {
+        r.topics_recreated += 1;
+        for (p, (pos, id)) in &at {
+            let topic_id = id.clone().or_else(|| (old.len() == 1).then(|| old.iter().next().cloned()).flatten());
+            let why = "topic recreated".to_string();
+            r.note_lost(crate::stats::LostRange {
+                topic: topic.clone(),
+                topic_id,
+                partition: *p,
+                from: *pos,
+                to: None,
+                why,
+            });
+        }
+    });
+    Ok(())
 }
 
 /// CDC ordered by offset cannot start over logs whose offsets no longer order a key's
-/// changes: partitions added since the last run, or a log shorter than the checkpoint
-/// (a recreated topic). Refused (exit 2) before anything is read.
-fn check_cdc_order(cfg: &KafkaToBqConfig, plan: &positions::StartPlan) -> Result<()> {
+/// changes: partitions added since the last run, a log shorter than the checkpoint or
+/// truncated under it, or a recreated topic. Refused (exit 2) before anything is read.
+fn check_cdc_order(cfg: &KafkaToBqConfig, plan: &positions::StartPlan, recreated: bool) -> Result<()> {
     let Some(cdc) = &cfg.cdc else { return Ok(()) };
-    let past_end = plan.found.iter().any(|d| matches!(d, crate::kafka::gaps::Discontinuity::PastEnd { .. }));
-    let what = match (plan.new_partitions.as_slice(), past_end) {
-        ([], false) => return Ok(()),
-        ([], true) => {
-            "a partition's log is shorter than the job's checkpoint (the topic was recreated, or its log cut short)"
+    use crate::kafka::gaps::Discontinuity;
+    let cut = plan.found.iter().any(|d| matches!(d, Discontinuity::PastEnd { .. } | Discontinuity::Truncated { .. }));
+    let what = match (plan.new_partitions.as_slice(), cut, recreated) {
+        (_, _, true) => "the topic was deleted and created again".to_string(),
+        ([], false, false) => return Ok(()),
+        ([], true, false) => {
+            "a partition's log is shorter than the job's checkpoint or was truncated under it (the topic was recreated, or an unclean leader election)"
                 .to_string()
         }
-        (new, _) => format!("partitions {new:?} were added since the job last ran"),
+        (new, _, false) => format!("partitions {new:?} were added since the job last ran"),
     };
     match cdc.offset_order_broken(&cfg.source.topic, &what) {
         Some(why) => Err(crate::usage(why)),
@@ -159,9 +267,13 @@ struct Starts {
     positions: BTreeMap<i32, i64>,
     /// Partition → its earliest stored offset at start.
     floors: BTreeMap<i32, i64>,
-    /// Partitions found past their end and moved to it (`offsetGapPolicy=SKIP`): the
-    /// logged position and the end.
-    past_end: BTreeMap<i32, (i64, i64)>,
+    /// Positions `offsetGapPolicy=SKIP` moved, in force until their shards log past them.
+    moves: positions::Moves,
+    /// The log the job reads.
+    log: positions::LogState,
+    /// Shards whose uncommitted batch cannot be re-read (`offsetGapPolicy=SKIP` settles
+    /// each by its streams' row counts).
+    unreplayable: BTreeMap<usize, positions::Unreplayable>,
 }
 
 /// `--stop-when-caught-up`: drain once every partition's committed position has reached
@@ -254,6 +366,9 @@ pub async fn run(
         c.start(&job_dir)?;
     }
     let existed = job_dir.join("job.json").exists();
+    if !existed {
+        record_first_starts(&cfg, &metadata, &job_dir, &partitions).await?;
+    }
     let dest = super::setup::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
     cfg.table = dest.table.clone();
     let want = JobIdentity {
@@ -267,6 +382,7 @@ pub async fn run(
     let identity = check_identity(&job_dir, &want)?;
     let shards = identity.shards;
     let stats = Arc::new(JobStats::default());
+    stats.journal_to(&job_dir);
     let starts = start_positions(&cfg, &metadata, &job_dir, &partitions, existed, &stats).await?;
 
     let write_client = write_client(&cfg, endpoints.as_ref()).await?;
@@ -284,7 +400,9 @@ pub async fn run(
         routes: std::sync::Mutex::new(HashMap::new()),
         start_positions: std::sync::Mutex::new(starts.positions),
         retention_floors: std::sync::Mutex::new(starts.floors),
-        past_end: starts.past_end,
+        moves: starts.moves,
+        log: starts.log,
+        unreplayable: starts.unreplayable,
         write_client,
         metadata,
         stats: stats.clone(),

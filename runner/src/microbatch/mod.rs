@@ -266,7 +266,7 @@ fn batch_loop(
         progress.log_offsets(batch_id, &batch, &positions)?;
         let warming = first_data.get_or_insert_with(Instant::now).elapsed() < cfg.latency_warm_up;
         sink.write(&batch, if warming { &mut warm_up } else { &mut done.latency })?;
-        progress.commit(CommitEntry { batch: batch_id, positions: positions.clone() })?;
+        progress.commit(CommitEntry { batch: batch_id, positions: positions.clone(), ..Default::default() })?;
         done.records += batch.records.len() as u64;
         done.batches += 1;
         batch_id += 1;

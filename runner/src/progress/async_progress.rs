@@ -84,7 +84,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = AsyncProgress::start(ShardLog::open(d.path()).unwrap(), std::time::Duration::from_millis(100));
         for b in 1..=50u64 {
-            p.update(CommitEntry { batch: b, positions: BTreeMap::from([(0, b as i64 * 10)]) });
+            p.update(CommitEntry { batch: b, positions: BTreeMap::from([(0, b as i64 * 10)]), ..Default::default() });
         }
         // Persisted by the background thread, without a drain: wait for it (bounded).
         // Read with `peek`: `open` would cut an entry the thread is still writing as
@@ -95,7 +95,7 @@ mod tests {
             assert!(t0.elapsed() < std::time::Duration::from_secs(60), "batch 50 never persisted");
             std::thread::yield_now();
         }
-        p.update(CommitEntry { batch: 51, positions: BTreeMap::from([(0, 510)]) });
+        p.update(CommitEntry { batch: 51, positions: BTreeMap::from([(0, 510)]), ..Default::default() });
         p.finish().unwrap();
         let end = ShardLog::open(d.path()).unwrap().recover().unwrap();
         assert!(matches!(end, Recovery::Clean { ref commit, .. } if commit.batch == 51), "{end:?}");

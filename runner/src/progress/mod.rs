@@ -128,15 +128,63 @@ pub struct OffsetEntry {
     /// it as their `timestamp`, so a replay writes the same rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processed_ms: Option<i64>,
+    /// The log the ranges and positions were read from: its topic id and the leader
+    /// epochs ([`LogMark`]). Absent in entries written before positions were bound.
+    #[serde(default, skip_serializing_if = "LogMark::is_empty")]
+    pub log: LogMark,
+    /// Per-record tables (`schemaFormat=SCHEMA_REGISTRY`): how each record type other
+    /// than the first was routed, so a replay routes it the same way even if a table was
+    /// created or changed since.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub routes: BTreeMap<String, LoggedRoute>,
+}
+
+/// How a batch routed one record type: to a table, mapped with a schema (its copy is
+/// kept in the job directory), or to the dead letters, with why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoggedRoute {
+    /// Written to `table` with the schema whose fingerprint is `schema`.
+    Table {
+        /// `project.dataset.table`.
+        table: String,
+        /// The schema's fingerprint.
+        schema: String,
+    },
+    /// Dead-lettered.
+    Refused(String),
+}
+
+/// Which log a set of positions belongs to ([`crate::kafka::lineage`]): the topic's id
+/// and, per partition, the leader epoch of the last record read before its position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogMark {
+    /// The topic id (KIP-516, base64), when the broker gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
+    /// Partition → the leader epoch of the record just before its position (KIP-320);
+    /// partitions not read yet have none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub epochs: BTreeMap<i32, i32>,
+}
+
+impl LogMark {
+    /// Nothing known (an entry from before positions were bound).
+    pub fn is_empty(&self) -> bool {
+        self.topic_id.is_none() && self.epochs.is_empty()
+    }
 }
 
 /// One commit-log entry: the batch is done.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommitEntry {
     /// The batch id that is complete.
     pub batch: u64,
     /// Next Kafka offset of every partition after this batch.
     pub positions: BTreeMap<i32, i64>,
+    /// The log the positions belong to (absent in entries written before it was kept).
+    #[serde(default, skip_serializing_if = "LogMark::is_empty")]
+    pub log: LogMark,
 }
 
 /// Where a shard stands after a restart.
@@ -417,6 +465,15 @@ impl ShardLog {
         self.purge(old);
         Ok(())
     }
+
+    /// Make every commit-log entry durable now, whatever [`Durability`] the log has (a
+    /// commit that settles something no replay could redo).
+    pub fn sync_commits(&self) -> Result<(), ProgressError> {
+        match &self.commits.current {
+            Some((path, f, _)) => f.sync_data().map_err(io(path)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How progress is recorded (Spark's asynchronous progress tracking and log purge).
@@ -459,7 +516,7 @@ mod tests {
     }
 
     fn commit(batch: u64) -> CommitEntry {
-        CommitEntry { batch, positions: entry(batch).positions }
+        CommitEntry { batch, positions: entry(batch).positions, ..Default::default() }
     }
 
     #[test]

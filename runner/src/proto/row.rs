@@ -90,10 +90,17 @@ fn scalar(kind: &Kind, v: &PValue, name: &str) -> Result<Value, RecordError> {
     })
 }
 
-fn float(x: f64, name: &str) -> Result<Value, RecordError> {
-    Number::from_f64(x)
-        .map(Value::Number)
-        .ok_or_else(|| RecordError::Proto(format!("field {name} is {x}; a FLOAT column takes finite numbers here")))
+/// A float as the JSON path reads it: a number, or for NaN and the infinities the
+/// strings BigQuery's JSON names them by (`"NaN"`, `"Infinity"`, `"-Infinity"`), which
+/// a FLOAT64 column takes ("FLOAT64 ... NaN, +inf, -inf" are values of the type,
+/// BigQuery's data types page) and the JSON mapping reads back as the same double.
+fn float(x: f64, _name: &str) -> Result<Value, RecordError> {
+    Ok(match Number::from_f64(x) {
+        Some(n) => Value::Number(n),
+        None if x.is_nan() => Value::String("NaN".into()),
+        None if x > 0.0 => Value::String("Infinity".into()),
+        None => Value::String("-Infinity".into()),
+    })
 }
 
 /// `google.protobuf.Timestamp` (epoch microseconds) and the wrapper types (their value).
@@ -146,10 +153,21 @@ mod tests {
         assert!(!j.contains_key("o"), "an optional field that is not set is NULL");
     }
 
+    /// Issue 62, item 9: NaN and the infinities are FLOAT64 values; they were
+    /// dead-lettered as "a FLOAT column takes finite numbers here". They go on as the
+    /// strings the JSON mapping reads as those doubles (`json_row`'s tests).
+    #[test]
+    fn nan_and_the_infinities_are_named_as_bigquery_names_them() {
+        for v in ["NaN", "Infinity", "-Infinity"] {
+            let m =
+                message(r#"syntax = "proto3"; message N { double d = 1; float f = 2; }"#, "N", json!({"d": v, "f": v}));
+            let j = to_json(&m).unwrap();
+            assert_eq!((j["d"].clone(), j["f"].clone()), (json!(v), json!(v)));
+        }
+    }
+
     #[test]
     fn a_value_no_column_can_hold_is_named() {
-        let nan = message(r#"syntax = "proto3"; message N { double d = 1; }"#, "N", json!({"d": "NaN"}));
-        assert!(to_json(&nan).unwrap_err().to_string().contains("finite"));
         let e = message(r#"syntax = "proto3"; enum E { A = 0; } message N { E e = 1; }"#, "N", json!({"e": 7}));
         assert_eq!(to_json(&e).unwrap()["e"], json!("7"), "an enum number without a name");
     }

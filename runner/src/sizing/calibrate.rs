@@ -173,7 +173,11 @@ pub fn measure(mode: Mode, shape: &Shape, seconds: f64, progress: &mut dyn FnMut
         }
         let rows = Arc::try_unwrap(rows).expect("every request was dropped");
         if let Some(log) = log.as_mut() {
-            log.log_commit(&CommitEntry { batch: batch_id, positions: BTreeMap::from([(0, messages as i64)]) })?;
+            log.log_commit(&CommitEntry {
+                batch: batch_id,
+                positions: BTreeMap::from([(0, messages as i64)]),
+                ..Default::default()
+            })?;
         }
         // The job's per-batch bookkeeping: counters, CPU and the stage latencies.
         let counts = BatchCounts {

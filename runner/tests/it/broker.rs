@@ -204,6 +204,82 @@ fn gcs_job(name: &str, ck: &std::path::Path, params: &str, idle: &str) -> Comman
 }
 
 // ---------------------------------------------------------------------------------
+// A topic deleted and created again under the same name (issue 62, item 1).
+
+/// Wait until `topic` is gone and create it again with `partitions`: a new log, with a
+/// new topic id, whose offsets start at 0 again.
+async fn recreate_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let a = admin(bootstrap);
+    answer("delete topic", a.delete_topics(&[topic], &opts())).await.expect("delete topic");
+    let start = Instant::now();
+    loop {
+        let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let r = answer("create topic", a.create_topics(&[t], &opts())).await.expect("create topic");
+        match &r[0] {
+            Ok(_) => return,
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {
+                assert!(start.elapsed() < CALL_LIMIT, "{topic} was not deleted within {CALL_LIMIT:?}");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!("create topic {topic}: {e:?}"),
+        }
+    }
+}
+
+/// Issue 62, item 1, as reproduced: a job reads 200 records of a one-partition topic
+/// and stops; the topic is deleted, created again, and 300 new records are produced.
+/// Before topic ids were kept the restart resumed at offset 200 of the new log: 100 of
+/// 300 rows, exit 0. Now the restart sees the checkpoint's topic id is not the topic's:
+/// under the default `offsetGapPolicy=FAIL` it stops naming the topic and both ids,
+/// writing nothing; under SKIP it reads the new log from its earliest offset, counts
+/// the recreation and records where the old log was left. With the template's
+/// defaults (`kafkaReadOffset` latest): the job starts before anything is produced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_and_created_again_is_a_new_log_fail_names_it_and_skip_reads_it_from_earliest() {
+    let s = stack();
+    let f = s.fixture("bk_recreate", 1).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "").replace(",kafkaReadOffset=earliest", "");
+    assert!(run_job("recreate", ck.path(), &params, "1s", &[]).status.success(), "the first start saves latest (0)");
+    f.produce(&s, 0, 200, None).await;
+    let o = run_job("recreate", ck.path(), &params, "1s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (200, 200));
+    let md = flexrun::kafka::Metadata::new(&flexrun::kafka::Connection::plaintext(&s.kafka), &f.topic).unwrap();
+    let old_id = md.topic_id().await.unwrap().expect("Kafka 4 gives topic ids");
+    recreate_topic(&s.kafka, &f.topic, 1).await;
+    f.produce(&s, 1000, 300, None).await;
+    let new_id = md.topic_id().await.unwrap().expect("an id");
+    assert_ne!(old_id, new_id, "a recreated topic has another id (KIP-516)");
+    let o = run_job("recreate", ck.path(), &params, "1s", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let msg = text(&o);
+    assert!(msg.contains(&format!("topic {} was deleted and created again", f.topic)), "{msg}");
+    assert!(msg.contains(&old_id) && msg.contains(&new_id), "both ids named: {msg}");
+    assert_eq!(s.count(&f.table).await, (200, 200), "nothing of the new log written under FAIL");
+    let (sum, sum_s) = summary_path(ck.path());
+    let o =
+        run_job("recreate", ck.path(), &format!("{params},offsetGapPolicy=SKIP"), "1s", &["--summary-json", &sum_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (500, 500), "the old 200 and all 300 of the new log, once");
+    let r = &summary(&sum)["summary"]["reliability"];
+    assert_eq!(r["topics_recreated"], 1, "{r}");
+    let lost = flexrun::stats::read_exceptions(&ck.path().join("recreate")).unwrap();
+    assert!(
+        lost.iter().any(|l| l.kind == "lost"
+            && l.range.why == "topic recreated"
+            && l.range.from == 200
+            && l.range.topic_id.as_deref() == Some(old_id.as_str())),
+        "{lost:?}"
+    );
+    // Decided once: the next start, back under FAIL, goes on in the new log.
+    f.produce(&s, 5000, 7, None).await;
+    let o = run_job("recreate", ck.path(), &params, "1s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (507, 507));
+}
+
+// ---------------------------------------------------------------------------------
 // Partitions added while a job runs (CreatePartitions), with the template's defaults.
 
 /// A job started with the template's default `kafkaReadOffset` (latest) on a topic that
@@ -268,15 +344,10 @@ async fn kafka_to_gcs_partitions_added_while_running_are_written_exactly_once() 
     let ck = tempfile::tempdir().unwrap();
     let mut c = gcs_job("addpart", ck.path(), &gcs_params(&s.kafka, &topic, &out, ""), "8s");
     let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let starts = ck.path().join("addpart/starts.json");
+    let job_dir = ck.path().join("addpart");
     let saved = |n: usize| {
-        let f = starts.clone();
-        move || {
-            std::fs::read(&f)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<std::collections::BTreeMap<String, i64>>(&b).ok())
-                .is_some_and(|m| m.len() >= n)
-        }
+        let d = job_dir.clone();
+        move || flexrun::kafka::starts::read(&d).is_ok_and(|m| m.len() >= n)
     };
     wait_until("the job's saved start of partition 0", saved(1)).await;
     let np = NewPartitions::new(&topic, 3);
@@ -748,15 +819,15 @@ fn hw_sum(bootstrap: &str, topic: &str) -> i64 {
     (0..2).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).map(|(_, h)| h).unwrap_or(0)).sum()
 }
 
-/// An unclean leader election that cuts a log short: a partition on two brokers, the
-/// follower SIGKILLed and dropped from the ISR, 100 more records on the leader alone and
-/// read by the job; then the leader SIGKILLed, the stale follower started and elected
-/// uncleanly (Kafka's LeaderElectionCommand, `--election-type unclean`). The job's
-/// position is past the new leader's end: FAIL stops naming it, SKIP goes on at the end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_an_unclean_election_puts_the_job_past_the_end_and_the_gap_policy_applies() {
+/// An unclean leader election: a partition on two brokers, the follower SIGKILLed and
+/// dropped from the ISR, 100 more records on the leader alone and read by the job; then
+/// the leader SIGKILLed, the stale follower started and elected uncleanly (Kafka's
+/// LeaderElectionCommand, `--election-type unclean`), and `after` records produced to
+/// it. The job's position (200) was read in the old leader's epoch, which ends at 100 on
+/// the new leader: FAIL stops naming the truncation, SKIP goes on from 100.
+async fn unclean_election(name: &str, after: u64) {
     let s = stack();
-    let topic = unique("bk_unclean");
+    let topic = unique(name);
     let c = cluster();
     let assignment: &[&[i32]] = &[&[1, 2]];
     let t = NewTopic::new(&topic, 1, TopicReplication::Variable(assignment))
@@ -765,21 +836,27 @@ async fn cluster_an_unclean_election_puts_the_job_past_the_end_and_the_gap_polic
     let r = answer("create topic", admin(&c).create_topics(&[t], &opts())).await.unwrap();
     r[0].as_ref().map_err(|e| format!("{e:?}")).unwrap();
     let t2 = topic.clone();
-    wait_until("both replicas in sync", || leader_and_isr(&c, &t2, 0) == (1, vec![1, 2])).await;
+    // Whichever of nodes 1 and 2 leads (a node just restarted by the test before may not
+    // have been there when the topic was made), the other is the follower.
+    wait_until("both replicas in sync", || leader_and_isr(&c, &t2, 0).1.len() == 2).await;
+    let (lead, follow) = match leader_and_isr(&c, &t2, 0).0 {
+        1 => (1, 2),
+        _ => (2, 1),
+    };
     let (table, _) = table_for(&s, &topic).await;
     flexrun::local::produce(&c, &topic, 1, 0, 100, None, 100).await.unwrap();
-    let follower = Killed::kill(2);
-    wait_until("the follower out of the ISR", || leader_and_isr(&c, &t2, 0).1 == vec![1]).await;
+    let follower = Killed::kill(follow);
+    wait_until("the follower out of the ISR", || leader_and_isr(&c, &t2, 0).1 == vec![lead]).await;
     flexrun::local::produce(&c, &topic, 1, 100, 100, None, 100).await.unwrap();
     let ck = tempfile::tempdir().unwrap();
     let params = bq_params(&node_addr(3), &topic, &table, "kafkaReadOffset=earliest");
     let o = run_job("unclean", ck.path(), &params, "1s", &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(s.count(&table).await, (200, 200));
-    let leader = Killed::kill(1);
+    let leader = Killed::kill(lead);
     follower.restart();
     let lib = env("FLEXRUN_KAFKA_LIB");
-    wait_until("node 2 elected uncleanly", || {
+    wait_until("the stale follower elected uncleanly", || {
         let _ = Command::new("java")
             .args(["-Xmx128m", "-cp", &format!("{lib}/*"), "org.apache.kafka.tools.LeaderElectionCommand"])
             .args([
@@ -793,24 +870,53 @@ async fn cluster_an_unclean_election_puts_the_job_past_the_end_and_the_gap_polic
                 "0",
             ])
             .output();
-        leader_and_isr(&c, &t2, 0).0 == 2
+        leader_and_isr(&c, &t2, 0).0 == follow
     })
     .await;
-    flexrun::local::produce(&c, &topic, 1, 1000, 10, None, 100).await.unwrap();
+    flexrun::local::produce(&c, &topic, 1, 1000, after, None, 100).await.unwrap();
     let (_, end) = c_watermarks(&c, &topic);
-    assert_eq!(end, 110, "the new leader's log: 100 from before, 10 since");
+    assert_eq!(end, 100 + after as i64, "the new leader's log: 100 from before, {after} since");
     let o = run_job("unclean", ck.path(), &params, "1s", &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("is at offset 200, past the end of its log (110)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("is at offset 200, but its log was truncated at offset 100 since the job read it"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(s.count(&table).await, (200, 200), "nothing written under FAIL");
     let (sum, sum_s) = summary_path(ck.path());
     let skip = format!("{params},offsetGapPolicy=SKIP");
     let o = run_job("unclean", ck.path(), &skip, "1s", &["--summary-json", &sum_s]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(summary(&sum)["summary"]["reliability"]["partitions_past_end"], 1);
+    assert_eq!(summary(&sum)["summary"]["reliability"]["partitions_truncated"], 1);
     flexrun::local::produce(&c, &topic, 1, 2000, 5, None, 100).await.unwrap();
     assert!(run_job("unclean", ck.path(), &skip, "1s", &[]).status.success());
-    assert_eq!(s.count(&table).await, (205, 205), "what came after the skip, once");
+    let want = 200 + after as i64 + 5;
+    assert_eq!(
+        s.count(&table).await,
+        (want, want),
+        "the new leader's records from where the logs diverge (100), and what came after the skip, once"
+    );
     leader.restart();
+}
+
+/// An unclean election that cuts the log short: the new leader's log ends before the
+/// job's position. KIP-320's check finds where the logs diverge (offset 100, where the
+/// new leader's epoch starts), not just that the position is past the end: under SKIP
+/// the 10 records the new leader took at 100..110 are read, which going on at the end
+/// (the check before leader epochs were kept) skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_an_unclean_election_puts_the_job_past_the_end_and_the_gap_policy_applies() {
+    unclean_election("bk_unclean", 10).await;
+}
+
+/// Issue 62, item 1: an unclean election whose new log has grown past the job's position.
+/// Without leader epochs the restart resumed at 200 of the new log, skipping its records
+/// at 100..200 with exit 0. With them the truncation is found (OffsetForLeaderEpoch)
+/// however long the new log is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_an_unclean_election_whose_new_log_grew_past_the_job_is_found_by_its_leader_epoch() {
+    unclean_election("bk_uncleangrown", 150).await;
 }
 
 fn c_watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {

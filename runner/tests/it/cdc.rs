@@ -357,22 +357,34 @@ async fn a_cdc_jobs_dead_letters_replay_as_changes_and_a_stale_one_loses_to_a_ne
     assert_eq!(state(&s, &t).await, BTreeMap::from([(1, 2), (2, 20)]));
 }
 
-/// Issue 49 item 9: with `cdcSequenceField`, a tombstone whose key holds only the
-/// primary key (as Debezium writes one after each delete event) is skipped and counted,
-/// not dead-lettered; a tombstone whose key carries the sequence still deletes.
+/// Issue 62, item 3 (issue 49 item 9 had them skipped and only counted): with
+/// `cdcSequenceField`, a flat row's tombstone whose key holds only the primary key cannot
+/// be ordered against the key's other changes. Skipped, a delete that only a tombstone
+/// carries (Debezium's flattening under `delete.tombstone.handling.mode=tombstone`) was
+/// lost with exit 0; now it goes to the dead-letter table with the reason, as does the
+/// tombstone after a delete event. A tombstone whose key carries the sequence deletes,
+/// and so does one whose key Kafka Connect's JsonConverter wrapped in `{"schema",
+/// "payload"}`. A change whose primary key is null is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tombstone_without_the_sequence_in_its_key_is_skipped_and_counted() {
+async fn a_tombstone_without_the_sequence_in_its_key_is_dead_lettered_with_the_reason() {
     let s = stack();
     let (topic, t) = op_table(&s, "cdc_tomb").await;
+    let wrapped = json!({"schema": {"type": "struct", "fields": [{"field": "id", "type": "int64"}, {"field": "version", "type": "int64"}]}, "payload": {"id": 3, "version": 2}});
     let records: Vec<(String, Option<String>)> = vec![
         ("1".into(), Some(json!({"id": 1, "version": 5, "op": "UPSERT"}).to_string())),
         ("2".into(), Some(json!({"id": 2, "version": 3, "op": "UPSERT"}).to_string())),
         ("3".into(), Some(json!({"id": 3, "version": 1, "op": "UPSERT"}).to_string())),
+        ("4".into(), Some(json!({"id": 4, "version": 1, "op": "UPSERT"}).to_string())),
         // Debezium's pair: the delete event, then a tombstone keyed by the primary key.
         ("2".into(), Some(json!({"id": 2, "version": 4, "op": "DELETE"}).to_string())),
         (json!({"id": 2}).to_string(), None),
-        // A tombstone that carries the sequence deletes on its own.
+        // A delete that only a tombstone carries: it cannot be ordered.
+        (json!({"id": 4}).to_string(), None),
+        // A tombstone that carries the sequence deletes on its own, wrapped or not.
         (json!({"id": 1, "version": 6}).to_string(), None),
+        (wrapped.to_string(), None),
+        // No primary key: names no row.
+        ("5".into(), Some(json!({"id": null, "version": 1, "op": "UPSERT"}).to_string())),
     ];
     produce_keyed(&s, &topic, &records).await;
     let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
@@ -384,11 +396,29 @@ async fn a_tombstone_without_the_sequence_in_its_key_is_skipped_and_counted() {
     let sum = dir.path().join("summary.json");
     let o = run_job("cdc-tomb", &dir.path().join("ck"), &params, "20s", &["--summary-json", sum.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(state(&s, &t).await, BTreeMap::from([(3, 1)]), "2 deleted by its event, 1 by its tombstone");
+    assert_eq!(
+        state(&s, &t).await,
+        BTreeMap::from([(4, 1)]),
+        "2 deleted by its event, 1 and 3 by their tombstones; 4's tombstone could not be ordered"
+    );
     let j = summary(&sum);
-    assert_eq!(j["summary"]["cdc_skipped"], 1, "{j}");
-    assert_eq!(j["summary"]["dead_lettered"], 0, "{j}");
-    assert!(text(&o).contains("CDC records skipped"), "the reconciliation names them: {}", text(&o));
+    assert_eq!(j["summary"]["cdc_skipped"], 0, "{j}");
+    assert_eq!(j["summary"]["dead_lettered"], 3, "two unordered tombstones and the null key: {j}");
+    let why = s
+        .rows(&format!(
+            "SELECT errorMessage FROM `{}.{}.{}` ORDER BY errorMessage",
+            dlq.project, dlq.dataset, dlq.table
+        ))
+        .await;
+    let why: Vec<String> = why.into_iter().map(|r| r[0].clone().unwrap_or_default()).collect();
+    assert_eq!(
+        why.iter().filter(|w| w.contains("which the key does not carry, so the DELETE cannot be ordered")).count(),
+        2,
+        "{why:?}"
+    );
+    // The table's id is REQUIRED, so the mapping already names it; a NULLABLE key column
+    // is refused by the CDC check (`map::cdc`'s unit tests).
+    assert!(why.iter().any(|w| w.contains("missing required field id")), "{why:?}");
 }
 
 /// Issue 49 item 3: a CDC job ordered by Kafka offset whose topic gains a partition

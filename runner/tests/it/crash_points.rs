@@ -441,3 +441,40 @@ async fn new_entries_take_their_digest_from_row_crcs() {
     }
     assert_eq!((o.replayed, o.already_existed), (1, 1));
 }
+
+/// A shard of two partitions whose logged batch read only one of them: the replay reads
+/// partition 0's range, then the shard goes on with both. Found by the lifecycle
+/// checker: the other partition's queue was split off only for the partitions the replay
+/// read, so partition 1's records reached the worker's main queue, which no shard reads,
+/// and were never written ("a message reached the worker consumer's main queue").
+#[tokio::test]
+async fn a_replay_of_a_batch_that_read_one_of_the_shards_partitions_goes_on_with_all_of_them() {
+    let s = stack();
+    let f = s.fixture("cp_onepart", 2).await;
+    let to = |p: i32, ids: std::ops::Range<u64>| {
+        let topic = f.topic.clone();
+        async move {
+            use rdkafka::producer::{FutureProducer, FutureRecord};
+            let prod: FutureProducer =
+                rdkafka::ClientConfig::new().set("bootstrap.servers", &stack().kafka).create().unwrap();
+            for i in ids {
+                let v = format!(r#"{{"id": {i}}}"#);
+                let r = FutureRecord::<(), str>::to(&topic).payload(&v).partition(p);
+                answer("produce", prod.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).unwrap();
+            }
+        }
+    };
+    to(0, 0..50).await;
+    let ck = tempfile::tempdir().unwrap();
+    let params = f.params(&s, "numStorageWriteApiStreams=1");
+    let crash =
+        job_cmd("onepart", ck.path(), &params, "2s", &[]).env("FAILPOINTS", "eo::after_offset_log=return").bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+    to(1, 50..80).await;
+    let sum = ck.path().join("summary.json");
+    let o = run_job("onepart", ck.path(), &params, "2s", &["--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sum)["summary"]["replayed_batches"], 1, "the logged batch was replayed");
+    assert!(!text(&o).contains("main queue"), "{}", text(&o));
+    assert_eq!(s.count(&f.table).await, (80, 80), "both partitions, every record once");
+}

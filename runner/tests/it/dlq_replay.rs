@@ -149,8 +149,8 @@ async fn a_replay_without_a_job_or_a_dead_letter_table_exits_2_naming_what_is_mi
 /// Issue 49 item 7: a job of two topics, one routed through `topicTableMap`, with a
 /// dead-letter table per topic: the replay sends each topic's dead letters to that
 /// topic's own table, and a second replay lands nothing. (Before, it replayed the raw
-/// `{topic}` names.) A dead-letter table shared by topics with different tables is
-/// refused with exit 2: its rows do not say which topic they came from.
+/// `{topic}` names.) With one dead-letter table for two topics whose tables differ,
+/// each topic's rows still reach their own table: every row names its topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_of_a_job_of_several_topics_sends_each_topics_rows_to_its_own_table() {
     let s = stack();
@@ -186,12 +186,117 @@ async fn a_replay_of_a_job_of_several_topics_sends_each_topics_rows_to_its_own_t
         assert_eq!(out.matches(&format!("replayed into the table: {landed}\n")).count(), 2, "round {round}: {out}");
         assert_eq!((s.count(&ta).await, s.count(&tb).await), ((42, 42), (42, 42)), "round {round}");
     }
-    // One dead-letter table for both topics, whose tables differ: refused.
-    let shared = format!("{base},useBigQueryDLQ=true,outputDeadletterTable={PROJECT}:it.{p}_shared_dlq");
+    // One dead-letter table for both topics, whose tables differ: every row names its
+    // topic (issue 62), so each topic's rows still reach their own table.
+    let (c2, d2) = (table(&format!("{p}_c")), table(&format!("{p}_d")));
+    let (tc, td) = (format!("{p}_c"), format!("{p}_d"));
+    for (topic, t) in [(&tc, &c2), (&td, &d2)] {
+        flexrun::kafka::create_topic(&s.kafka, topic, 1).await.unwrap();
+        answer("table", flexrun::bigquery::rest::ensure_table(&c, &s.bq, t, &flexrun::local::demo_schema()))
+            .await
+            .unwrap();
+        produce_values(&s, topic, &values()).await;
+    }
+    let shared = format!(
+        "readBootstrapServerAndTopic={};{tc}|{td},messageFormat=JSON,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,outputTableSpec={PROJECT}:it.{{topic}},useBigQueryDLQ=true,outputDeadletterTable={PROJECT}:it.{p}_shared_dlq",
+        s.kafka
+    );
     let jobs = dir.path().join("ck2");
     let o = run_job(&format!("{p}s"), &jobs, &shared, "2s", &[]);
     assert!(o.status.success(), "{}", text(&o));
     let o = replay(&format!("{p}s"), &jobs, &js, &[]).bounded();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("does not say which topic it came from"), "{}", text(&o));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(out.matches("replayed into the table: 12\n").count(), 2, "{out}");
+    assert_eq!(out.matches("of this job's other topics: 21").count(), 2, "{out}");
+    assert_eq!((s.count(&c2).await, s.count(&d2).await), ((42, 42), (42, 42)));
+}
+
+/// Issue 62, item 2, as reproduced: jobs A (topic a → TA) and B (topic b → TB) share one
+/// dead-letter table, as teams often do, and each dead-letters its bad records. Before
+/// dead letters named their job, `dlq replay --job A` wrote both jobs' fixed rows into
+/// TA and B's replay then wrote nothing into TB, both with exit 0. Now every row names
+/// its job and topic (`attributes`): each replay takes its own job's rows only, and a
+/// row that names no job (Google's template writes none) is left alone unless `--topic`
+/// picks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_sharing_a_dead_letter_table_replay_only_their_own_rows() {
+    let s = stack();
+    let (a, b) = (s.fixture("dlqsha", 1).await, s.fixture("dlqshb", 1).await);
+    let shared = TableRef { table: unique("dlqshared"), ..a.dlq.clone() };
+    let values_from = |base: u64| -> Vec<Vec<u8>> {
+        (0..20u64)
+            .map(|i| match i % 2 {
+                0 => format!(r#"{{"id": {}}}"#, base + i).into_bytes(),
+                _ => format!(r#"{{"id": "id-{}"}}"#, base + i).into_bytes(),
+            })
+            .collect()
+    };
+    produce_values(&s, &a.topic, &values_from(1000)).await;
+    produce_values(&s, &b.topic, &values_from(2000)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let (ja, jb) = (unique("dlqja"), unique("dlqjb"));
+    let dlq = format!("useBigQueryDLQ=true,outputDeadletterTable={shared}");
+    for (job, f) in [(&ja, &a), (&jb, &b)] {
+        let o = run_job(job, &ck, &f.params(&s, &dlq), "2s", &[]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert_eq!((s.count(&a.table).await, s.count(&b.table).await), ((10, 10), (10, 10)));
+    let job_rows = s
+        .rows(&format!(
+            "SELECT a.value, COUNT(*) FROM {}, UNNEST(attributes) AS a WHERE a.key = 'job' GROUP BY a.value ORDER BY a.value",
+            fq(&shared)
+        ))
+        .await;
+    let mut want = vec![vec![Some(ja.clone()), Some("10".into())], vec![Some(jb.clone()), Some("10".into())]];
+    want.sort();
+    assert_eq!(job_rows, want, "every dead-letter row names its job");
+    let js = dir.path().join("fix.js");
+    std::fs::write(&js, FIX).unwrap();
+    let o = replay(&ja, &ck, &js, &[]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("replayed into the table: 10") && out.contains("rows of other jobs left alone: 10"), "{out}");
+    assert_eq!((s.count(&a.table).await, s.count(&b.table).await), ((20, 20), (10, 10)), "A's rows only, into TA");
+    let o = replay(&jb, &ck, &js, &[]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!((s.count(&a.table).await, s.count(&b.table).await), ((20, 20), (20, 20)), "B's rows, into TB");
+    let ids = s.rows(&format!("SELECT MIN(id), MAX(id) FROM {}", fq(&b.table))).await;
+    assert_eq!(ids, vec![vec![Some("2000".into()), Some("2019".into())]], "no record of A's in TB");
+
+    // A row that names no job, as Google's template writes them: left alone, and taken
+    // only when --topic names its topic.
+    let rec = flexrun::kafka_to_bq::map::dlq::RecordRef {
+        topic: &a.topic,
+        partition: 0,
+        offset: 99,
+        timestamp_ms: 1_700_000_000_000,
+        timestamp_type: flexrun::kafka_to_bq::map::dlq::TimestampType::CreateTime,
+        key: None,
+        value: br#"{"id": "id-1099"}"#,
+        headers: &[],
+        processed_ms: Some(1_700_000_000_000),
+        payload: flexrun::kafka_to_bq::map::dlq::Payload::Text,
+        origin: Default::default(),
+    };
+    let mut row = Vec::new();
+    flexrun::kafka_to_bq::map::dlq::encode(&rec, "transform", "a row of Google's", &mut row);
+    let w = flexrun::bigquery::write::WriteClient::connect(&s.bq).await.unwrap();
+    let mut conn = w
+        .open(
+            &shared.default_stream(),
+            flexrun::bigquery::proto::descriptor(&flexrun::kafka_to_bq::map::dlq::write_schema(), "DeadLetter"),
+        )
+        .await
+        .unwrap();
+    conn.append(&[row], None).await.unwrap();
+    let o = replay(&ja, &ck, &js, &[]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("rows that name no job, left alone: 1 (--topic TOPIC"), "{out}");
+    assert_eq!(s.count(&a.table).await, (20, 20));
+    let o = replay(&ja, &ck, &js, &["--topic", &a.topic]).bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&a.table).await, (21, 21), "picked by --topic, fixed, written once");
 }

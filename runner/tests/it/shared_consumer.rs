@@ -46,6 +46,7 @@ fn consumer(kafka: &str, topic: &str) -> std::sync::Arc<SharedConsumer> {
         start_earliest: true,
         gap_policy: Default::default(),
         isolation: Isolation::ReadCommitted,
+        group_offsets: true,
     };
     SharedConsumer::new(&settings, 0).expect("a consumer")
 }

@@ -192,6 +192,9 @@ pub struct CdcPlan {
     key: Option<KeySchema>,
     /// The records' format.
     format: CdcFormat,
+    /// The primary key columns' field numbers and names: a change without one of them
+    /// names no row.
+    key_tags: Vec<(u32, String)>,
 }
 
 impl CdcPlan {
@@ -203,10 +206,12 @@ impl CdcPlan {
     /// Check the key columns against `schema` (top-level, not REPEATED, not RECORD)
     /// and give the pseudo-columns the field numbers after the table's.
     pub fn resolve(cfg: &CdcConfig, schema: &Schema) -> Result<CdcPlan, String> {
+        let mut key_tags = Vec::new();
         for k in &cfg.primary_key {
             let Some(i) = schema.lookup(k) else {
                 return Err(format!("cdcPrimaryKey: the table has no column {k}"));
             };
+            key_tags.push((i as u32 + 1, k.clone()));
             let c = &schema.columns[i];
             if c.mode == Mode::Repeated || c.typ == ColumnType::Record {
                 return Err(format!(
@@ -256,6 +261,7 @@ impl CdcPlan {
             type_from,
             key,
             format: cfg.format,
+            key_tags,
         })
     }
 
@@ -266,9 +272,23 @@ impl CdcPlan {
 
     /// Append the pseudo-columns with the change type and sequence number given (a
     /// Debezium change's, read from its envelope).
-    pub fn encode_with(&self, change: ChangeType, sequence: &str, out: &mut Vec<u8>) {
+    pub fn encode_with(&self, change: ChangeType, sequence: &str, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        self.check_key(out)?;
         put_bytes(self.type_tag, change.as_str().as_bytes(), out);
         put_bytes(self.seq_tag, sequence.as_bytes(), out);
+        Ok(())
+    }
+
+    /// A change must name its row: every primary key column present and not null
+    /// (BigQuery's CDC applies a change to the row with the same primary key; with a
+    /// NULL key column the change would name no row, or every row with a NULL there).
+    fn check_key(&self, row: &[u8]) -> Result<(), RecordError> {
+        match self.key_tags.iter().find(|(tag, _)| top_level(row, *tag).is_none()) {
+            Some((_, name)) => Err(RecordError::Cdc(format!(
+                "primary key column {name} is null or missing; a change must name its row by every cdcPrimaryKey column"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The rows' descriptor with the two pseudo-columns added.
@@ -311,14 +331,15 @@ impl CdcPlan {
         self.encode_as(change, meta, out)
     }
 
-    /// Whether the row `out` holds the sequence `cdcSequenceField` names (always, when
-    /// the sequence is the Kafka offset).
-    pub fn carries_sequence(&self, out: &[u8]) -> bool {
-        self.seq_from.as_ref().is_none_or(|(tag, _)| top_level_varint(out, *tag).is_some())
+    /// The `cdcSequenceField` the row `out` lacks, if it does (never when the sequence
+    /// is the Kafka offset).
+    pub fn missing_sequence(&self, out: &[u8]) -> Option<&str> {
+        self.seq_from.as_ref().filter(|(tag, _)| top_level_varint(out, *tag).is_none()).map(|(_, n)| n.as_str())
     }
 
     /// Append the pseudo-columns with the change type given (a tombstone's DELETE).
     pub fn encode_as(&self, change: ChangeType, meta: &KafkaMeta<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        self.check_key(out)?;
         let seq = match &self.seq_from {
             None => meta.offset,
             Some((tag, name)) => match top_level_varint(out, *tag) {
@@ -398,6 +419,30 @@ fn top_level_bytes(b: &[u8], tag: u32) -> Option<&[u8]> {
     match top_level(b, tag)? {
         Value::Bytes(v) => Some(v),
         Value::Varint(_) => None,
+    }
+}
+
+/// A record key as Kafka Connect's JsonConverter writes it with `schemas.enable=true`,
+/// `{"schema": ..., "payload": ...}`, is its payload; any other key is itself.
+///
+/// ```
+/// use flexrun::kafka_to_bq::map::cdc::unwrap_connect_key;
+/// let k = br#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int32"}]},"payload":{"id":1}}"#;
+/// assert_eq!(&*unwrap_connect_key(k), br#"{"id":1}"#);
+/// assert_eq!(&*unwrap_connect_key(br#"{"id":1}"#), br#"{"id":1}"#);
+/// ```
+pub fn unwrap_connect_key(key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope<'a> {
+        #[allow(dead_code)]
+        schema: &'a serde_json::value::RawValue,
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+    }
+    match serde_json::from_slice::<Envelope>(key) {
+        Ok(e) => std::borrow::Cow::Owned(e.payload.get().as_bytes().to_vec()),
+        Err(_) => std::borrow::Cow::Borrowed(key),
     }
 }
 
@@ -503,10 +548,14 @@ mod tests {
         let e = plan.change_type(&meta(vec![("op", Some(b"MERGE"))])).unwrap_err();
         assert_eq!(e.class(), "cdc");
         assert!(e.to_string().contains("expected UPSERT or DELETE"), "{e}");
-        let mut out = Vec::new();
+        // A row with its key (field 1 = 7).
+        let mut out = vec![0x08, 7];
         plan.encode(&meta(vec![("op", Some(b"DELETE"))]), &mut out).unwrap();
         // Field 4 (after the table's 3 columns) = "DELETE", field 5 = "1000" (4096 in hex).
-        assert_eq!(out, [&[0x22, 6][..], b"DELETE", &[0x2a, 4], b"1000"].concat());
+        assert_eq!(out, [&[0x08, 7][..], &[0x22, 6], b"DELETE", &[0x2a, 4], b"1000"].concat());
+        // Issue 62, item 3: a change whose key column is null names no row: refused.
+        let e = plan.encode(&meta(vec![]), &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("primary key column id is null or missing"), "{e}");
         let d = plan.descriptor(crate::bigquery::proto::descriptor(&schema(), "Row"));
         let names: Vec<_> = d.field.iter().map(|f| (f.name().to_string(), f.number())).collect();
         assert_eq!(&names[3..], &[(CHANGE_TYPE.to_string(), 4), (CHANGE_SEQUENCE_NUMBER.to_string(), 5)]);

@@ -26,14 +26,41 @@ pub fn schema() -> Schema {
     .expect("the dead-letter schema is valid")
 }
 
-/// The columns dead-letter rows are written with: the table's columns without
-/// `attributes`, which the Kafka paths never fill (Storage Write accepts a writer
-/// schema that leaves out nullable and repeated columns; bqemulator cannot take an
-/// empty repeated RECORD).
+/// The columns dead-letter rows are written with: all of Google's. Google's Kafka
+/// paths leave `attributes` empty; flexrun fills it with where the record came from
+/// ([`Origin`]), so that one dead-letter table can serve several jobs and topics and a
+/// replay takes only its own job's rows.
 pub fn write_schema() -> Schema {
-    let mut cols = schema().columns;
-    cols.retain(|c| c.name != "attributes");
-    Schema::new(cols)
+    schema()
+}
+
+/// The `attributes` keys every dead-letter row carries.
+pub mod attr {
+    /// The job that read the record (`--job-name`; for a job of several topics, the job's
+    /// own name, not the topic pipeline's).
+    pub const JOB: &str = "job";
+    /// The topic.
+    pub const TOPIC: &str = "topic";
+    /// The topic's id (KIP-516), when the broker gives one.
+    pub const TOPIC_ID: &str = "topic_id";
+    /// The partition.
+    pub const PARTITION: &str = "partition";
+    /// The offset.
+    pub const OFFSET: &str = "offset";
+    /// The leader epoch the record was written in (KIP-320), when known.
+    pub const LEADER_EPOCH: &str = "leader_epoch";
+}
+
+/// Where a dead-lettered record came from beyond its coordinates: the job, the log's
+/// topic id and the record's leader epoch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Origin<'a> {
+    /// The job's name.
+    pub job: &'a str,
+    /// The topic's id.
+    pub topic_id: Option<&'a str>,
+    /// The record's leader epoch (-1: unknown).
+    pub leader_epoch: i32,
 }
 
 /// How the record was read, which decides how Google renders it: the JSON path reads
@@ -100,6 +127,8 @@ pub struct RecordRef<'a> {
     pub processed_ms: Option<i64>,
     /// How the record was read.
     pub payload: Payload,
+    /// The job and log it came from (the `attributes` column).
+    pub origin: Origin<'a>,
 }
 
 /// The most bytes of a record's value a dead-letter row carries. The value appears
@@ -297,10 +326,33 @@ pub fn encode(rec: &RecordRef<'_>, stage: &str, error: &str, out: &mut Vec<u8>) 
         Payload::Text => put_bytes(3, String::from_utf8_lossy(cut.value).as_bytes(), out),
         Payload::Bytes => put_bytes(3, &kafka_record_coder_bytes(&cut), out),
     }
-    // Field numbers follow write_schema(): errorMessage is 4, stacktrace 5.
-    put_bytes(4, error.as_bytes(), out);
+    // Field numbers follow write_schema(): attributes is 4, errorMessage 5, stacktrace 6.
+    put_attributes(rec, out);
+    put_bytes(5, error.as_bytes(), out);
     let trace = format!("flexrun kafka-to-bq: {stage} failed for {}/{}@{}", rec.topic, rec.partition, rec.offset);
-    put_bytes(5, trace.as_bytes(), out);
+    put_bytes(6, trace.as_bytes(), out);
+}
+
+/// The `attributes` column: one `{key, value}` entry per [`attr`] key that has a value.
+fn put_attributes(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
+    let o = &rec.origin;
+    let (partition, offset, epoch) = (rec.partition.to_string(), rec.offset.to_string(), o.leader_epoch.to_string());
+    let pairs = [
+        (attr::JOB, Some(o.job).filter(|j| !j.is_empty())),
+        (attr::TOPIC, Some(rec.topic)),
+        (attr::TOPIC_ID, o.topic_id),
+        (attr::PARTITION, Some(partition.as_str())),
+        (attr::OFFSET, Some(offset.as_str())),
+        (attr::LEADER_EPOCH, (o.leader_epoch >= 0).then_some(epoch.as_str())),
+    ];
+    let mut entry = Vec::with_capacity(64);
+    for (k, v) in pairs {
+        let Some(v) = v else { continue };
+        entry.clear();
+        put_bytes(1, k.as_bytes(), &mut entry);
+        put_bytes(2, v.as_bytes(), &mut entry);
+        put_bytes(4, &entry, out);
+    }
 }
 
 #[cfg(test)]
@@ -319,23 +371,53 @@ mod tests {
             headers: &[],
             processed_ms: Some(1714566900000),
             payload,
+            origin: Origin { job: "orders-job", topic_id: Some("Qmx1ZWJpcmQAAAAAAAAAAA"), leader_epoch: 4 },
         }
     }
 
-    /// Decode a dead-letter row into its five columns.
+    /// Decode a dead-letter row into its five columns (`attributes`, field 4, left out).
     fn columns(mut b: &[u8]) -> Vec<Vec<u8>> {
         use prost::encoding::{decode_key, decode_varint, WireType};
         let mut out = Vec::new();
         while !b.is_empty() {
-            let (_, wt) = decode_key(&mut b).unwrap();
+            let (tag, wt) = decode_key(&mut b).unwrap();
             match wt {
                 WireType::Varint => out.push(decode_varint(&mut b).unwrap().to_string().into_bytes()),
                 _ => {
                     let n = decode_varint(&mut b).unwrap() as usize;
-                    out.push(b[..n].to_vec());
+                    if tag != 4 {
+                        out.push(b[..n].to_vec());
+                    }
                     b = &b[n..];
                 }
             }
+        }
+        out
+    }
+
+    /// The `attributes` entries of a row, as (key, value).
+    fn attributes(mut b: &[u8]) -> Vec<(String, String)> {
+        use prost::encoding::{decode_key, decode_varint, WireType};
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            let (tag, wt) = decode_key(&mut b).unwrap();
+            if wt == WireType::Varint {
+                decode_varint(&mut b).unwrap();
+                continue;
+            }
+            let n = decode_varint(&mut b).unwrap() as usize;
+            if tag == 4 {
+                let mut e = &b[..n];
+                let mut kv = Vec::new();
+                while !e.is_empty() {
+                    decode_key(&mut e).unwrap();
+                    let m = decode_varint(&mut e).unwrap() as usize;
+                    kv.push(String::from_utf8(e[..m].to_vec()).unwrap());
+                    e = &e[m..];
+                }
+                out.push((kv[0].clone(), kv[1].clone()));
+            }
+            b = &b[n..];
         }
         out
     }
@@ -401,12 +483,34 @@ mod tests {
 
     #[test]
     fn the_schema_has_googles_columns() {
-        assert_eq!(schema().columns.len(), 6);
-        let w = write_schema();
         assert_eq!(
-            w.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
-            ["timestamp", "payloadString", "payloadBytes", "errorMessage", "stacktrace"]
+            write_schema().columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["timestamp", "payloadString", "payloadBytes", "attributes", "errorMessage", "stacktrace"]
         );
+    }
+
+    /// Issue 62, item 2: every dead-letter row names its job and log, so that a replay
+    /// takes only its own job's rows from a table several jobs share.
+    #[test]
+    fn a_dead_letter_row_names_its_job_topic_log_and_coordinates_in_attributes() {
+        let mut row = Vec::new();
+        encode(&rec(b"x", None, Payload::Text), "transform", "bad", &mut row);
+        let want = [
+            ("job", "orders-job"),
+            ("topic", "orders"),
+            ("topic_id", "Qmx1ZWJpcmQAAAAAAAAAAA"),
+            ("partition", "3"),
+            ("offset", "42"),
+            ("leader_epoch", "4"),
+        ];
+        assert_eq!(attributes(&row), want.map(|(k, v)| (k.to_string(), v.to_string())));
+        let anon = RecordRef {
+            origin: Origin { job: "", topic_id: None, leader_epoch: -1 },
+            ..rec(b"x", None, Payload::Text)
+        };
+        encode(&anon, "transform", "bad", &mut row);
+        let keys: Vec<String> = attributes(&row).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["topic", "partition", "offset"], "what is unknown is left out");
     }
 
     #[test]

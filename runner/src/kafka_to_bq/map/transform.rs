@@ -285,7 +285,7 @@ impl Mapper {
         if let (Some(plan), Some(m)) = (&self.meta, meta) {
             plan.encode(m, key, out)?;
         }
-        cdc.encode_with(change, &sequence, out);
+        cdc.encode_with(change, &sequence, out)?;
         self.check_size(out)
     }
 
@@ -324,7 +324,7 @@ impl Mapper {
                 out.clear();
                 crate::avro::row::encode_record(&w, &self.schema, &v, out)
             }),
-            None => self.map_into(key, out),
+            None => self.map_into(&super::cdc::unwrap_connect_key(key), out),
         };
         mapped.map_err(|e| {
             let how = if cdc.key_decoder().is_some() { "read with cdcKeySchemaPath" } else { "read as JSON" };
@@ -332,9 +332,13 @@ impl Mapper {
                 "a tombstone deletes the row its key names, and its key ({how}) does not map: {e}"
             ))
         })?;
-        if !cdc.carries_sequence(out) {
-            // Debezium's tombstone after a delete: the delete event carried the DELETE.
-            return Err(RecordError::TombstoneSkipped);
+        if let Some(name) = cdc.missing_sequence(out) {
+            // A flat row's tombstone is its DELETE (Debezium's flattening writes deletes
+            // as tombstones alone under delete.tombstone.handling.mode=tombstone): one
+            // that cannot be ordered against the key's other changes is not dropped.
+            return Err(RecordError::Cdc(format!(
+                "a tombstone deletes the row its key names, but this job orders each key's changes by cdcSequenceField {name}, which the key does not carry, so the DELETE cannot be ordered and is not applied. Put {name} in the record key, or write deletes as records that carry it (Debezium: cdcFormat=DEBEZIUM with the unflattened envelope)"
+            )));
         }
         cdc.encode_as(super::cdc::ChangeType::Delete, meta, out)?;
         self.check_size(out)
@@ -465,6 +469,21 @@ mod tests {
         assert_eq!(a, m.map(br#"{"LOGSTREAMID": 7, "Message": "hi", "tags": ["a","b"], "loc": {"LAT": 1.5}, "ts": "2024-01-31 12:00:00.25 UTC", "day": "1970-01-03", "raw": "AAE=", "ok": "TRUE", "score": "2.5"}"#).unwrap());
         // Integers as strings and nulls for nullable columns are accepted, as in Beam.
         assert!(m.map(br#"{"logStreamId": "12", "message": null}"#).is_ok());
+    }
+
+    /// NaN and the infinities as BigQuery's JSON names them reach a FLOAT column as those
+    /// doubles (the Protobuf path hands them over so: issue 62, item 9).
+    #[test]
+    fn a_float_column_takes_nan_and_the_infinities_by_name() {
+        let m = mapper();
+        let finite = m.map(br#"{"logStreamId": 1, "score": 0.5}"#).unwrap();
+        let at = finite.len() - 8;
+        assert_eq!(f64::from_le_bytes(finite[at..].try_into().unwrap()), 0.5);
+        for (name, want) in [("NaN", f64::NAN), ("Infinity", f64::INFINITY), ("-Infinity", f64::NEG_INFINITY)] {
+            let row = m.map(format!(r#"{{"logStreamId": 1, "score": "{name}"}}"#).as_bytes()).unwrap();
+            let got = f64::from_le_bytes(row[row.len() - 8..].try_into().unwrap());
+            assert!(got == want || (got.is_nan() && want.is_nan()), "{name}: {got}");
+        }
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct ReplayOptions {
     pub where_sql: Option<String>,
     /// Map and report, write nothing.
     pub dry_run: bool,
+    /// Also take the rows that name no job (written by Google's template or an older
+    /// flexrun) whose record came from this topic. Rows that name no job are refused
+    /// otherwise: nothing says they are this job's.
+    pub unnamed_topic: Option<String>,
 }
 
 /// What a replay did.
@@ -74,6 +78,12 @@ pub struct ReplayReport {
     pub dropped: u64,
     /// Records that still fail: key and why (left in the dead-letter table, unmarked).
     pub failing: Vec<(String, String)>,
+    /// Rows of other jobs in the same dead-letter table, left alone.
+    pub other_jobs: usize,
+    /// Rows of the job's other topics, left to their own replays.
+    pub other_topics: usize,
+    /// Rows that name no job, left alone (`--topic` takes those of one topic).
+    pub unnamed: usize,
     /// Batches committed in this run.
     pub batches: u64,
 }
@@ -137,6 +147,7 @@ pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayO
         None => opts.where_sql.clone(),
     };
     let rows = read_dead_letters(&client, &dlq, where_sql.as_deref()).await?;
+    let rows = own_rows(rows, &cfg, payload, opts.unnamed_topic.as_deref(), &mut report);
     report.selected = rows.len();
     let done = ledger::replayed_keys(&client, &ledger_table).await?;
     let (items, order) = index(rows, payload, &mut report.failing);
@@ -275,6 +286,37 @@ pub struct BadWhere {
     pub reason: String,
 }
 
+/// The rows this replay may take: the job's own rows of the topic it replays, and rows
+/// that name no job only when `unnamed_topic` picks their topic. The others are counted.
+fn own_rows(
+    rows: Vec<DeadLetterRow>,
+    cfg: &KafkaToBqConfig,
+    payload: Payload,
+    unnamed_topic: Option<&str>,
+    report: &mut ReplayReport,
+) -> Vec<DeadLetterRow> {
+    let job = cfg.parent.as_deref().unwrap_or(&cfg.job_name);
+    let topic = &cfg.source.topic;
+    rows.into_iter()
+        .filter(|row| match row.owner(job, topic) {
+            record::Owner::Mine => true,
+            record::Owner::OtherJob(_) => {
+                report.other_jobs += 1;
+                false
+            }
+            record::Owner::OtherTopic(_) => {
+                report.other_topics += 1;
+                false
+            }
+            record::Owner::Unnamed => {
+                let picked = unnamed_topic.is_some_and(|t| row.recover(payload).is_ok_and(|r| r.topic == t));
+                report.unnamed += usize::from(!picked);
+                picked
+            }
+        })
+        .collect()
+}
+
 /// Every selected dead-letter row.
 async fn read_dead_letters(
     c: &gcp_bigquery_client::Client,
@@ -282,7 +324,7 @@ async fn read_dead_letters(
     where_sql: Option<&str>,
 ) -> Result<Vec<DeadLetterRow>> {
     let mut sql = format!(
-        "SELECT payloadString, payloadBytes, errorMessage FROM `{}.{}.{}`",
+        "SELECT payloadString, payloadBytes, errorMessage, attributes FROM `{}.{}.{}`",
         dlq.project, dlq.dataset, dlq.table
     );
     if let Some(w) = where_sql {
@@ -310,6 +352,7 @@ async fn read_dead_letters(
                 payload_string: r.first().cloned().flatten().unwrap_or_default(),
                 payload_bytes,
                 error: r.get(2).cloned().flatten(),
+                attributes: r.get(3).cloned().flatten().map(|a| record::parse_attributes(&a)).unwrap_or_default(),
             })
         })
         .collect()
@@ -535,7 +578,11 @@ impl Batches<'_> {
             }
         }
         crate::crash_point!("replay::before_commit_log");
-        log.log_commit(&crate::progress::CommitEntry { batch: id, positions: BTreeMap::from([(0, b.hi as i64)]) })?;
+        log.log_commit(&crate::progress::CommitEntry {
+            batch: id,
+            positions: BTreeMap::from([(0, b.hi as i64)]),
+            ..Default::default()
+        })?;
         drop(stop_tx);
         self.targets.main.next += rows.len() as i64;
         self.targets.ledger.next += ledger.len() as i64;

@@ -16,7 +16,7 @@ use crate::kafka_to_bq::map::metadata::KafkaMeta;
 use base64::Engine;
 
 /// One dead-letter row as read from the table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadLetterRow {
     /// `payloadString`.
     pub payload_string: String,
@@ -24,6 +24,46 @@ pub struct DeadLetterRow {
     pub payload_bytes: Vec<u8>,
     /// `errorMessage`.
     pub error: Option<String>,
+    /// `attributes`: where the record came from (job, topic, topic id, coordinates;
+    /// empty in rows Google's template or an older flexrun wrote).
+    pub attributes: std::collections::BTreeMap<String, String>,
+}
+
+/// Whose a dead-letter row is, for a replay of one job's topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The job's, from the topic being replayed.
+    Mine,
+    /// The job's, from another of its topics.
+    OtherTopic(String),
+    /// Another job's.
+    OtherJob(String),
+    /// The row names no job (written by Google's template or an older flexrun).
+    Unnamed,
+}
+
+/// The `attributes` column as BigQuery's REST API returns a REPEATED RECORD of `key`
+/// and `value`: `[{"v": {"f": [{"v": key}, {"v": value}]}}, ...]` (tabledata's row
+/// format). Anything else reads as no attributes.
+///
+/// ```
+/// use flexrun::kafka_to_bq::replay::record::parse_attributes;
+/// let a = parse_attributes(r#"[{"v":{"f":[{"v":"job"},{"v":"orders"}]}}]"#);
+/// assert_eq!(a.get("job").map(String::as_str), Some("orders"));
+/// assert!(parse_attributes("[]").is_empty());
+/// ```
+pub fn parse_attributes(text: &str) -> std::collections::BTreeMap<String, String> {
+    let Ok(serde_json::Value::Array(items)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Default::default();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let f = item.get("v")?.get("f")?.as_array()?;
+            let text = |i: usize| f.get(i)?.get("v")?.as_str().map(str::to_string);
+            Some((text(0)?, text(1)?))
+        })
+        .collect()
 }
 
 /// The Kafka record a dead-letter row came from.
@@ -68,10 +108,29 @@ impl DeadLetterRow {
         }
     }
 
+    /// Whose this row is, for a replay of `job`'s topic `topic`.
+    pub fn owner(&self, job: &str, topic: &str) -> Owner {
+        use crate::kafka_to_bq::map::dlq::attr;
+        match (self.attributes.get(attr::JOB), self.attributes.get(attr::TOPIC)) {
+            (None, _) => Owner::Unnamed,
+            (Some(j), _) if j != job => Owner::OtherJob(j.clone()),
+            (Some(_), Some(t)) if t != topic => Owner::OtherTopic(t.clone()),
+            (Some(_), _) => Owner::Mine,
+        }
+    }
+
     /// The ledger key of this row: the Kafka record's coordinates when the row names
     /// them (a record dead-lettered twice, as at-least-once delivery can, is one
-    /// record and is replayed once), else an MD5 of the row's payload.
+    /// record and is replayed once), else an MD5 of the row's payload. A row that names
+    /// its job and log is keyed by them too: two jobs that read one topic share no key,
+    /// and neither do two topics of one name (a topic recreated has other records at
+    /// the same offsets).
     pub fn key(&self, rec: &Recovered) -> String {
+        use crate::kafka_to_bq::map::dlq::attr;
+        if let (Some(job), false, true) = (self.attributes.get(attr::JOB), rec.topic.is_empty(), rec.offset >= 0) {
+            let id = self.attributes.get(attr::TOPIC_ID).map(|i| format!("@{i}")).unwrap_or_default();
+            return format!("job:{job}:kafka:{}{id}:{}:{}", rec.topic, rec.partition, rec.offset);
+        }
         if !rec.topic.is_empty() && rec.offset >= 0 {
             return format!("kafka:{}:{}:{}", rec.topic, rec.partition, rec.offset);
         }
@@ -132,7 +191,7 @@ fn from_payload_string(text: &str, value: Vec<u8>) -> Recovered {
 /// let headers = [("h", Some(&b"v"[..]))];
 /// let rec = RecordRef { topic: "t", partition: 3, offset: 42, timestamp_ms: 1_700_000_000_000,
 ///     timestamp_type: TimestampType::CreateTime, key: Some(b"k"), value: b"\x02ab",
-///     headers: &headers, processed_ms: None, payload: Payload::Bytes };
+///     headers: &headers, processed_ms: None, payload: Payload::Bytes, origin: Default::default() };
 /// let back = decode_coder(&kafka_record_coder_bytes(&rec)).unwrap();
 /// assert_eq!((back.topic.as_str(), back.partition, back.offset), ("t", 3, 42));
 /// assert_eq!((back.key.as_deref(), back.value.as_slice()), (Some(&b"k"[..]), &b"\x02ab"[..]));
@@ -203,6 +262,7 @@ mod tests {
             headers,
             processed_ms: Some(5),
             payload,
+            origin: Default::default(),
         }
     }
 
@@ -210,7 +270,8 @@ mod tests {
     fn the_json_paths_row_gives_back_its_record_and_names_it_by_kafka_coordinates() {
         let headers = [("trace", Some(&b"\x00\x01"[..])), ("empty", None)];
         let r = rec(&headers, Payload::Text);
-        let row = DeadLetterRow { payload_string: payload_string(&r), payload_bytes: r.value.to_vec(), error: None };
+        let row =
+            DeadLetterRow { payload_string: payload_string(&r), payload_bytes: r.value.to_vec(), ..Default::default() };
         let back = row.recover(Payload::Text).unwrap();
         assert_eq!(
             (back.topic.as_str(), back.partition, back.offset, back.timestamp_ms),
@@ -222,10 +283,42 @@ mod tests {
         assert_eq!(row.key(&back), "kafka:orders:2:17");
     }
 
+    /// Issue 62, item 2: a row names its job and log; one job's replay takes only its
+    /// own, and two jobs (or two logs of one topic name) never share a ledger key.
+    #[test]
+    fn a_row_that_names_its_job_belongs_to_that_job_and_topic_only() {
+        let r = rec(&[], Payload::Text);
+        let named = |job: &str, topic: &str, id: &str| DeadLetterRow {
+            payload_string: payload_string(&r),
+            payload_bytes: r.value.to_vec(),
+            attributes: [("job", job), ("topic", topic), ("topic_id", id)]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            ..Default::default()
+        };
+        let a = named("A", "orders", "id1");
+        assert_eq!(a.owner("A", "orders"), Owner::Mine);
+        assert_eq!(a.owner("B", "orders"), Owner::OtherJob("A".into()));
+        assert_eq!(a.owner("A", "payments"), Owner::OtherTopic("orders".into()));
+        let plain = DeadLetterRow { attributes: Default::default(), ..a.clone() };
+        assert_eq!(plain.owner("A", "orders"), Owner::Unnamed);
+        let back = a.recover(Payload::Text).unwrap();
+        assert_eq!(a.key(&back), "job:A:kafka:orders@id1:2:17");
+        assert_ne!(a.key(&back), named("B", "orders", "id1").key(&back));
+        assert_ne!(
+            a.key(&back),
+            named("A", "orders", "id2").key(&back),
+            "a recreated topic's record is another record"
+        );
+    }
+
     #[test]
     fn a_row_google_rendered_without_coordinates_is_named_by_its_content() {
-        let row =
-            DeadLetterRow { payload_string: "KafkaRecord@1a2b".into(), payload_bytes: b"{}".to_vec(), error: None };
+        let row = DeadLetterRow {
+            payload_string: "KafkaRecord@1a2b".into(),
+            payload_bytes: b"{}".to_vec(),
+            ..Default::default()
+        };
         let back = row.recover(Payload::Text).unwrap();
         assert_eq!(back.value, b"{}");
         let k = row.key(&back);
@@ -240,6 +333,7 @@ mod tests {
             payload_string: "{}".into(),
             payload_bytes: vec![],
             error: Some("x (dead-letter payload truncated: ...)".into()),
+            ..Default::default()
         };
         assert_eq!(row.recover(Payload::Text), Err(Unreplayable::Truncated));
         let row = DeadLetterRow { error: None, payload_bytes: vec![0x05, b'a'], ..row };
@@ -259,7 +353,7 @@ mod tests {
         ) {
             let headers: Vec<(&str, Option<&[u8]>)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
             let r = RecordRef { topic: &topic, partition, offset, timestamp_ms: ts, timestamp_type: TimestampType::LogAppendTime,
-                key: key.as_deref(), value: &value, headers: &headers, processed_ms: None, payload: Payload::Bytes };
+                key: key.as_deref(), value: &value, headers: &headers, processed_ms: None, payload: Payload::Bytes, origin: Default::default() };
             let back = decode_coder(&kafka_record_coder_bytes(&r)).unwrap();
             proptest::prop_assert_eq!(&back.topic, &topic);
             proptest::prop_assert_eq!((back.partition, back.offset, back.timestamp_ms), (partition, offset, ts));

@@ -225,9 +225,31 @@ async fn decide_and_resize(
 
 pub use crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL;
 
+/// Stop the job when its topic's id is no longer the one it started with: the topic
+/// was deleted and created again while the job ran, and its positions mean nothing in
+/// the new log. The next start applies `offsetGapPolicy` to it (FAIL stops naming it;
+/// SKIP reads the new log from its earliest offset). A topic missing for a moment
+/// (deleted, not yet created again) is asked again at the next interval.
+async fn check_topic_id(ctx: &Arc<JobCtx>) -> Result<()> {
+    let Some(started) = &ctx.log.topic_id else { return Ok(()) };
+    match ctx.metadata.topic_id().await {
+        Ok(Some(now)) if &now != started => anyhow::bail!(
+            "job {}: topic {} was deleted and created again while the job ran (topic id {started} at start, {now} now); the job stops so that no position of the old log is used in the new one. Start it again: offsetGapPolicy=FAIL stops there naming the topic, offsetGapPolicy=SKIP reads the new topic from its earliest offset",
+            ctx.cfg.job_name,
+            ctx.cfg.source.topic
+        ),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(topic = %ctx.cfg.source.topic, error = %e, "cannot read the topic's id; will ask again");
+            Ok(())
+        }
+    }
+}
+
 /// Look for new partitions; each starts at its earliest offset on the shard
 /// `p % shards`, which is restarted (after its open batch commits) to take it.
 async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool: &mut Pool) -> Result<()> {
+    check_topic_id(ctx).await?;
     let now = match ctx.metadata.partitions().await {
         Ok(p) => p,
         Err(e) => {

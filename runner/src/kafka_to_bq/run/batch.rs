@@ -8,15 +8,15 @@ use crate::bigquery::evolution::SchemaUpdates;
 use crate::bigquery::rows::Rows;
 use crate::bigquery::TableRef;
 use crate::checksum::{crc32c, Crc32c};
-use crate::kafka_to_bq::context::{JobCtx, Mapping};
-use crate::kafka_to_bq::map::dlq::{self, Payload, RecordRef, TimestampType};
+use crate::kafka_to_bq::context::{JobCtx, Mapping, RouteResult};
+use crate::kafka_to_bq::map::dlq::{self, Origin, Payload, RecordRef, TimestampType};
 use crate::kafka_to_bq::map::metadata::KafkaMeta;
 use crate::kafka_to_bq::map::transform::{Mapper, RecordError};
-use crate::progress::{DigestKind, OffsetEntry};
+use crate::progress::{DigestKind, LogMark, LoggedRoute, OffsetEntry};
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{bail, Result};
 use rdkafka::message::{Headers, Message};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// A batch mapped to rows: table rows (with the message each came from), dead-letter rows.
@@ -37,7 +37,12 @@ pub(super) struct Mapped {
     /// error. When there are any, nothing else was kept: the job changes the table's
     /// schema ([`super::evolve`]) and maps the batch again.
     pub(super) evolve: Vec<(usize, RecordError)>,
+    /// How each other record type met in the batch was routed (logged with it).
+    pub(super) routes: BTreeMap<String, LoggedRoute>,
 }
+
+/// The routes a batch maps its other record types with (per-record tables).
+pub(super) type Routes = HashMap<String, RouteResult>;
 
 /// Rows for another per-record table.
 pub(super) struct SideRows {
@@ -59,6 +64,8 @@ pub(super) struct Cut {
     pub(super) msgs: Records,
     pub(super) ranges: BTreeMap<i32, (i64, i64)>,
     pub(super) positions: BTreeMap<i32, i64>,
+    /// The log the batch was read from, with each partition's epoch after it.
+    pub(super) log: LogMark,
     /// When the batch was first processed (dead-letter rows' `timestamp`); a replay
     /// takes it from the log (None for entries written before it was logged).
     pub(super) processed_ms: Option<i64>,
@@ -114,7 +121,7 @@ pub fn digest(kind: DigestKind, rows: &Rows, crcs: &[u32]) -> u32 {
 pub(super) fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: &OffsetEntry) -> Result<()> {
     if logged.side.len() != now.side.len() {
         bail!(
-            "job {job} shard {shard}: replaying batch {} would write to {} per-record tables where {} were logged; no row was written. Move the job's checkpoint directory aside to start over",
+            "job {job} shard {shard}: replaying batch {} would write to {} per-record tables where {} were logged; no row was written",
             logged.batch, now.side.len(), logged.side.len()
         );
     }
@@ -126,7 +133,7 @@ pub(super) fn verify_replay(job: &str, shard: usize, logged: &OffsetEntry, now: 
         let digest_differs = a.digest.is_some() && a.digest != b.digest;
         if a.rows != b.rows || digest_differs {
             bail!(
-                "job {job} shard {shard}: replaying batch {} would not re-send what was logged for the {what}: logged {} rows (digest {:?}) at offset {} of {}, re-read {} rows (digest {:?}). The topic's data or the mapping changed since the crash; no row was written. Move the job's checkpoint directory aside to start over",
+                "job {job} shard {shard}: replaying batch {} would not re-send what was logged for the {what}: logged {} rows (digest {:?}) at offset {} of {}, re-read {} rows (digest {:?}). The topic's data (compaction, say) or the mapping changed since the crash; no row was written",
                 logged.batch, a.rows, a.digest, a.offset, a.stream, b.rows, b.digest
             );
         }
@@ -221,7 +228,7 @@ pub struct MappedValues {
     pub failed: Vec<(usize, RecordError)>,
     /// Values the UDF dropped.
     pub dropped: u64,
-    /// CDC tombstones skipped ([`RecordError::TombstoneSkipped`]).
+    /// Debezium records skipped ([`RecordError::DebeziumSkipped`]).
     pub skipped: u64,
 }
 
@@ -255,7 +262,7 @@ pub fn map_values<'a>(
                 out.row_src.push(i);
             }
             Err(RecordError::Dropped) => out.dropped += 1,
-            Err(RecordError::TombstoneSkipped | RecordError::DebeziumSkipped(_)) => out.skipped += 1,
+            Err(RecordError::DebeziumSkipped(_)) => out.skipped += 1,
             Err(e) => out.failed.push((i, e)),
         }
     }
@@ -337,7 +344,7 @@ pub(super) fn asks_for_change(e: &RecordError, u: SchemaUpdates) -> bool {
 /// mapping instead ([`Mapped::evolve`]).
 pub(super) fn map_batch(
     ctx: &JobCtx,
-    mapping: &Mapping,
+    (mapping, routes): (&Mapping, &Routes),
     cut: &Cut,
     bad: MapOptions,
     stages: &mut StageSamples,
@@ -352,21 +359,23 @@ pub(super) fn map_batch(
     if bad.evolve.any() && failed.iter().any(|(_, e)| asks_for_change(e, bad.evolve)) {
         pool.give(rows);
         failed.retain(|(_, e)| asks_for_change(e, bad.evolve));
-        let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, skipped: 0, side, evolve: failed });
+        let (rows, row_src, row_crcs, dlq_rows, side, routes) = Default::default();
+        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, skipped: 0, side, evolve: failed, routes });
     }
     let mut side: BTreeMap<String, SideRows> = BTreeMap::new();
-    let (mut dead, mut side_asks) = (Vec::new(), Vec::new());
+    let (mut dead, mut side_asks, mut used) = (Vec::new(), Vec::new(), BTreeMap::new());
     for (i, e) in failed {
         let e = match e {
-            RecordError::OtherRecord(name) => match route_message(ctx, &name, cut.msgs.at(i), i, &mut side) {
-                Ok(()) => continue,
-                Err(e) if asks_for_change(&e, bad.evolve) => {
-                    side_asks.push((i, e));
-                    continue;
+            RecordError::OtherRecord(name) => {
+                match route_message(routes.get(&name), &name, cut.msgs.at(i), i, &mut side, &mut used) {
+                    Ok(()) => continue,
+                    Err(e) if asks_for_change(&e, bad.evolve) => {
+                        side_asks.push((i, e));
+                        continue;
+                    }
+                    Err(e) => e,
                 }
-                Err(e) => e,
-            },
+            }
             e => e,
         };
         dead.push((i, e));
@@ -374,11 +383,21 @@ pub(super) fn map_batch(
     if !side_asks.is_empty() {
         // Another record type's table is to change first (per-record tables).
         pool.give(rows);
-        let (rows, row_src, row_crcs, dlq_rows, side) = Default::default();
-        return Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped: 0, skipped: 0, side, evolve: side_asks });
+        let (rows, row_src, row_crcs, dlq_rows, side, routes) = Default::default();
+        return Ok(Mapped {
+            rows,
+            row_src,
+            row_crcs,
+            dlq_rows,
+            dropped: 0,
+            skipped: 0,
+            side,
+            evolve: side_asks,
+            routes,
+        });
     }
     let dlq_rows = dead_letters(ctx, cut, dead, keep_bad, counts)?;
-    Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, skipped, side, evolve: Vec::new() })
+    Ok(Mapped { rows, row_src, row_crcs, dlq_rows, dropped, skipped, side, evolve: Vec::new(), routes: used })
 }
 
 /// The dead-letter rows of records that cannot be written; without a dead-letter table
@@ -415,19 +434,26 @@ fn kafka_meta(m: Record<'_>) -> KafkaMeta<'_> {
     }
 }
 
-/// Map message `i` (a record of type `name`) with its per-record table's route.
+/// Map message `i` (a record of type `name`) with its per-record table's `route`, and
+/// note how the type was routed in `used`.
 fn route_message(
-    ctx: &JobCtx,
+    route: Option<&RouteResult>,
     name: &str,
     m: Record<'_>,
     i: usize,
     side: &mut BTreeMap<String, SideRows>,
+    used: &mut BTreeMap<String, LoggedRoute>,
 ) -> Result<(), RecordError> {
-    let route = match ctx.route(name) {
+    let route = match route {
         Some(Ok(r)) => r,
-        Some(Err(why)) => return Err(RecordError::Avro(format!("record {name}: {why}"))),
+        Some(Err(why)) => {
+            used.insert(name.to_string(), LoggedRoute::Refused(why.clone()));
+            return Err(RecordError::Avro(format!("record {name}: {why}")));
+        }
         None => return Err(RecordError::Avro(format!("record {name}: no table was prepared for it"))),
     };
+    let logged = LoggedRoute::Table { table: route.table.to_string(), schema: route.mapping.fingerprint.clone() };
+    used.insert(name.to_string(), logged);
     let mut row = Vec::new();
     let meta = route.mapping.mapper.wants_meta().then(|| kafka_meta(m));
     route.mapping.mapper.map_message(m.key(), m.payload().unwrap_or_default(), meta.as_ref(), &mut row)?;
@@ -508,6 +534,11 @@ pub(super) fn dead_letter(ctx: &JobCtx, cut_ms: Option<i64>, m: Record<'_>, stag
         headers: &headers,
         processed_ms: cut_ms,
         payload: if ctx.cfg.format.is_binary() { Payload::Bytes } else { Payload::Text },
+        origin: Origin {
+            job: ctx.cfg.parent.as_deref().unwrap_or(&ctx.cfg.job_name),
+            topic_id: ctx.log.topic_id.as_deref(),
+            leader_epoch: m.leader_epoch(),
+        },
     };
     let mut out = Vec::new();
     dlq::encode(&rec, stage, error, &mut out);

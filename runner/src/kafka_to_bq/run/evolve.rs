@@ -129,6 +129,7 @@ async fn evolve_route(ctx: &JobCtx, cut: &Cut, name: &str, items: &[(usize, &Rec
     let names: Vec<String> = todo.iter().map(ToString::to_string).collect();
     tracing::warn!(job = %ctx.cfg.job_name, table = %route.table, record = name, changes = ?names, "schemaUpdateOptions: a per-record table's schema was changed for new records");
     ctx.stats.note(|r| r.schema_changes += todo.len() as u64);
+    store_schema(&ctx.job_dir, &m)?;
     ctx.set_route(name, Arc::new(Route { table: route.table.clone(), mapping: Arc::new(m) }));
     Ok(true)
 }

@@ -39,6 +39,8 @@ struct Item {
     partition: i32,
     offset: i64,
     timestamp: Timestamp,
+    /// The leader epoch the record was written in (-1: unknown, a copied record).
+    epoch: i32,
     body: Body,
     /// The headers, read from a held message when first asked for.
     headers: OnceLock<Option<OwnedHeaders>>,
@@ -73,7 +75,7 @@ impl Records {
         });
         let (partition, offset, timestamp) = (m.partition(), m.offset(), m.timestamp());
         let (body, headers) = (Body::Copied { key, payload }, OnceLock::from(headers));
-        self.items.push(Item { topic, partition, offset, timestamp, body, headers });
+        self.items.push(Item { topic, partition, offset, timestamp, epoch: -1, body, headers });
     }
 
     /// Keep a message of `topic` taken from a shard's queue on `consumer`, as it is.
@@ -83,8 +85,9 @@ impl Records {
         }
         let topic = self.topic_index(topic);
         let f = m.view();
-        let (partition, offset, timestamp) = (f.partition(), f.offset(), f.timestamp());
-        self.items.push(Item { topic, partition, offset, timestamp, body: Body::Held(m), headers: OnceLock::new() });
+        let (partition, offset, timestamp, epoch) = (f.partition(), f.offset(), f.timestamp(), f.leader_epoch());
+        let headers = OnceLock::new();
+        self.items.push(Item { topic, partition, offset, timestamp, epoch, body: Body::Held(m), headers });
     }
 
     fn topic_index(&mut self, topic: &str) -> usize {
@@ -163,6 +166,11 @@ impl<'a> Record<'a> {
             Body::Copied { payload, .. } => payload.clone().map(|r| &self.buf[r]),
             Body::Held(h) => h.view().payload(),
         }
+    }
+
+    /// The leader epoch the record was written in (-1 when unknown).
+    pub fn leader_epoch(&self) -> i32 {
+        self.item.epoch
     }
 
     /// The topic, borrowed for as long as the batch.

@@ -18,7 +18,7 @@ use crate::bigquery::write::WriteError;
 use crate::kafka::shared::{Held, Partitions};
 use crate::kafka_to_bq::context::JobCtx;
 use crate::kafka_to_bq::setup::config::{BadRecordPolicy, Delivery};
-use crate::progress::{AsyncProgress, CommitEntry, OffsetEntry, ShardLog};
+use crate::progress::{AsyncProgress, CommitEntry, LogMark, OffsetEntry, ShardLog};
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{anyhow, Context, Result};
@@ -116,16 +116,21 @@ impl OpenBatch {
         at
     }
 
-    /// Cut the batch: its ranges, and the positions after it (from `positions`).
-    fn cut(self, positions: &BTreeMap<i32, i64>) -> Cut {
+    /// Cut the batch: its ranges, and the positions after it (from `positions`) in the
+    /// log `before` names, with each partition's epoch moved to its last record's.
+    fn cut(self, positions: &BTreeMap<i32, i64>, before: &LogMark) -> Cut {
         let mut ranges = BTreeMap::new();
         let positions = self.next_positions(positions);
+        let mut log = before.clone();
         for m in self.msgs.iter() {
             let r = ranges.entry(m.partition()).or_insert((m.offset(), m.offset() + 1));
             r.0 = r.0.min(m.offset());
+            if m.offset() + 1 >= r.1 && m.leader_epoch() >= 0 {
+                log.epochs.insert(m.partition(), m.leader_epoch());
+            }
             r.1 = r.1.max(m.offset() + 1);
         }
-        Cut { msgs: self.msgs, ranges, positions, processed_ms: Some(now_ms()) }
+        Cut { msgs: self.msgs, ranges, positions, log, processed_ms: Some(now_ms()) }
     }
 }
 
@@ -160,6 +165,8 @@ pub struct Shard {
     /// The shard's partitions on its worker's consumer.
     reader: Partitions,
     positions: BTreeMap<i32, i64>,
+    /// The log the positions belong to (topic id, each partition's epoch).
+    log_mark: LogMark,
     next_batch: u64,
     writer: Writer,
     stages: StageSamples,
@@ -169,6 +176,8 @@ pub struct Shard {
     spare: Records,
     /// The last batch's row buffers, for the next batch's rows.
     spare_rows: RowPool,
+    /// Set when a replayed batch did not re-read as it was logged (what differs).
+    mismatch: Option<String>,
 }
 
 impl Shard {
@@ -246,7 +255,7 @@ impl Shard {
                 break;
             }
         }
-        Ok(open.cut(&self.positions))
+        Ok(open.cut(&self.positions, &self.log_mark))
     }
 
     /// A consumer error while collecting. AUTO_OFFSET_RESET means a partition's next
@@ -269,7 +278,8 @@ impl Shard {
         tracing::warn!(shard = self.id, positions = ?at, ?marks, found = found.len(), "a partition's position is no longer stored (AUTO_OFFSET_RESET)");
         let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut at, job, topic)
             .map_err(|e| anyhow!("shard {}: {e}", self.id))?;
-        crate::kafka_to_bq::setup::positions::note_skipped(&ctx.stats, skipped);
+        let topic_id = ctx.log.topic_id.as_deref();
+        crate::kafka_to_bq::setup::positions::note_skipped(&ctx.stats, skipped, (topic, topic_id), &found);
         self.reader.assign(&at).context("assigning the shard's partitions again")?;
         Ok(found.iter().map(|d| (d.partition(), d.resume())).collect())
     }
@@ -301,12 +311,18 @@ impl Shard {
         let row_crcs = ctx.cfg.delivery == Delivery::ExactlyOnce && matches!(self.writer, Writer::Bq(_));
         let mut bad = MapOptions { keep, evolve, row_crcs };
         mapping.mapper.prefetch(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await;
-        ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
+        // A replay routes as it was logged (a table made or changed since changes nothing).
+        let logged_routes =
+            replay.filter(|e| !e.routes.is_empty()).map(|e| ctx.logged_routes(&e.routes)).transpose()?;
+        if logged_routes.is_none() {
+            ctx.prepare_routes(cut.msgs.iter().map(|m| m.payload().unwrap_or_default())).await?;
+        }
         let mut mapped = loop {
+            let routes = logged_routes.clone().unwrap_or_else(|| ctx.routes_now());
             let (slot, stages) = (self.slot.clone(), &mut self.stages);
             let mapped = slot
                 .work(counts.read, counts.bytes, || {
-                    map_batch(&ctx, &mapping, &cut, bad, stages, &mut counts, &mut self.spare_rows)
+                    map_batch(&ctx, (&mapping, &routes), &cut, bad, stages, &mut counts, &mut self.spare_rows)
                 })
                 .await?;
             if mapped.evolve.is_empty() {
@@ -330,6 +346,7 @@ impl Shard {
                     batch,
                     ranges: cut.ranges.clone(),
                     positions: cut.positions.clone(),
+                    log: cut.log.clone(),
                     ..Default::default()
                 };
                 self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
@@ -342,6 +359,8 @@ impl Shard {
                 schema: Some(mapping.fingerprint.clone()),
                 rejected,
                 processed_ms: cut.processed_ms,
+                log: cut.log.clone(),
+                routes: mapped.routes.clone(),
                 ..Default::default()
             };
             if ctx.cfg.delivery == Delivery::AtLeastOnce {
@@ -366,7 +385,7 @@ impl Shard {
         t_write: Instant,
     ) -> Result<()> {
         let ctx = self.ctx.clone();
-        let entry = CommitEntry { batch, positions: cut.positions.clone() };
+        let entry = CommitEntry { batch, positions: cut.positions.clone(), log: cut.log.clone() };
         match &self.progress {
             Some(p) => p.update(entry),
             None => self.log.as_mut().expect(OWNS_LOGS).log_commit(&entry)?,
@@ -402,6 +421,7 @@ impl Shard {
         }
         drop(times);
         self.positions = cut.positions;
+        self.log_mark = cut.log;
         self.spare = cut.msgs;
         self.spare.clear();
         self.spare_rows.give(mapped.rows);

@@ -13,7 +13,9 @@
 //!   `tableClusteringFields` say ([`crate::bigquery::layout`]).
 //! - `writeDisposition` applies once, when the job starts for the first time:
 //!   WRITE_EMPTY refuses a table with rows, WRITE_TRUNCATE empties it (drops and
-//!   re-creates it with the same schema). A restart of the same job appends.
+//!   re-creates it with the same schema). A restart of the same job appends, and so do
+//!   topics that join a job of several later; that job applies it to each of its
+//!   tables once, before its first pipelines start ([`apply_write_disposition_once`]).
 
 use super::config::{KafkaToBqConfig, SinkKind};
 use super::format::{DynamicTables, InputFormat, WriteDisposition};
@@ -282,6 +284,23 @@ async fn bigquery_schema(
         apply_write_disposition(cfg, ep, &client, table, &schema).await?;
     }
     Ok(schema)
+}
+
+/// `writeDisposition` on `table` at a job's first start, for a job of several topics:
+/// once per table, before any of its topics' pipelines starts (they then start with
+/// WRITE_APPEND), so that a table several topics share is emptied once, not by each
+/// pipeline and not when a topic joins later (issue 62, item 4). A table that does not
+/// exist yet has nothing to empty.
+pub async fn apply_write_disposition_once(cfg: &KafkaToBqConfig, ep: &Endpoints, table: &TableRef) -> Result<()> {
+    if cfg.dispositions.write == WriteDisposition::Append {
+        return Ok(());
+    }
+    let client = rest::client(ep).await?;
+    match rest::table_schema(&client, ep, table).await {
+        Ok(schema) => apply_write_disposition(cfg, ep, &client, table, &schema).await,
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading table {table} for writeDisposition"))),
+    }
 }
 
 async fn apply_write_disposition(

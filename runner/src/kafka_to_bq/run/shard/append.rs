@@ -20,7 +20,7 @@ use crate::kafka_to_bq::run::writer::{
 use crate::kafka_to_bq::setup::config::{BadRecordPolicy, Delivery};
 use crate::progress::{DigestKind, OffsetEntry, ShardLog};
 use crate::stats::BatchCounts;
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 /// Where a batch's rows start on each target in this round: `x` on the table, `zs` on
 /// the per-record tables, `y` on the dead-letter table.
@@ -78,6 +78,8 @@ struct Round<'a> {
     starts: Starts,
     /// Whether the batch was sent before (in an earlier round or process).
     attempted: bool,
+    /// The batch's Kafka ranges (named when it may land twice).
+    ranges: &'a std::collections::BTreeMap<i32, (i64, i64)>,
 }
 
 impl Shard {
@@ -99,17 +101,25 @@ impl Shard {
         bq.main.set_descriptor(mapping.descriptor.clone());
         let bytes = ctx.cfg.run.append_request_bytes;
         open_side_targets(&bq.client, &mut bq.side, mapped, exactly, bytes, &mut self.retry).await?;
-        let plans = Plans::new((&bq.main, &bq.side, bq.dlq.as_ref()), mapped, replay).map_err(|e| {
-            anyhow!("job {} shard {} batch {}: {e}; no row was written. Move the job's checkpoint directory aside to start over", ctx.cfg.job_name, self.id, entry.batch)
-        })?;
+        let plans = match Plans::new((&bq.main, &bq.side, bq.dlq.as_ref()), mapped, replay) {
+            Ok(p) => p,
+            Err(e) => {
+                self.mismatch = Some(e.to_string());
+                bail!("job {} shard {} batch {}: {e}; no row was written", ctx.cfg.job_name, self.id, entry.batch)
+            }
+        };
         let starts = Starts::of(bq);
         let kind = digest_kind(exactly, replay);
-        let mut round = Round { ctx: &ctx, shard: self.id, kind, plans, starts, attempted: replay.is_some() };
+        let ranges = &cut.ranges;
+        let mut round = Round { ctx: &ctx, shard: self.id, kind, plans, starts, attempted: replay.is_some(), ranges };
         let mut first = true;
         loop {
             round.fill(entry, bq, mapped);
             if let (Some(logged), true) = (replay, first) {
-                verify_replay(&ctx.cfg.job_name, self.id, logged, entry)?;
+                if let Err(e) = verify_replay(&ctx.cfg.job_name, self.id, logged, entry) {
+                    self.mismatch = Some(format!("{e:#}"));
+                    return Err(e);
+                }
             }
             if exactly && replay.is_none_or(|r| r != &*entry) {
                 log_entry(self.log.as_mut().expect(OWNS_LOGS), entry, !first)?;
@@ -220,7 +230,20 @@ impl Round<'_> {
         // landed on the old stream before it went.
         let shard = self.shard;
         if self.attempted || self.plans.of(&which).landed() > 0 {
-            self.ctx.stats.note(|r| r.batches_possibly_duplicated += 1);
+            let (topic, topic_id) = (&self.ctx.cfg.source.topic, &self.ctx.log.topic_id);
+            self.ctx.stats.note(|r| {
+                r.batches_possibly_duplicated += 1;
+                for (p, (a, b)) in self.ranges {
+                    r.note_possibly_duplicated(crate::stats::LostRange {
+                        topic: topic.clone(),
+                        topic_id: topic_id.clone(),
+                        partition: *p,
+                        from: *a,
+                        to: Some(*b),
+                        why: "a batch sent again to a new stream after its stream was gone".into(),
+                    });
+                }
+            });
             tracing::error!(shard, batch, old = %stream, new = %new, %message,
                 "write stream is gone: this batch had been sent before, so if that attempt landed its rows are now duplicated (exactly-once cannot be kept across a lost stream)");
         } else {
