@@ -17,6 +17,7 @@ mod avro;
 mod broker;
 mod cdc;
 mod chaos;
+mod checker;
 mod crash_points;
 mod debezium;
 mod dlq_replay;

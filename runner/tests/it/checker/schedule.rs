@@ -1,0 +1,167 @@
+//! What users and operators do to a job, drawn from a seed: the lifecycle checker's
+//! schedules. Pure: the same seed gives the same schedule, and a schedule's prefix is a
+//! schedule too (the checker shrinks a failure to its shortest failing prefix).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The two jobs a schedule may run: A always, B sharing A's dead-letter table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Job {
+    /// The job under test.
+    A,
+    /// A second job with its own topic and table and the same dead-letter table.
+    B,
+}
+
+/// A crash point of the exactly-once protocol (`runner/src/crash_point.rs`), or of the
+/// dead-letter replay.
+pub const JOB_CRASH_POINTS: [&str; 6] = [
+    "eo::before_offset_log",
+    "eo::after_offset_log",
+    "eo::between_requests",
+    "eo::after_main_append",
+    "eo::before_commit_log",
+    "eo::after_commit_log",
+];
+
+/// A fault of BigQuery's, armed on A's table for A's next run (the emulator launcher's
+/// fault port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BqFault {
+    /// The next N Storage Write calls answer UNAVAILABLE (retried).
+    Unavailable(u32),
+    /// Every call answers RESOURCE_EXHAUSTED for a moment (a frozen BigQuery; waited out).
+    Freeze,
+    /// Every COMMITTED stream of the table is finalized: the next append finds its stream gone.
+    StreamGone,
+}
+
+/// One thing a user or an operator does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Produce records to the job's topic: `good` rows, `bad` records that go to the
+    /// dead-letter table (and that the fixing UDF repairs).
+    Produce { job: Job, good: u32, bad: u32 },
+    /// Run the job until it has caught up with its topic, and drain.
+    Run { job: Job },
+    /// Run the job and abort it at the `hit`th time it reaches `point` (SIGABRT, as a
+    /// SIGKILL there would; a run that never gets there ends normally).
+    Crash { job: Job, point: &'static str, hit: u32 },
+    /// Run the job and SIGKILL it once its table has gained `rows` rows.
+    Kill { job: Job, rows: u32 },
+    /// Add partitions to the job's topic while it is down.
+    AddPartitions { job: Job, by: i32 },
+    /// Delete a partition's records below a fraction of its end (Kafka's DeleteRecords,
+    /// as retention does), while the job is down.
+    DeleteRecords { job: Job, partition: i32, percent: u32 },
+    /// Delete the job's topic and create it again under the same name, while the job is down.
+    Recreate { job: Job },
+    /// A fault of BigQuery's on A's table during A's next run.
+    Fault(BqFault),
+    /// Replay the job's dead letters with the fixing UDF, aborted at its `hit`th batch
+    /// commit when `crash` (then replayed again).
+    Replay { job: Job, crash: bool },
+    /// The operator sets `offsetGapPolicy=SKIP` from now on.
+    Skip { job: Job },
+}
+
+/// How a seed's job is set up, and what happens to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// Partitions of each topic at the start.
+    pub partitions: i32,
+    /// `numStorageWriteApiStreams` (0: one shard per partition up to 8).
+    pub streams: u32,
+    /// Whether the jobs start under `offsetGapPolicy=SKIP` (else the default, FAIL).
+    pub skip: bool,
+    /// Whether job B runs beside A.
+    pub second_job: bool,
+    /// `--batch-rows`: small, so that a run makes several batches and a crash point's
+    /// later hits are met.
+    pub batch_rows: u32,
+    /// What happens, in order.
+    pub ops: Vec<Op>,
+}
+
+impl Schedule {
+    /// The schedule of `seed`, with `n` operations.
+    pub fn generate(seed: u64, n: usize) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let second_job = rng.random_bool(0.4);
+        let mut s = Schedule {
+            seed,
+            partitions: rng.random_range(1..=3),
+            streams: [0, 1, 2][rng.random_range(0..3)],
+            skip: rng.random_bool(0.3),
+            second_job,
+            batch_rows: rng.random_range(10..80),
+            ops: Vec::new(),
+        };
+        for _ in 0..n {
+            let op = draw(&mut rng, second_job);
+            s.ops.push(op);
+        }
+        s
+    }
+
+    /// The first `n` operations of this schedule.
+    pub fn prefix(&self, n: usize) -> Schedule {
+        Schedule { ops: self.ops[..n.min(self.ops.len())].to_vec(), ..self.clone() }
+    }
+}
+
+fn draw(rng: &mut StdRng, second_job: bool) -> Op {
+    let job = if second_job && rng.random_bool(0.25) { Job::B } else { Job::A };
+    match rng.random_range(0..100) {
+        0..=24 => Op::Produce { job, good: rng.random_range(20..300), bad: rng.random_range(0..4) },
+        25..=37 => Op::Run { job },
+        38..=52 => Op::Crash {
+            job,
+            point: JOB_CRASH_POINTS[rng.random_range(0..JOB_CRASH_POINTS.len())],
+            hit: rng.random_range(1..4),
+        },
+        53..=60 => Op::Kill { job, rows: rng.random_range(10..200) },
+        61..=66 => Op::AddPartitions { job, by: rng.random_range(1..3) },
+        67..=73 => Op::DeleteRecords { job, partition: rng.random_range(0..3), percent: rng.random_range(10..90) },
+        74..=78 => Op::Recreate { job },
+        79..=87 => Op::Fault(match rng.random_range(0..3) {
+            0 => BqFault::Unavailable(rng.random_range(1..6)),
+            1 => BqFault::Freeze,
+            _ => BqFault::StreamGone,
+        }),
+        88..=95 => Op::Replay { job, crash: rng.random_bool(0.5) },
+        _ => Op::Skip { job },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_the_same_schedule_and_prefixes_are_schedules() {
+        let a = Schedule::generate(7, 12);
+        assert_eq!(a, Schedule::generate(7, 12));
+        assert_ne!(a.ops, Schedule::generate(8, 12).ops);
+        assert_eq!(a.prefix(3).ops, a.ops[..3]);
+        assert_eq!((a.prefix(3).partitions, a.prefix(3).skip), (a.partitions, a.skip));
+    }
+
+    #[test]
+    fn many_seeds_draw_every_kind_of_operation() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            for op in Schedule::generate(seed, 10).ops {
+                kinds.insert(format!("{op:?}").split([' ', '(']).next().unwrap().to_string());
+            }
+        }
+        for k in
+            ["Produce", "Run", "Crash", "Kill", "AddPartitions", "DeleteRecords", "Recreate", "Fault", "Replay", "Skip"]
+        {
+            assert!(kinds.contains(k), "{k} never drawn: {kinds:?}");
+        }
+    }
+}
