@@ -420,8 +420,12 @@ impl Shard {
             *t = (*t).max(ts);
         }
         drop(times);
-        self.positions = cut.positions;
-        self.log_mark = cut.log;
+        // Merged, not replaced: a replayed batch's logged positions lack the partitions
+        // added to the topic since it was logged (found by the lifecycle checker: they
+        // were then left out of the assignment and never read).
+        self.positions.extend(cut.positions);
+        self.log_mark.epochs.extend(cut.log.epochs);
+        self.log_mark.topic_id = cut.log.topic_id.or(self.log_mark.topic_id.take());
         self.spare = cut.msgs;
         self.spare.clear();
         self.spare_rows.give(mapped.rows);
