@@ -78,6 +78,7 @@ pub async fn run_topics(
                 Err(e) => {
                     // The broker cannot list topics: drain what runs, then fail (issue 62,
                     // item 11: returning here left the pipelines running unreaped).
+                    tracing::error!(job = %cfg.job_name, error = %e, "the broker's topics cannot be listed: draining the running topics, then the job ends");
                     running.values().for_each(|r| {
                         r.stop.send_replace(true);
                     });

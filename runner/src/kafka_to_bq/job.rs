@@ -113,7 +113,8 @@ async fn start_positions(
     let stale = positions::stale_topic_ids(&points, saved.topic_id.as_deref(), &moves.superseded, topic_id.as_deref());
     let recreated = !stale.is_empty();
     if recreated {
-        recreated_topic(cfg, &stale, topic_id.as_deref(), &points, stats)?;
+        let old_log = OldLog { points: &points, saved: &saved, partitions };
+        recreated_topic(cfg, &stale, topic_id.as_deref(), old_log, stats)?;
         gone.extend(stale);
     }
     let ck = positions::checkpoint(&points, saved.topic_id.as_deref(), &gone, &moves);
@@ -206,7 +207,7 @@ fn recreated_topic(
     cfg: &KafkaToBqConfig,
     old: &BTreeSet<String>,
     now: Option<&str>,
-    points: &[positions::ShardPoint],
+    old_log: OldLog<'_>,
     stats: &JobStats,
 ) -> Result<()> {
     let (job, topic) = (&cfg.job_name, &cfg.source.topic);
@@ -218,8 +219,7 @@ fn recreated_topic(
     if cfg.source.gap_policy == crate::kafka::gaps::GapPolicy::Fail {
         bail!("{what}. offsetGapPolicy=FAIL stops the job here; nothing was read from the new log. Set offsetGapPolicy=SKIP to read the new topic from its earliest offset (counted), or start the job under another --job-name");
     }
-    let at: BTreeMap<i32, (i64, Option<String>)> =
-        points.iter().flat_map(|p| p.positions.iter().map(|(k, v)| (*k, (*v, p.log.topic_id.clone())))).collect();
+    let at = old_log.positions();
     tracing::error!(job, topic, old = %old_ids, new = now.unwrap_or("?"), positions = ?at, "{what}; offsetGapPolicy=SKIP: reading the new log from its earliest offset");
     stats.note(|r| {
         r.topics_recreated += 1;
@@ -237,6 +237,27 @@ fn recreated_topic(
         }
     });
     Ok(())
+}
+
+/// Where the job stood in a log it gives up on.
+struct OldLog<'a> {
+    points: &'a [positions::ShardPoint],
+    saved: &'a crate::kafka::starts::Saved,
+    partitions: &'a [i32],
+}
+
+impl OldLog<'_> {
+    /// Each partition's position there, with the topic id it was read in: the shard
+    /// logs', else the saved start's, else 0 (a partition the job never started on).
+    fn positions(&self) -> BTreeMap<i32, (i64, Option<String>)> {
+        let mut at: BTreeMap<i32, (i64, Option<String>)> = self.partitions.iter().map(|p| (*p, (0, None))).collect();
+        at.extend(self.saved.positions.iter().map(|(p, o)| (*p, (*o, self.saved.topic_id.clone()))));
+        for pt in self.points {
+            let id = pt.log.topic_id.clone().or_else(|| self.saved.topic_id.clone());
+            at.extend(pt.positions.iter().map(|(p, o)| (*p, (*o, id.clone()))));
+        }
+        at
+    }
 }
 
 /// CDC ordered by offset cannot start over logs whose offsets no longer order a key's

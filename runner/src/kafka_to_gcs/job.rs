@@ -173,7 +173,13 @@ async fn start_positions(
     rec: &Recovered,
     checkpoints: &mut Checkpoints,
 ) -> Result<(RestoredStart, crate::kafka::gaps::Skipped, u64)> {
-    let saved = crate::kafka::starts::read(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let bound = crate::kafka::starts::read_bound(job_dir).with_context(|| format!("reading {}", job_dir.display()))?;
+    let topic_id = metadata.topic_id().await.unwrap_or_else(|e| {
+        tracing::warn!(job = %cfg.job_name, error = %e, "cannot read the topic's id: a recreated topic would not be told apart");
+        None
+    });
+    let recreated = recreated(cfg, bound.topic_id.as_deref(), topic_id.as_deref())?;
+    let saved = if recreated { BTreeMap::new() } else { bound.positions };
     let marks = metadata.watermarks(partitions).await?;
     let mut initial = cfg.source.initial_positions(metadata, partitions, &marks).await?;
     let mut discovered = 0;
@@ -186,6 +192,11 @@ async fn start_positions(
     }
     let initial = crate::kafka::starts::overlay(initial, &saved);
     let mut restored = checkpoints.restore(rec, initial).await?;
+    if recreated {
+        // The state's records were read from the old log and are still published; reading
+        // goes on in the new log from its start.
+        restored.positions = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
+    }
     let found = crate::kafka::gaps::check(&restored.positions, &marks);
     let skipped = crate::kafka::gaps::apply(
         cfg.source.gap_policy,
@@ -195,9 +206,30 @@ async fn start_positions(
         &cfg.source.topic,
     )
     .map_err(anyhow::Error::msg)?;
-    crate::kafka::starts::record(job_dir, &restored.positions)
+    let mut starts = saved;
+    starts.extend(&restored.positions);
+    crate::kafka::starts::record_bound(job_dir, &crate::kafka::starts::Saved { topic_id, positions: starts })
         .with_context(|| format!("writing {}", job_dir.display()))?;
     Ok((restored, skipped, discovered))
+}
+
+/// Whether the job's saved positions belong to a topic since deleted and created again
+/// (another topic id): under `offsetGapPolicy=FAIL` an error naming it, under SKIP true
+/// (the new log is read from its earliest offset; what the state holds is still written).
+fn recreated(cfg: &KafkaToGcsConfig, saved: Option<&str>, now: Option<&str>) -> Result<bool> {
+    let (Some(was), Some(is)) = (saved, now) else { return Ok(false) };
+    if was == is {
+        return Ok(false);
+    }
+    let what = format!(
+        "job {}: topic {} was deleted and created again since the job last ran (topic id {was} in the checkpoint, {is} now): the job's positions belong to the old log",
+        cfg.job_name, cfg.source.topic
+    );
+    if cfg.source.gap_policy == crate::kafka::gaps::GapPolicy::Fail {
+        anyhow::bail!("{what}. offsetGapPolicy=FAIL stops the job here. Set offsetGapPolicy=SKIP to read the new topic from its earliest offset, or start the job under another --job-name");
+    }
+    tracing::error!(job = %cfg.job_name, topic = %cfg.source.topic, "{what}; offsetGapPolicy=SKIP: reading the new log from its earliest offset");
+    Ok(true)
 }
 
 /// A started job: its windows, workers, commit log, checkpoints and what watches them.

@@ -291,6 +291,39 @@ async fn write_dispositions_apply_when_a_job_first_starts() {
     assert_eq!(s.count(&out).await, (100, 100));
 }
 
+/// Issue 62, item 4, as reproduced: a pattern job with WRITE_TRUNCATE wrote topic A's
+/// 100 records, then topic B appeared with 10, and the table ended with B's 10 alone:
+/// each topic's pipeline applied the disposition as if the job were new. And WRITE_EMPTY
+/// failed every restart of such a job. The disposition now applies once per table, at the
+/// job's first start; topics that join later, and restarts, append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_job_applies_its_write_disposition_once_not_for_each_topic_that_joins() {
+    let s = stack();
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let prefix = unique("avro_once");
+    for (disp, job) in [("WRITE_TRUNCATE", "once-t"), ("WRITE_EMPTY", "once-e")] {
+        let a = format!("{prefix}_{job}_a");
+        flexrun::kafka::create_topic(&s.kafka, &a, 1).await.unwrap();
+        generate(&s, &a, &tmpl, &avsc, 100, "");
+        let out = table(&format!("{prefix}_{job}").replace('-', "_"));
+        let params = format!(
+            "readBootstrapServerAndTopic={};/{prefix}_{job}_.*/,kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=AVRO_CONFLUENT_WIRE_FORMAT,confluentAvroSchemaPath={avsc},outputTableSpec={out},writeDisposition={disp}",
+            s.kafka
+        );
+        let ck = dir.path().join(job);
+        let o = run_job(job, &ck, &params, "3s", &[]);
+        assert!(o.status.success(), "{disp}: {}", text(&o));
+        assert_eq!(s.count(&out).await.0, 100, "{disp}");
+        let b = format!("{prefix}_{job}_b");
+        flexrun::kafka::create_topic(&s.kafka, &b, 1).await.unwrap();
+        generate(&s, &b, &tmpl, &avsc, 10, "");
+        let o = run_job(job, &ck, &params, "3s", &[]);
+        assert!(o.status.success(), "{disp}: a restart with a topic that joined: {}", text(&o));
+        assert_eq!(s.count(&out).await.0, 110, "{disp}: A's 100 kept, B's 10 added");
+    }
+}
+
 #[tokio::test]
 async fn persist_kafka_key_works_on_the_json_path_too() {
     let s = stack();
@@ -377,6 +410,57 @@ async fn a_crash_replays_every_per_record_table_at_its_logged_offset() {
     let refunds = table(&format!("{prefix}-shop-events-Refund"));
     assert_eq!(s.count(&orders).await.0, 200);
     assert_eq!(s.count(&refunds).await, (60, 60));
+}
+
+/// Issue 62, item 6: a logged batch routes each record type as it was logged. Refunds
+/// had no table under CREATE_NEVER, so the logged batch dead-lettered them; another
+/// writer then created their table before the restart. The replay used to route them to
+/// it and stop ("would write to 1 per-record tables where 0 were logged"); now it
+/// dead-letters them as logged, and only later batches use the new table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_batch_routes_record_types_as_logged_though_a_table_was_made_since() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let (avsc, tmpl) = files(dir.path());
+    let t = unique("avro_route");
+    flexrun::kafka::create_topic(&s.kafka, &t, 1).await.unwrap();
+    let client = flexrun::avro::registry::Registry::new(&registry);
+    let refund_id = client.register("shop.events.Refund", REFUND).await.unwrap();
+    generate(&s, &t, &tmpl, &avsc, 20, &format!(",schemaRegistryConnectionUrl={registry}"));
+    produce_refunds(&s, &t, refund_id, 0..30).await;
+    let prefix = unique("rt");
+    let orders = table(&format!("{prefix}-shop-events-Order"));
+    let refunds = table(&format!("{prefix}-shop-events-Refund"));
+    let c = rest::client(&s.bq).await.unwrap();
+    let order_schema =
+        flexrun::avro::table::table_schema(&flexrun::avro::WriterSchema::parse(AVSC).unwrap(), false).unwrap();
+    answer("create table", rest::ensure_table(&c, &s.bq, &orders, &order_schema)).await.unwrap();
+    let dlq = table(&format!("{t}_dlq"));
+    let params = format!(
+        "{},schemaFormat=SCHEMA_REGISTRY,schemaRegistryConnectionUrl={registry},outputProject={PROJECT},outputDataset=avro,bqTableNamePrefix={prefix},createDisposition=CREATE_NEVER,outputDeadletterTable={dlq},useBigQueryDLQ=true",
+        base(&s, &t, "AVRO_CONFLUENT_WIRE_FORMAT")
+    );
+    let ck = dir.path().join("ck");
+    let crash =
+        job_cmd("avro-route", &ck, &params, "2s", &[]).env("FAILPOINTS", "eo::after_offset_log=return").bounded();
+    assert_eq!(crash.status.signal(), Some(libc::SIGKILL), "{}", text(&crash));
+    let refund_schema =
+        flexrun::avro::table::table_schema(&flexrun::avro::WriterSchema::parse(REFUND).unwrap(), false).unwrap();
+    answer("create table", rest::ensure_table(&c, &s.bq, &refunds, &refund_schema)).await.unwrap();
+    let sum = dir.path().join("summary.json");
+    let o = run_job("avro-route", &ck, &params, "2s", &["--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(crate::common::summary(&sum)["summary"]["replayed_batches"], 1);
+    assert_eq!(s.count(&orders).await.0, 20);
+    assert_eq!(s.count(&refunds).await.0, 0, "the logged batch dead-lettered them");
+    let dead = s.rows(&format!("SELECT COUNT(*) FROM `{}.{}.{}`", dlq.project, dlq.dataset, dlq.table)).await;
+    assert_eq!(dead[0][0].as_deref(), Some("30"));
+    produce_refunds(&s, &t, refund_id, 100..105).await;
+    let o = run_job("avro-route", &ck, &params, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&refunds).await, (5, 5), "later batches use the new table");
 }
 
 #[tokio::test]

@@ -187,3 +187,95 @@ async fn when_one_topic_fails_the_others_drain_and_the_job_names_it() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!((s.count(&ta).await, s.count(&tb).await), ((80, 80), (80, 80)));
 }
+
+/// Issue 62, item 7: a topic whose pipeline fails at its job's first start, before
+/// anything is read (here its table does not exist yet), kept no start position, so the
+/// restart after the fix resolved `latest` again and skipped what was produced in
+/// between. Its first start's position is now saved before the set-up that can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_whose_pipeline_fails_at_the_first_start_resumes_from_that_start() {
+    let s = stack();
+    let (a, b) = (unique("firstfail_a"), unique("firstfail_b"));
+    for t in [&a, &b] {
+        flexrun::kafka::create_topic(&s.kafka, t, 1).await.unwrap();
+    }
+    let ta = table_for(&s, &a).await;
+    let ck = tempfile::tempdir().unwrap();
+    let p = params(&s, &format!("{a}|{b}"));
+    let o = run_job("firstfail", ck.path(), &p, "2s", &[]);
+    assert_eq!(o.status.code(), Some(1), "b's table is missing: {}", text(&o));
+    assert!(text(&o).contains(&format!("topic {b}")), "{}", text(&o));
+    produce(&s, &a, 0, 50).await;
+    produce(&s, &b, 1000, 50).await;
+    let tb = table_for(&s, &b).await;
+    let o = run_job("firstfail", ck.path(), &p, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!((s.count(&ta).await, s.count(&tb).await), ((50, 50), (50, 50)), "each topic from its first start");
+}
+
+/// Issue 62, item 11: the twelfth failed listing in a row ends the job, after draining
+/// the topics that run (it returned with them still running); their batches commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_listings_keep_failing_drains_its_topics_before_it_ends() {
+    let s = stack();
+    let p = unique("nolist");
+    let x = format!("{p}_x");
+    let tx = table_for(&s, &x).await;
+    flexrun::kafka::create_topic(&s.kafka, &x, 1).await.unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let args = ["--template", "kafka-to-bq", "--job-name", "nolist", "--checkpoint-dir"];
+    let mut child = flexrun(&args)
+        .arg(ck.path())
+        .args(["--parameters", &params(&s, &format!("/{p}_.*/"))])
+        .env("FAILPOINTS", "fan_out::list=1*off->return")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ck.path().join(format!("nolist.{x}/starts.json")), &mut child).await;
+    produce(&s, &x, 0, 50).await;
+    wait_for_rows(&s, &tx, 50, &mut child).await;
+    let o = wait_with_timeout(child, RUN_LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("failed 12 times in a row") && text(&o).contains("draining the running topics"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(s.count(&tx).await, (50, 50));
+    // Drained, not abandoned: the restart has nothing uncommitted to replay.
+    let sum = ck.path().join("summary.json");
+    let o = run_job("nolist", ck.path(), &params(&s, &x), "2s", &["--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&sum)["summary"]["replayed_batches"], 0);
+}
+
+/// Issue 62, item 11: a topic added to a job's list starts at its earliest offset even
+/// when the job's consumer group has committed offsets for it (another consumer in that
+/// group, say): the group's offsets belong to another start. They used to win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_topic_starts_at_earliest_whatever_its_group_committed() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let s = stack();
+    let p = unique("joingrp");
+    let (x, y) = (format!("{p}_x"), format!("{p}_y"));
+    let (tx, ty) = (table_for(&s, &x).await, table_for(&s, &y).await);
+    for t in [&x, &y] {
+        flexrun::kafka::create_topic(&s.kafka, t, 1).await.unwrap();
+    }
+    produce(&s, &y, 0, 100).await;
+    let group = format!("{p}_group");
+    let c: BaseConsumer =
+        flexrun::kafka::Connection::plaintext(&s.kafka).client("a consumer", &[("group.id", &group)]).unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&y, 0, rdkafka::Offset::Offset(100)).unwrap();
+    c.commit(&tpl, CommitMode::Sync).expect("commit the group's offset");
+    let ck = tempfile::tempdir().unwrap();
+    let with = |topics: &str| format!("{},consumerGroupId={group}", params(&s, topics));
+    let o = run_job("joingrp", ck.path(), &with(&x), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_job("joingrp", ck.path(), &with(&format!("{x}|{y}")), "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(s.count(&ty).await, (100, 100), "y joined: from its earliest offset, not the group's 100");
+    assert_eq!(s.count(&tx).await, (0, 0));
+}

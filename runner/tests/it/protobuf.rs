@@ -227,3 +227,80 @@ async fn the_generator_writes_protobuf_that_a_job_reads_with_a_proto_file() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("writes to Kafka only"), "{}", text(&o));
 }
+
+/// Issue 62, items 5 and 9: a schema that imports another through the registry's
+/// references compiles (they were not resolved); a registry that answers 503 for a
+/// moment is waited out, not remembered (one 503 dead-lettered every later record of
+/// that schema id); and doubles that are NaN or infinite reach the FLOAT column (74 of
+/// 2,000 records of an independent run were dead-lettered as "finite numbers only").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_references_resolve_a_passing_503_is_waited_out_and_nan_lands() {
+    let s = stack();
+    let registry = std::env::var("FLEXRUN_SCHEMA_REGISTRY").expect("FLEXRUN_SCHEMA_REGISTRY: run with scripts/test.sh");
+    let topic = unique("proto_refs");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    let common = r#"syntax = "proto3"; package shop; message Money { double amount = 1; string currency = 2; }"#;
+    let order = r#"syntax = "proto3"; package shop; import "shop/common.proto"; message Paid { int64 id = 1; Money price = 2; double rate = 3; }"#;
+    let http = reqwest::Client::new();
+    let post = |subject: String, body: serde_json::Value| {
+        let (http, url) = (http.clone(), format!("{registry}/subjects/{subject}/versions"));
+        async move {
+            let r =
+                http.post(url).header("Content-Type", "application/vnd.schemaregistry.v1+json").body(body.to_string());
+            let v: serde_json::Value = serde_json::from_str(&r.send().await.unwrap().text().await.unwrap()).unwrap();
+            v["id"].as_u64().unwrap_or_else(|| panic!("register: {v}")) as u32
+        }
+    };
+    post(format!("{topic}-common"), serde_json::json!({"schema": common, "schemaType": "PROTOBUF"})).await;
+    let refs = serde_json::json!([{"name": "shop/common.proto", "subject": format!("{topic}-common"), "version": 1}]);
+    let id = post(
+        format!("{topic}-value"),
+        serde_json::json!({"schema": order, "schemaType": "PROTOBUF", "references": refs}),
+    )
+    .await;
+    // The job's pool, compiled the way a producer would: both files.
+    let mut files = std::collections::HashMap::new();
+    files.insert("shop/common.proto".to_string(), common.to_string());
+    let pool = flexrun::proto::decoder::compile_with(order, files).expect("compiles with its import");
+    let paid = pool.get_message_by_name("shop.Paid").unwrap();
+    let mut values = Vec::new();
+    for (i, rate) in [(1, 0.5), (2, f64::NAN), (3, f64::INFINITY), (4, f64::NEG_INFINITY)] {
+        let mut m = DynamicMessage::new(paid.clone());
+        m.set_field_by_name("id", prost_reflect::Value::I64(i));
+        m.set_field_by_name("rate", prost_reflect::Value::F64(rate));
+        let mut framed = Vec::new();
+        flexrun::proto::decoder::frame(id, &[0], &prost::Message::encode_to_vec(&m), &mut framed);
+        values.push(framed);
+    }
+    produce_values(&s, &topic, &values).await;
+    let t = TableRef { project: PROJECT.into(), dataset: "proto".into(), table: topic.clone() };
+    let schema = flexrun::bigquery::schema::Schema::from_json(&serde_json::json!([
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"}, {"name": "rate", "type": "FLOAT", "mode": "NULLABLE"}
+    ]))
+    .unwrap();
+    let c = flexrun::bigquery::rest::client(&s.bq).await.unwrap();
+    answer("create table", flexrun::bigquery::rest::ensure_table(&c, &s.bq, &t, &schema)).await.unwrap();
+    // The registry answers this schema id 503 twice before it answers it.
+    let fault = serde_json::json!({"id": id, "status": 503, "count": 2});
+    http.post(format!("{registry}/faults")).body(fault.to_string()).send().await.unwrap();
+    let dlq = TableRef { table: format!("{topic}_dlq"), ..t.clone() };
+    let params = format!(
+        "readBootstrapServerAndTopic={};{topic},kafkaReadAuthenticationMode=NONE,kafkaReadOffset=earliest,messageFormat=PROTO_CONFLUENT_WIRE_FORMAT,schemaRegistryConnectionUrl={registry},outputTableSpec={t},outputDeadletterTable={dlq}",
+        s.kafka
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sum = dir.path().join("summary.json");
+    let o = run_job("proto-refs", &dir.path().join("ck"), &params, "20s", &["--summary-json", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j = summary(&sum);
+    assert_eq!(j["summary"]["dead_lettered"], 0, "{j}");
+    assert!(text(&o).contains("Schema Registry"), "the outage was waited out and logged: {}", text(&o));
+    let fq = format!("`{}.{}.{}`", t.project, t.dataset, t.table);
+    let rows = s.rows(&format!("SELECT id, CAST(rate AS STRING) FROM {fq} ORDER BY id")).await;
+    let rates: Vec<String> = rows.into_iter().map(|r| r[1].clone().unwrap_or_default().to_lowercase()).collect();
+    assert_eq!(rates.len(), 4, "{rates:?}");
+    assert!(
+        rates[0].starts_with("0.5") && rates[1] == "nan" && rates[2].contains("inf") && rates[3].starts_with("-inf"),
+        "{rates:?}"
+    );
+}

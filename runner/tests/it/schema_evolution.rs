@@ -335,6 +335,32 @@ async fn a_passing_503_while_changing_the_table_is_retried() {
     assert!(text(&o).contains("changing the table failed for now"), "{}", text(&o));
 }
 
+/// Issue 62, item 10: BigQuery answers table updates past 5 in 10 s with 403
+/// `rateLimitExceeded`, which was read as a permanent refusal: the records that asked for
+/// the column went to the dead-letter table. Two such answers are now waited out and the
+/// column is added; nothing is dead-lettered. (The emulator enforces the rate too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_rate_limit_while_changing_the_table_is_waited_out_not_dead_lettered() {
+    let s = stack();
+    let (topic, table) = fixture(&s, "evo_403").await;
+    let dlq = TableRef { table: format!("{}_dlq", table.table), ..table.clone() };
+    let values: Vec<Vec<u8>> =
+        (0..20).map(|i| format!(r#"{{"id": {i}, "name": "n{i}", "late": "l{i}"}}"#).into_bytes()).collect();
+    produce_values(&s, &topic, &values).await;
+    table_faults(&table, r#""patch_rate_limited_next": 2"#);
+    let p =
+        params(&s, &topic, &table, &format!(",outputDeadletterTable={dlq},schemaUpdateOptions=ALLOW_FIELD_ADDITION"));
+    let ck = tempfile::tempdir().unwrap();
+    let o = run_job("evo_403", ck.path(), &p, "2s", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(fault_stats(&table)["rate_limited_patches"], 2, "the 403s were served");
+    assert_eq!(s.count(&table).await, (20, 20));
+    assert!(schema_of(&s, &table).await.lookup("late").is_some());
+    let fq = format!("`{}.{}.{}`", dlq.project, dlq.dataset, dlq.table);
+    let dead = s.rows(&format!("SELECT COUNT(*) FROM {fq}")).await;
+    assert!(dead.is_empty() || dead[0][0].as_deref() == Some("0"), "nothing dead-lettered: {dead:?}");
+}
+
 /// Issue 49: a batch logged under one schema and replayed after the table changed is
 /// replayed with the schema it was logged with. Its records carry a field the table
 /// lacked, so the log says they are dead letters; the table then gains that column

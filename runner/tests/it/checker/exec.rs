@@ -65,6 +65,8 @@ pub struct World {
     pub history: Vec<String>,
     next_id: u64,
     runs: u32,
+    /// What the schedule met: crash points reached, kills, FAIL refusals answered.
+    pub met: BTreeMap<&'static str, u32>,
 }
 
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
@@ -105,6 +107,7 @@ impl World {
             history: Vec::new(),
             next_id: 1,
             runs: 0,
+            met: BTreeMap::new(),
         };
 
         std::fs::write(w.dir.path().join("fix.js"), FIX).unwrap();
@@ -263,6 +266,7 @@ impl World {
             None if may_crash && err.contains("crash point") => {
                 let point = err.lines().find(|l| l.contains("crash point")).unwrap_or_default().to_string();
                 self.note(format!("  {point}"));
+                *self.met.entry("crash points reached").or_default() += 1;
             }
             Some(1) if err.contains("offsetGapPolicy=FAIL stops") && !self.jobs[&job].skip => {
                 let why = err.lines().rev().find(|l| l.contains("offsetGapPolicy")).unwrap_or_default();
@@ -271,6 +275,7 @@ impl World {
                     why.chars().take(300).collect::<String>()
                 ));
                 self.jobs.get_mut(&job).unwrap().skip = true;
+                *self.met.entry("FAIL refusals answered").or_default() += 1;
                 let again = self.job_command(job).bounded();
                 Box::pin(self.outcome(job, &again, false)).await;
             }
@@ -307,6 +312,7 @@ impl World {
                 child.kill().expect("SIGKILL");
                 child.wait().expect("reap");
                 self.note(format!("  SIGKILLed after {rows} new rows"));
+                *self.met.entry("SIGKILLs mid-run").or_default() += 1;
                 return;
             }
             assert!(start.elapsed() < RUN_LIMIT, "the job neither ended nor wrote {rows} rows within {RUN_LIMIT:?}");
@@ -425,7 +431,8 @@ impl World {
         match o.status.code() {
             Some(0) => self.note("  replayed".into()),
             None if crash && String::from_utf8_lossy(&o.stderr).contains("crash point") => {
-                self.note("  replay killed between the table and the ledger".into())
+                self.note("  replay killed between the table and the ledger".into());
+                *self.met.entry("replays killed").or_default() += 1;
             }
             _ => panic!("{job:?}'s replay ended unexpectedly:\n{}\nhistory:\n{}", text(&o), self.history.join("\n")),
         }

@@ -51,12 +51,12 @@ async fn check(schedule: &Schedule) -> Option<String> {
     }
     match model::verify(&w.produced, &tables, &exceptions, &w.excuses) {
         Ok(()) => {
-            eprintln!(
-                "seed {}: {} records, {} exceptions named, all as the model says",
-                schedule.seed,
-                w.produced.len(),
-                exceptions.len()
-            );
+            let mut named = std::collections::BTreeMap::<String, u32>::new();
+            for e in &exceptions {
+                *named.entry(format!("{} ({})", e.kind, e.why)).or_default() += 1;
+            }
+            let (seed, n, met) = (schedule.seed, w.produced.len(), &w.met);
+            eprintln!("seed {seed}: {n} records as the model says; met {met:?}; exceptions named {named:?}");
             None
         }
         Err(errors) => Some(format!(

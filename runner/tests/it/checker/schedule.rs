@@ -100,7 +100,13 @@ impl Schedule {
             batch_rows: rng.random_range(10..80),
             ops: Vec::new(),
         };
-        for _ in 0..n {
+        // A job's life begins with its first start (at `latest`, the template's
+        // default); what follows is drawn.
+        s.ops.push(Op::Run { job: Job::A });
+        if second_job {
+            s.ops.push(Op::Run { job: Job::B });
+        }
+        while s.ops.len() < n {
             let op = draw(&mut rng, second_job);
             s.ops.push(op);
         }
@@ -116,8 +122,8 @@ impl Schedule {
 fn draw(rng: &mut StdRng, second_job: bool) -> Op {
     let job = if second_job && rng.random_bool(0.25) { Job::B } else { Job::A };
     match rng.random_range(0..100) {
-        0..=24 => Op::Produce { job, good: rng.random_range(20..300), bad: rng.random_range(0..4) },
-        25..=37 => Op::Run { job },
+        0..=29 => Op::Produce { job, good: rng.random_range(20..300), bad: rng.random_range(0..4) },
+        30..=37 => Op::Run { job },
         38..=52 => Op::Crash {
             job,
             point: JOB_CRASH_POINTS[rng.random_range(0..JOB_CRASH_POINTS.len())],
