@@ -110,8 +110,42 @@ enum Fate {
     Failed(String),
 }
 
-/// Replay the dead letters of `cfg`'s job into its table (see the module notes).
+/// Replay the dead letters of `cfg`'s job into its table (see the module notes). A plan
+/// an interrupted replay left is finished first; then the rows it did not name (dead
+/// letters written since it was made) get a plan of their own, so one replay that exits 0
+/// leaves nothing it could replay behind (the lifecycle checker found rows left so).
 pub async fn run(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayOptions) -> Result<ReplayReport> {
+    let first = run_plan(cfg.clone(), root, ep.clone(), opts.clone()).await?;
+    if !first.resumed || opts.dry_run {
+        return Ok(first);
+    }
+    let then = run_plan(cfg, root, ep, opts).await?;
+    Ok(first.then(then))
+}
+
+impl ReplayReport {
+    /// This report followed by `next`'s (a finished plan, then a new one): the rows the
+    /// new plan selected, and what both did.
+    fn then(self, next: ReplayReport) -> ReplayReport {
+        ReplayReport {
+            selected: next.selected,
+            already_replayed: next.already_replayed,
+            resumed: true,
+            replayed_batch: self.replayed_batch,
+            already_existed: self.already_existed + next.already_existed,
+            written: self.written + next.written,
+            dropped: self.dropped + next.dropped,
+            failing: next.failing,
+            other_jobs: next.other_jobs,
+            other_topics: next.other_topics,
+            unnamed: next.unnamed,
+            batches: self.batches + next.batches,
+        }
+    }
+}
+
+/// One plan: the unfinished one, else a new one (see [`run`]).
+async fn run_plan(cfg: KafkaToBqConfig, root: &Path, ep: Endpoints, opts: ReplayOptions) -> Result<ReplayReport> {
     let dlq = cfg.dlq.clone().ok_or_else(|| {
         crate::usage(format!(
             "job {}: no outputDeadletterTable, so there are no dead letters to replay (give it with --parameters outputDeadletterTable=project:dataset.table)",

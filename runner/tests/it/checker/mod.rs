@@ -24,6 +24,7 @@
 #![cfg(feature = "integration")]
 
 mod exec;
+mod gcs;
 mod model;
 mod schedule;
 
@@ -89,6 +90,63 @@ async fn check_seed(seed: u64, ops: usize) {
         shortest.1,
         seed + 1
     );
+}
+
+/// Check kafka-to-gcs's schedule of `seed`; on a failure, the shortest failing prefix.
+async fn check_gcs_seed(seed: u64, ops: usize) {
+    let s = gcs::GcsSchedule::generate(seed, ops);
+    eprintln!("lifecycle checker (kafka-to-gcs): seed {seed}: {:?}", s.ops);
+    let Some(failure) = gcs::check(&s).await else { return };
+    let mut shortest = (s.ops.len(), failure.clone());
+    for n in 1..s.ops.len() {
+        if let Some(f) = gcs::check(&s.prefix(n)).await {
+            shortest = (n, f);
+            break;
+        }
+    }
+    panic!(
+        "lifecycle checker (kafka-to-gcs): seed {seed} fails.\n\n{failure}\n\nThe shortest failing prefix ({} of {}): {:?}\n{}",
+        shortest.0,
+        s.ops.len(),
+        s.prefix(shortest.0).ops,
+        shortest.1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_seed_1() {
+    check_gcs_seed(1, CI_OPS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_seed_2() {
+    check_gcs_seed(2, CI_OPS).await;
+}
+
+/// The long run of kafka-to-gcs schedules, as [`many_seeds`] (same variables).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: scripts/lifecycle.sh runs it"]
+async fn many_gcs_seeds() {
+    let env = |k: &str| std::env::var(k).ok();
+    let (from, to) = env("FLEXRUN_LIFECYCLE_SEEDS")
+        .and_then(|r| r.split_once("..").map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap())))
+        .unwrap_or((1000u64, 1200u64));
+    let ops = env("FLEXRUN_LIFECYCLE_OPS").and_then(|v| v.parse().ok()).unwrap_or(12);
+    let minutes: Option<f64> = env("FLEXRUN_LIFECYCLE_MINUTES").and_then(|v| v.parse().ok());
+    let start = std::time::Instant::now();
+    let mut ran = 0;
+    for seed in from..to {
+        if minutes.is_some_and(|m| start.elapsed().as_secs_f64() > m * 60.0) {
+            break;
+        }
+        check_gcs_seed(seed, ops).await;
+        ran += 1;
+        eprintln!(
+            "lifecycle (kafka-to-gcs): seed {seed} passed ({ran} so far, {:.0} s)",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("lifecycle (kafka-to-gcs): {ran} seeds passed in {:.0} s", start.elapsed().as_secs_f64());
 }
 
 macro_rules! ci_seeds {
