@@ -185,7 +185,8 @@ async fn start_positions(
     let mut discovered = 0;
     if !saved.is_empty() {
         for p in partitions.iter().filter(|p| !saved.contains_key(p)) {
-            initial.insert(*p, marks.get(p).map_or(0, |m| m.0));
+            // From its first record: what retention deleted before is a gap, judged below.
+            initial.insert(*p, 0);
             discovered += 1;
             tracing::info!(job = %cfg.job_name, partition = p, "a partition added since the job last ran starts at its earliest offset");
         }

@@ -233,17 +233,41 @@ pub use crate::kafka::metadata::PARTITION_DISCOVERY_INTERVAL;
 async fn check_topic_id(ctx: &Arc<JobCtx>) -> Result<()> {
     let Some(started) = &ctx.log.topic_id else { return Ok(()) };
     match ctx.metadata.topic_id().await {
-        Ok(Some(now)) if &now != started => anyhow::bail!(
-            "job {}: topic {} was deleted and created again while the job ran (topic id {started} at start, {now} now); the job stops so that no position of the old log is used in the new one. Start it again: offsetGapPolicy=FAIL stops there naming the topic, offsetGapPolicy=SKIP reads the new topic from its earliest offset",
-            ctx.cfg.job_name,
-            ctx.cfg.source.topic
-        ),
+        Ok(Some(now)) if &now != started => {
+            note_read_from_the_new_log(ctx, &now);
+            anyhow::bail!(
+                "job {}: topic {} was deleted and created again while the job ran (topic id {started} at start, {now} now); the job stops so that no position of the old log is used in the new one. Start it again: offsetGapPolicy=FAIL stops there naming the topic, offsetGapPolicy=SKIP reads the new topic from its earliest offset",
+                ctx.cfg.job_name,
+                ctx.cfg.source.topic
+            )
+        }
         Ok(_) => Ok(()),
         Err(e) => {
             tracing::warn!(topic = %ctx.cfg.source.topic, error = %e, "cannot read the topic's id; will ask again");
             Ok(())
         }
     }
+}
+
+/// Between the topic's recreation and this check, shards may have read and committed
+/// records of the new log at the old log's positions; a restart under SKIP reads the new
+/// log from its start and would write them again. Each partition's range up to its
+/// committed position is named as possibly duplicated.
+fn note_read_from_the_new_log(ctx: &JobCtx, new_id: &str) {
+    let committed = ctx.positions.lock().expect("positions lock").clone();
+    let topic = ctx.cfg.source.topic.clone();
+    ctx.stats.note(|r| {
+        for (p, pos) in committed.iter().filter(|(_, pos)| **pos > 0) {
+            r.note_possibly_duplicated(crate::stats::LostRange {
+                topic: topic.clone(),
+                topic_id: Some(new_id.to_string()),
+                partition: *p,
+                from: 0,
+                to: Some(*pos),
+                why: "the topic was recreated while the job ran: read from the new log before it was seen".into(),
+            });
+        }
+    });
 }
 
 /// Look for new partitions; each starts at its earliest offset on the shard
@@ -269,7 +293,15 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
     {
         anyhow::bail!(why);
     }
-    let lows = ctx.metadata.low_watermarks(&new).await?;
+    let marks = ctx.metadata.watermarks(&new).await?;
+    let lows: std::collections::BTreeMap<i32, i64> = marks.iter().map(|(p, (low, _))| (*p, *low)).collect();
+    // A new partition is read from its first record: what retention deleted before the
+    // job found it is a gap (FAIL stops naming it; SKIP counts and names it).
+    let mut from: std::collections::BTreeMap<i32, i64> = new.iter().map(|p| (*p, 0)).collect();
+    let found = crate::kafka::gaps::check(&from, &marks);
+    let (job, topic) = (&ctx.cfg.job_name, &ctx.cfg.source.topic);
+    let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut from, job, topic).map_err(anyhow::Error::msg)?;
+    positions::note_skipped(&ctx.stats, skipped, (topic, ctx.log.topic_id.as_deref()), &found);
     // Saved before any shard reads them: a shard that dies before its first commit
     // must resume here after a restart, not at the partition's latest offset.
     crate::kafka::starts::record(&ctx.job_dir, &lows).with_context(|| format!("writing {}", ctx.job_dir.display()))?;

@@ -4,7 +4,8 @@
 //! - A partition with a checkpoint resumes there, so the backlog the autoscaler sees
 //!   after a restart is the real one (not the whole topic under `earliest`).
 //! - A partition the job did not know when it last ran (added while it was stopped)
-//!   starts at its earliest offset: none of its records have been read.
+//!   starts at its first record (offset 0): none of its records have been read, and any
+//!   retention deleted before the job got to them is a gap like any other.
 //! - A fresh job starts where `kafkaReadOffset` (or the consumer group) says.
 //! - A position the broker no longer holds (below its earliest offset: retention; past
 //!   its end: a recreated topic or a log cut short) is judged by `offsetGapPolicy`
@@ -61,9 +62,12 @@ pub fn plan(
         let low = marks.get(&p).map_or(0, |m| m.0);
         let pos = match (checkpoint.get(&p), known) {
             (Some(&c), _) => c,
+            // A partition the job has not seen is read from its first record: if
+            // retention deleted some before the job got to it, that is a gap like any
+            // other (the lifecycle checker found such records lost unnamed).
             (None, Some(k)) if !k.contains(&p) => {
                 out.new_partitions.push(p);
-                low
+                0
             }
             _ => initial.get(&p).copied().unwrap_or(low),
         };
@@ -567,7 +571,11 @@ mod tests {
         let skipped = q.settle(GapPolicy::Skip, "j", "t").unwrap();
         report(&q, skipped, "j", ("t", None), &stats);
         let r = stats.summary().reliability;
-        assert_eq!(r.offsets_lost_to_retention, 15 + 100 + 1, "partition 0 lost 15, partition 2 lost 100, then 1 more");
+        assert_eq!(
+            r.offsets_lost_to_retention,
+            15 + 100 + 7 + 1,
+            "partition 0 lost 15, partition 2 lost 100, new partition 3 the 7 deleted before the job found it, then 1 more"
+        );
         assert_eq!(r.partitions_discovered, 1, "partition 3 was new");
     }
 
