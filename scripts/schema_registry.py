@@ -30,10 +30,36 @@ compared by their JSON text after parsing and re-serialising compactly, not by A
 canonical form, and compatibility rules are not enforced: the README says so.
 State lives in memory, and in --state FILE when given (loaded at start, saved on change).
 
-  python3 schema_registry.py --port 8081 [--state registry.json]
+Authentication, as Google's Kafka templates use it (schemaRegistryAuthenticationMode,
+docs/research/google-commands.md §3): --port is always plain HTTP without
+authentication (NONE). Optional extra listeners serve the same registry state:
+
+  --tls-port P --tls-cert C --tls-key K --tls-ca CA   (TLS) HTTPS that requires a client
+       certificate signed by CA (mutual TLS); a connection without one, or with one CA
+       did not sign, fails in the handshake.
+  --bearer-port P [--bearer-prefix oauth.flexrun-local]   (OAUTH) every request must carry
+       `Authorization: Bearer <token>` with a token that starts with the prefix (the
+       client-credentials tokens of scripts/token_endpoint.py); otherwise 401 with the
+       body Confluent's registries answer, {"error_code": 401, "message": "Unauthorized"}
+       (quoted in mostafa/xk6-kafka#375 and event-catalog/generators#194; Confluent's
+       Java client reports it as "Unauthorized; error code: 401",
+       confluentinc/schema-registry#3244).
+  --adc-port P [--adc-prefix ya29.flexrun-local]   (APPLICATION_DEFAULT_CREDENTIALS) Google's
+       managed registry: a Google access token (the tokens token_endpoint.py issues for
+       Google credentials) as a bearer token, or 401 in Google's error envelope
+       (UNAUTHENTICATED). Paths may carry Google's base path
+       /v1/projects/P/locations/L/schemaRegistries/R before the Confluent path.
+
+Tokens are checked by prefix only; nothing is asked over the network.
+
+  python3 schema_registry.py --port 8081 [--state registry.json] [--tls-port ...]
 """
 import argparse
 import json
+import re
+import socket
+import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -185,13 +211,143 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(*error(404, 404, "HTTP 404 Not Found"))
 
 
+GOOGLE_MISSING = ("Request is missing required authentication credential. Expected OAuth 2 access token, login "
+                  "cookie or other valid authentication credential. See "
+                  "https://developers.google.com/identity/sign-in/web/devconsole-project.")
+GOOGLE_INVALID = ("Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
+                  "or other valid authentication credential. See "
+                  "https://developers.google.com/identity/sign-in/web/devconsole-project.")
+# Google's managed registry: https://managedkafka.googleapis.com/v1/projects/P/locations/L/schemaRegistries/R
+GOOGLE_BASE = re.compile(r"^/v1/projects/[^/]+/locations/[^/]+/schemaRegistries/[^/]+(?=/|$)")
+
+
+class BearerHandler(Handler):
+    """Every request must carry a bearer token with one of `prefixes` (OAUTH mode)."""
+
+    prefixes = ()
+
+    def token_error(self):
+        """None when the request's bearer token is accepted, else the 401 answer."""
+        auth = self.headers.get("Authorization") or ""
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if token and token.startswith(self.prefixes):
+            return None
+        return self.unauthorized(bool(token))
+
+    def unauthorized(self, had_token):
+        return error(401, 401, "Unauthorized")
+
+    def do_GET(self):
+        refused = self.token_error()
+        if refused:
+            return self.reply(*refused)
+        Handler.do_GET(self)
+
+    def do_POST(self):
+        refused = self.token_error()
+        if refused:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return self.reply(*refused)
+        Handler.do_POST(self)
+
+
+class AdcHandler(BearerHandler):
+    """APPLICATION_DEFAULT_CREDENTIALS: a Google access token, Google's 401, Google's base path."""
+
+    def unauthorized(self, had_token):
+        message = GOOGLE_INVALID if had_token else GOOGLE_MISSING
+        return 401, {"error": {"code": 401, "message": message, "status": "UNAUTHENTICATED"}}
+
+    def reply(self, status, body):
+        if status == 401 and "error" in body:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data)
+        return Handler.reply(self, status, body)
+
+    def parts(self):
+        path = self.path.split("?", 1)[0]
+        return [p for p in GOOGLE_BASE.sub("", path, count=1).split("/") if p]
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class TlsServer(Server):
+    """HTTPS with a required client certificate. The handshake runs on the request's own
+    thread, so a client that connects and sends nothing does not hold up the others."""
+
+    context = None
+
+    def finish_request(self, request, client_address):
+        request.settimeout(30)
+        try:
+            conn = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            # A bare connect and close (stack.sh's readiness probe) is not worth a line.
+            if not isinstance(e, (ssl.SSLEOFError, ConnectionResetError)):
+                print("tls: refused %s: %s" % (client_address[0], e), file=sys.stderr, flush=True)
+            return
+        try:
+            Server.finish_request(self, conn, client_address)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def shutdown_request(self, request):
+        try:
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        request.close()
+
+
+def serve(server):
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    return t
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument("--state")
+    ap.add_argument("--tls-port", type=int, help="mutual-TLS listener (needs --tls-cert, --tls-key, --tls-ca)")
+    ap.add_argument("--tls-cert", help="the server's certificate (PEM)")
+    ap.add_argument("--tls-key", help="the server's private key (PEM, unencrypted)")
+    ap.add_argument("--tls-ca", help="the CA that must have signed a client's certificate (PEM)")
+    ap.add_argument("--bearer-port", type=int, help="OAuth bearer-token listener")
+    ap.add_argument("--bearer-prefix", action="append", help="accepted token prefix (default oauth.flexrun-local)")
+    ap.add_argument("--adc-port", type=int, help="Google access-token (ADC) listener")
+    ap.add_argument("--adc-prefix", action="append", help="accepted token prefix (default ya29.flexrun-local)")
     a = ap.parse_args()
     Handler.registry = Registry(a.state)
+    extra = []
+    if a.tls_port:
+        if not (a.tls_cert and a.tls_key and a.tls_ca):
+            ap.error("--tls-port needs --tls-cert, --tls-key and --tls-ca")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        ctx.load_verify_locations(cafile=a.tls_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        TlsServer.context = ctx
+        extra.append(TlsServer((a.host, a.tls_port), Handler))
+    if a.bearer_port:
+        handler = type("OauthHandler", (BearerHandler,), {"prefixes": tuple(a.bearer_prefix or ["oauth.flexrun-local"])})
+        extra.append(Server((a.host, a.bearer_port), handler))
+    if a.adc_port:
+        handler = type("GoogleHandler", (AdcHandler,), {"prefixes": tuple(a.adc_prefix or ["ya29.flexrun-local"])})
+        extra.append(Server((a.host, a.adc_port), handler))
+    for server in extra:
+        serve(server)
     ThreadingHTTPServer((a.host, a.port), Handler).serve_forever()
 
 

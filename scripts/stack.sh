@@ -4,7 +4,10 @@
 # (gcp-storage-emulator), installed from the package registries into a cache outside
 # the clone, and the project's own Confluent-compatible Schema Registry
 # (scripts/schema_registry.py: none can be installed from the registries), all started
-# on loopback ports.
+# on loopback ports. Beside them, stand-ins for what Google's templates authenticate
+# with (stdlib Python, nothing installed): Secret Manager (scripts/secret_manager.py),
+# an OAuth 2.0 token endpoint (scripts/token_endpoint.py), and the registry's
+# mutual-TLS, OAuth-bearer and Google-token (ADC) listeners.
 #
 #   scripts/stack.sh install                 install everything (idempotent, pinned, cached)
 #   scripts/stack.sh start [NAME]            install if needed, start, wait until ready
@@ -18,7 +21,8 @@
 #
 # NAME (default "demo") selects a port set and a state folder, so the demo, the test
 # suite and the benchmarks can run side by side. Ports can be overridden with
-# FLEXRUN_KAFKA_PORT, FLEXRUN_BQ_REST_PORT and FLEXRUN_BQ_GRPC_PORT.
+# FLEXRUN_KAFKA_PORT, FLEXRUN_BQ_REST_PORT and FLEXRUN_BQ_GRPC_PORT (and the others
+# set_names reads).
 #
 # The single broker (one combined broker+controller node) listens on four ports from
 # FLEXRUN_KAFKA_PORT (P): P PLAINTEXT, P+1 SASL_SSL (PLAIN, SCRAM-SHA-512 and
@@ -53,22 +57,40 @@ VALIDATOR_SRC=$HERE/kafka/validator/flexrun/GoogleTokenValidator.java
 VALIDATOR=$STACK/validator-$(sha256sum "$VALIDATOR_SRC" | cut -c1-12)
 # The prefix of the access tokens the test's token endpoint issues (see the validator).
 GOOGLE_TOKEN_PREFIX=ya29.flexrun-local
+# The OAuth client of the token endpoint (scripts/token_endpoint.py), for the registry's
+# OAUTH mode, and the prefix of the client-credentials tokens it issues.
+OAUTH_CLIENT_ID=flexrun-oauth-client
+OAUTH_CLIENT_SECRET=flexrun-oauth-secret
+OAUTH_TOKEN_PREFIX=oauth.flexrun-local
+# The Java stores for the registry's TLS mode (made by install_registry_tls): three
+# different passwords, as Google's template takes three secrets. A PKCS12 store has one
+# password for the store and its key (keytool refuses another), so the key password
+# applies to the JKS keystore only.
+SR_TRUSTSTORE_PASSWORD=flexrun-truststore
+SR_KEYSTORE_PASSWORD=flexrun-keystore
+SR_KEY_PASSWORD=flexrun-key
+# The base path of Google's managed registry, which the registry's ADC listener serves.
+SR_GOOGLE_PATH=/v1/projects/$BQ_PROJECT/locations/us-central1/schemaRegistries/flexrun
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 
+# kafka, bq REST, bq gRPC, bq faults, registry, gcs, secret manager, token endpoint,
+# registry TLS, registry OAuth bearer, registry ADC. Kafka also takes P+1..P+3 and the
+# cluster P+21..P+23 and P+31..P+33.
 ports_for() {
   case "$1" in
-    demo) echo "19092 19050 19060 19070 19081 19023" ;;
-    test) echo "29092 29050 29060 29070 29081 29023" ;;
-    bench) echo "39092 39050 39060 39070 39081 39023" ;;
-    lifecycle) echo "59092 59050 59060 59070 59081 59023" ;;
-    *) echo "49092 49050 49060 49070 49081 49023" ;;
+    demo) echo "19092 19050 19060 19070 19081 19023 19031 19032 19082 19083 19084" ;;
+    test) echo "29092 29050 29060 29070 29081 29023 29031 29032 29082 29083 29084" ;;
+    bench) echo "39092 39050 39060 39070 39081 39023 39031 39032 39082 39083 39084" ;;
+    lifecycle) echo "59092 59050 59060 59070 59081 59023 59031 59032 59082 59083 59084" ;;
+    h65) echo "61092 61050 61060 61070 61081 61023 61031 61032 61082 61083 61084" ;;
+    *) echo "49092 49050 49060 49070 49081 49023 49031 49032 49082 49083 49084" ;;
   esac
 }
 
 set_names() {
   NAME=${1:-demo}
-  read -r dk dr dg df ds dc <<<"$(ports_for "$NAME")"
+  read -r dk dr dg df ds dc dm dt dx db da <<<"$(ports_for "$NAME")"
   KAFKA_PORT=${FLEXRUN_KAFKA_PORT:-$dk}
   BQ_REST_PORT=${FLEXRUN_BQ_REST_PORT:-$dr}
   BQ_GRPC_PORT=${FLEXRUN_BQ_GRPC_PORT:-$dg}
@@ -78,6 +100,13 @@ set_names() {
   REGISTRY_PORT=${FLEXRUN_SCHEMA_REGISTRY_PORT:-$ds}
   # The Cloud Storage emulator (gcp-storage-emulator from PyPI, scripts/gcs_emulator_launcher.py).
   GCS_PORT=${FLEXRUN_GCS_PORT:-$dc}
+  # Google Secret Manager's stand-in and the OAuth token endpoint (stdlib Python).
+  SECRETS_PORT=${FLEXRUN_SECRET_MANAGER_PORT:-$dm}
+  TOKEN_PORT=${FLEXRUN_TOKEN_ENDPOINT_PORT:-$dt}
+  # The registry's other listeners: mutual TLS, OAuth bearer tokens, Google tokens (ADC).
+  REGISTRY_TLS_PORT=${FLEXRUN_SCHEMA_REGISTRY_TLS_PORT:-$dx}
+  REGISTRY_BEARER_PORT=${FLEXRUN_SCHEMA_REGISTRY_BEARER_PORT:-$db}
+  REGISTRY_ADC_PORT=${FLEXRUN_SCHEMA_REGISTRY_ADC_PORT:-$da}
   # The three-node cluster: node i's broker on CLUSTER_PORT+i, its controller on +10+i.
   CLUSTER_PORT=$((KAFKA_PORT + 20))
   RUN=$CACHE/run/$NAME
@@ -133,6 +162,55 @@ install_tls() {
   touch "$TLS/.flexrun-ready"
 }
 
+# The registry's TLS material, signed by the stack's test CA (made once, beside the
+# broker's): a server certificate for DNS:localhost only (as the broker's), a client
+# certificate, a client certificate from the other CA (refused), and the Java stores
+# Google's template takes: a JKS truststore and JKS and PKCS12 keystores holding the
+# client's key, made with keytool (a PKCS12 truststore too). One CA signs the broker's
+# and the registry's certificates, so the stores also work on the broker's SSL listener.
+install_registry_tls() {
+  if [ -f "$TLS/.registry-ready" ]; then
+    return
+  fi
+  command -v keytool >/dev/null || {
+    log "the registry's Java stores need keytool (Java 17+): apt-get install openjdk-17-jre-headless"
+    exit 1
+  }
+  log "making the schema registry's certificates and Java stores in $TLS"
+  (
+    cd "$TLS"
+    rm -f registry-* .registry-ready
+    sign() { # name CA-prefix extended-key-usage
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=$1" -keyout "$1.key" -out "$1.csr" 2>/dev/null
+      printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=%s\n' "$3" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2.key" -CAcreateserial -days 3650 \
+        -extfile "$1.ext" -out "$1.pem" 2>/dev/null
+    }
+    sign registry-server ca serverAuth
+    sign registry-client ca clientAuth
+    sign registry-client-other other-ca clientAuth
+    keytool -importcert -noprompt -alias flexrun-ca -file ca.pem -keystore registry-truststore.jks \
+      -storetype JKS -storepass "$SR_TRUSTSTORE_PASSWORD" >/dev/null 2>&1
+    keytool -importcert -noprompt -alias flexrun-ca -file ca.pem -keystore registry-truststore.p12 \
+      -storetype PKCS12 -storepass "$SR_TRUSTSTORE_PASSWORD" >/dev/null 2>&1
+    # keytool cannot read a PEM key: openssl packs it, keytool makes the stores from that.
+    openssl pkcs12 -export -in registry-client.pem -inkey registry-client.key -certfile ca.pem \
+      -name registry-client -passout "pass:$SR_KEYSTORE_PASSWORD" -out registry-client.openssl.p12
+    keytool -importkeystore -noprompt -srckeystore registry-client.openssl.p12 -srcstoretype PKCS12 \
+      -srcstorepass "$SR_KEYSTORE_PASSWORD" -destkeystore registry-keystore.p12 -deststoretype PKCS12 \
+      -deststorepass "$SR_KEYSTORE_PASSWORD" >/dev/null 2>&1
+    keytool -importkeystore -noprompt -srckeystore registry-client.openssl.p12 -srcstoretype PKCS12 \
+      -srcstorepass "$SR_KEYSTORE_PASSWORD" -srcalias registry-client -destkeystore registry-keystore.jks \
+      -deststoretype JKS -deststorepass "$SR_KEYSTORE_PASSWORD" -destalias registry-client \
+      -destkeypass "$SR_KEY_PASSWORD" >/dev/null 2>&1
+    rm -f registry-client.openssl.p12
+    for f in registry-truststore.jks registry-truststore.p12 registry-keystore.p12 registry-keystore.jks; do
+      [ -s "$f" ] || { log "keytool did not make $TLS/$f"; exit 1; }
+    done
+  )
+  touch "$TLS/.registry-ready"
+}
+
 install_bqemulator() {
   if [ -x "$VENV/bin/bqemulator" ] && [ -f "$VENV/.flexrun-ready" ]; then
     return
@@ -180,6 +258,7 @@ install() {
   install_kafka
   build_validator
   install_tls
+  install_registry_tls
   install_bqemulator
   install_gcs_emulator
   # Release the lock now: `start` goes on to launch the daemons from this shell, and an
@@ -350,7 +429,8 @@ start() {
   set_names "${1:-demo}"
   install
   mkdir -p "$RUN"
-  if is_running "$RUN/kafka.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid" && is_running "$RUN/gcs.pid"; then
+  if is_running "$RUN/kafka.pid" && is_running "$RUN/bq.pid" && is_running "$RUN/registry.pid" && is_running "$RUN/gcs.pid" \
+    && is_running "$RUN/secrets.pid" && is_running "$RUN/tokens.pid"; then
     log "stack '$NAME' already running"
     return
   fi
@@ -362,8 +442,18 @@ start() {
     --project "$BQ_PROJECT" --log-level warning >"$RUN/bq.log" 2>&1) &
   echo $! >"$RUN/bq.pid"
   (cd "$RUN/data" && exec nohup python3 "$HERE/schema_registry.py" --port "$REGISTRY_PORT" \
-    --state "$RUN/data/registry.json" >"$RUN/registry.log" 2>&1) &
+    --state "$RUN/data/registry.json" \
+    --tls-port "$REGISTRY_TLS_PORT" --tls-cert "$TLS/registry-server.pem" --tls-key "$TLS/registry-server.key" \
+    --tls-ca "$TLS/ca.pem" --bearer-port "$REGISTRY_BEARER_PORT" --bearer-prefix "$OAUTH_TOKEN_PREFIX" \
+    --adc-port "$REGISTRY_ADC_PORT" --adc-prefix "$GOOGLE_TOKEN_PREFIX" >"$RUN/registry.log" 2>&1) &
   echo $! >"$RUN/registry.pid"
+  (cd "$RUN/data" && exec nohup python3 "$HERE/secret_manager.py" --port "$SECRETS_PORT" \
+    --state "$RUN/data/secrets.json" --token-prefix "$GOOGLE_TOKEN_PREFIX" >"$RUN/secrets.log" 2>&1) &
+  echo $! >"$RUN/secrets.pid"
+  (cd "$RUN/data" && exec nohup python3 "$HERE/token_endpoint.py" --port "$TOKEN_PORT" \
+    --client-id "$OAUTH_CLIENT_ID" --client-secret "$OAUTH_CLIENT_SECRET" --token-prefix "$OAUTH_TOKEN_PREFIX" \
+    --google-token-prefix "$GOOGLE_TOKEN_PREFIX" >"$RUN/tokens.log" 2>&1) &
+  echo $! >"$RUN/tokens.pid"
   (cd "$RUN/data" && exec nohup "$GCS_VENV/bin/python" "$HERE/gcs_emulator_launcher.py" --port "$GCS_PORT" \
     --bucket "$GCS_BUCKET" >"$RUN/gcs.log" 2>&1) &
   echo $! >"$RUN/gcs.pid"
@@ -371,9 +461,14 @@ start() {
   wait_port 127.0.0.1 "$BQ_REST_PORT" 90 "bqemulator REST" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$BQ_GRPC_PORT" 30 "bqemulator gRPC" || { tail -20 "$RUN/bq.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$REGISTRY_PORT" 30 "schema registry" || { tail -20 "$RUN/registry.log" >&2; exit 1; }
+  for p in "$REGISTRY_TLS_PORT" "$REGISTRY_BEARER_PORT" "$REGISTRY_ADC_PORT"; do
+    wait_port 127.0.0.1 "$p" 30 "schema registry" || { tail -20 "$RUN/registry.log" >&2; exit 1; }
+  done
+  wait_port 127.0.0.1 "$SECRETS_PORT" 30 "secret manager" || { tail -20 "$RUN/secrets.log" >&2; exit 1; }
+  wait_port 127.0.0.1 "$TOKEN_PORT" 30 "token endpoint" || { tail -20 "$RUN/tokens.log" >&2; exit 1; }
   wait_port 127.0.0.1 "$GCS_PORT" 30 "gcs emulator" || { tail -20 "$RUN/gcs.log" >&2; exit 1; }
   env_vars "$NAME" >"$RUN/env"
-  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL localhost:$((KAFKA_PORT + 1)), SSL localhost:$((KAFKA_PORT + 2))), bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT, cloud storage :$GCS_PORT (bucket $GCS_BUCKET) (logs in $RUN)"
+  log "stack '$NAME' up: kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL localhost:$((KAFKA_PORT + 1)), SSL localhost:$((KAFKA_PORT + 2))), bigquery REST :$BQ_REST_PORT gRPC :$BQ_GRPC_PORT, schema registry :$REGISTRY_PORT (TLS :$REGISTRY_TLS_PORT, OAuth :$REGISTRY_BEARER_PORT, ADC :$REGISTRY_ADC_PORT), cloud storage :$GCS_PORT (bucket $GCS_BUCKET), secret manager :$SECRETS_PORT, token endpoint :$TOKEN_PORT (logs in $RUN)"
 }
 
 start_node() { # NAME id
@@ -432,12 +527,14 @@ stop() {
   stop_pid "$RUN/bq.pid"
   stop_pid "$RUN/registry.pid"
   stop_pid "$RUN/gcs.pid"
+  stop_pid "$RUN/secrets.pid"
+  stop_pid "$RUN/tokens.pid"
   log "stack '$NAME' stopped"
 }
 
 status() {
   set_names "${1:-demo}"
-  for s in kafka bq registry gcs; do
+  for s in kafka bq registry gcs secrets tokens; do
     if is_running "$RUN/$s.pid"; then echo "$s running (pid $(cat "$RUN/$s.pid"))"; else echo "$s stopped"; fi
   done
   for i in 1 2 3; do
@@ -466,6 +563,29 @@ env_vars() {
   echo "export FLEXRUN_SCHEMA_REGISTRY=http://127.0.0.1:$REGISTRY_PORT"
   echo "export STORAGE_EMULATOR_HOST=127.0.0.1:$GCS_PORT"
   echo "export FLEXRUN_GCS_BUCKET=$GCS_BUCKET"
+  # Google Secret Manager's stand-in (base URL; /v1/projects/P/secrets/S/versions/V:access)
+  # and the token endpoint (client credentials; Google's jwt-bearer and refresh grants).
+  echo "export FLEXRUN_SECRET_MANAGER=http://127.0.0.1:$SECRETS_PORT"
+  echo "export FLEXRUN_TOKEN_ENDPOINT=http://127.0.0.1:$TOKEN_PORT/token"
+  echo "export FLEXRUN_OAUTH_CLIENT_ID=$OAUTH_CLIENT_ID"
+  echo "export FLEXRUN_OAUTH_CLIENT_SECRET=$OAUTH_CLIENT_SECRET"
+  echo "export FLEXRUN_OAUTH_TOKEN_PREFIX=$OAUTH_TOKEN_PREFIX"
+  # The registry's authenticated listeners (one state with FLEXRUN_SCHEMA_REGISTRY).
+  echo "export FLEXRUN_SCHEMA_REGISTRY_TLS=https://localhost:$REGISTRY_TLS_PORT"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_BEARER=http://127.0.0.1:$REGISTRY_BEARER_PORT"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_ADC=http://127.0.0.1:$REGISTRY_ADC_PORT$SR_GOOGLE_PATH"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_CA=$TLS/ca.pem"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_CLIENT_CERT=$TLS/registry-client.pem"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_CLIENT_KEY=$TLS/registry-client.key"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_OTHER_CLIENT_CERT=$TLS/registry-client-other.pem"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_OTHER_CLIENT_KEY=$TLS/registry-client-other.key"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_TRUSTSTORE_JKS=$TLS/registry-truststore.jks"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_TRUSTSTORE_P12=$TLS/registry-truststore.p12"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_TRUSTSTORE_PASSWORD=$SR_TRUSTSTORE_PASSWORD"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_KEYSTORE_JKS=$TLS/registry-keystore.jks"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_KEYSTORE_P12=$TLS/registry-keystore.p12"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_KEYSTORE_PASSWORD=$SR_KEYSTORE_PASSWORD"
+  echo "export FLEXRUN_SCHEMA_REGISTRY_KEY_PASSWORD=$SR_KEY_PASSWORD"
 }
 
 # SIGKILL the broker and start it again on the same data (the chaos suite's broker fault).
