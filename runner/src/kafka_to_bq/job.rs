@@ -164,6 +164,20 @@ async fn start_positions(
     Ok(Starts { positions: plan.positions, floors, moves, log, unreplayable })
 }
 
+/// The pipeline's progress journal ([`crate::progress::journal`]). Exactly-once does
+/// not fsync a commit line on its own: a lost one costs a replay that BigQuery answers
+/// ALREADY_EXISTS, and the next offset entry's fsync takes it along. At-least-once
+/// fsyncs each commit, except with asynchronous progress tracking, which is at-least-once
+/// by its nature.
+fn open_journal(cfg: &KafkaToBqConfig, job_dir: &Path) -> Result<Arc<crate::progress::journal::Journal>> {
+    use crate::progress::Durability;
+    let commits = match (cfg.delivery, cfg.run.progress.async_progress) {
+        (Delivery::ExactlyOnce, _) | (Delivery::AtLeastOnce, true) => Durability::Rotation,
+        (Delivery::AtLeastOnce, false) => Durability::EveryEntry,
+    };
+    Ok(crate::progress::journal::Journal::open(job_dir, commits)?)
+}
+
 /// A job's first start: where `kafkaReadOffset` (or the consumer group) puts each
 /// partition, made durable before anything else can fail (the table's checks, the
 /// identity). A start that fails on the way, and is run again after the fix, reads from
@@ -390,6 +404,7 @@ pub async fn run(
     if !existed {
         record_first_starts(&cfg, &metadata, &job_dir, &partitions).await?;
     }
+    let journal = open_journal(&cfg, &job_dir)?;
     let dest = super::setup::table::prepare(&cfg, endpoints.as_ref(), !existed).await?;
     cfg.table = dest.table.clone();
     let want = JobIdentity {
@@ -424,6 +439,7 @@ pub async fn run(
         moves: starts.moves,
         log: starts.log,
         unreplayable: starts.unreplayable,
+        journal,
         write_client,
         metadata,
         stats: stats.clone(),

@@ -29,6 +29,7 @@
 //! not committed and must be replayed with the same ranges and row offsets.
 
 pub mod async_progress;
+pub mod journal;
 pub mod line;
 
 pub use async_progress::AsyncProgress;
@@ -422,7 +423,21 @@ impl ShardLog {
     }
 
     fn judge(dir: &Path, offsets: Vec<OffsetEntry>, commits: Vec<CommitEntry>) -> Result<Recovery, ProgressError> {
-        match (offsets.last(), commits.last()) {
+        Self::judge_latest(dir, offsets.last(), commits.last())
+    }
+
+    /// Every entry of both logs in `dir`, read only.
+    pub fn read_both(dir: &Path) -> Result<(Vec<OffsetEntry>, Vec<CommitEntry>), ProgressError> {
+        Ok((SegmentedLog::read_dir_log(dir, "offsets.log")?, SegmentedLog::read_dir_log(dir, "commits.log")?))
+    }
+
+    /// Where a shard stands from its newest offset entry and newest commit.
+    pub fn judge_latest(
+        dir: &Path,
+        offsets: Option<&OffsetEntry>,
+        commits: Option<&CommitEntry>,
+    ) -> Result<Recovery, ProgressError> {
+        match (offsets, commits) {
             (None, None) => Ok(Recovery::Fresh),
             (None, Some(c)) => Ok(Recovery::Clean { last: None, commit: c.clone() }),
             (Some(o), None) => Ok(Recovery::Replay(o.clone())),

@@ -18,7 +18,8 @@ use crate::bigquery::write::WriteError;
 use crate::kafka::shared::{Held, Partitions};
 use crate::kafka_to_bq::context::JobCtx;
 use crate::kafka_to_bq::setup::config::{BadRecordPolicy, Delivery};
-use crate::progress::{AsyncProgress, CommitEntry, LogMark, OffsetEntry, ShardLog};
+use crate::progress::journal::ShardJournal;
+use crate::progress::{CommitEntry, LogMark, OffsetEntry};
 use crate::scaling::WorkerSlot;
 use crate::stats::{BatchCounts, Stage, StageSamples};
 use anyhow::{anyhow, Context, Result};
@@ -158,10 +159,8 @@ fn now_ms() -> i64 {
 pub struct Shard {
     id: usize,
     ctx: Arc<JobCtx>,
-    /// The logs (None when asynchronous progress tracking owns them).
-    log: Option<ShardLog>,
-    /// Asynchronous progress tracking, when on.
-    progress: Option<AsyncProgress>,
+    /// Its lines in the pipeline's progress journal.
+    journal: ShardJournal,
     /// The shard's partitions on its worker's consumer.
     reader: Partitions,
     positions: BTreeMap<i32, i64>,
@@ -200,9 +199,6 @@ impl Shard {
                 }
             }
             if draining {
-                if let Some(p) = self.progress.take() {
-                    p.finish()?;
-                }
                 tracing::info!(shard = self.id, worker = self.slot.id, "drained");
                 return Ok(());
             }
@@ -349,7 +345,7 @@ impl Shard {
                     log: cut.log.clone(),
                     ..Default::default()
                 };
-                self.log.as_mut().expect(OWNS_LOGS).log_offsets(&entry)?;
+                self.journal.log_offsets(&entry).await?;
             }
         } else {
             let mut entry = OffsetEntry {
@@ -364,19 +360,18 @@ impl Shard {
                 ..Default::default()
             };
             if ctx.cfg.delivery == Delivery::AtLeastOnce {
-                let dir = ctx.job_dir.join(format!("shard-{:03}", self.id));
-                super::sent::record(&dir, &cut.positions).with_context(|| format!("writing {}", dir.display()))?;
+                self.journal.log_sent(&cut.positions).await?;
             }
             self.write_bq(&mut entry, &cut, &mut mapped, &mapping, replay, &mut counts).await?;
         }
         crate::crash_point!("eo::before_commit_log");
-        self.commit(batch, cut, mapped, counts, t_write)?;
+        self.commit(batch, cut, mapped, counts, t_write).await?;
         crate::crash_point!("eo::after_commit_log");
         Ok(())
     }
 
     /// Step 4: the commit log, the Kafka group commit, counters and latencies.
-    fn commit(
+    async fn commit(
         &mut self,
         batch: u64,
         cut: Cut,
@@ -386,10 +381,7 @@ impl Shard {
     ) -> Result<()> {
         let ctx = self.ctx.clone();
         let entry = CommitEntry { batch, positions: cut.positions.clone(), log: cut.log.clone() };
-        match &self.progress {
-            Some(p) => p.update(entry),
-            None => self.log.as_mut().expect(OWNS_LOGS).log_commit(&entry)?,
-        }
+        self.journal.log_commit(&entry).await?;
         let acked = now_ms();
         self.stages.record(Stage::Write, t_write.elapsed().as_micros() as u64);
         for m in cut.msgs.iter() {
@@ -459,6 +451,3 @@ pub(super) fn is_interrupted(e: &anyhow::Error) -> bool {
     e.chain().any(|c| matches!(c.downcast_ref::<WriteError>(), Some(WriteError::Interrupted { .. })))
 }
 
-/// A shard writes its logs itself except under asynchronous progress tracking, which
-/// only applies to at-least-once, where the shard writes no offset entries.
-const OWNS_LOGS: &str = "the shard owns its logs unless asynchronous progress tracking (at-least-once) does";

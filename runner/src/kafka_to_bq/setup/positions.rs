@@ -14,7 +14,7 @@
 
 use crate::kafka::gaps::{self, Discontinuity, GapPolicy, Skipped};
 use crate::kafka::lineage::EpochPosition;
-use crate::progress::{LogMark, OffsetEntry, Recovery, ShardLog};
+use crate::progress::{LogMark, OffsetEntry, Recovery};
 use crate::stats::{JobStats, LostRange};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -249,14 +249,13 @@ pub struct ShardPoint {
     pub replay: Option<OffsetEntry>,
 }
 
-/// Every shard's place in the job's checkpoint (shards that never logged are left out).
+/// Every shard's place in the job's checkpoint (shards that never logged are left out),
+/// from its progress journal (or the shards' own logs of an older flexrun).
 pub fn read_checkpoint(job_dir: &Path) -> Result<Vec<ShardPoint>, crate::progress::ProgressError> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(job_dir) else { return Ok(out) };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(shard) = name.strip_prefix("shard-").and_then(|n| n.parse::<usize>().ok()) else { continue };
-        let point = match ShardLog::peek(&e.path())? {
+    for (shard, latest) in crate::progress::journal::peek(job_dir)? {
+        let shard = shard as usize;
+        let point = match latest.recovery(job_dir)? {
             Recovery::Fresh => continue,
             Recovery::Clean { commit, .. } => {
                 ShardPoint { shard, batch: commit.batch, positions: commit.positions, log: commit.log, replay: None }
@@ -271,7 +270,6 @@ pub fn read_checkpoint(job_dir: &Path) -> Result<Vec<ShardPoint>, crate::progres
         };
         out.push(point);
     }
-    out.sort_by_key(|p| p.shard);
     Ok(out)
 }
 

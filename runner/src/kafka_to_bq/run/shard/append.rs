@@ -8,7 +8,7 @@
 //!
 //! Both recoveries keep the batch's offsets, which is why they live beside the loop.
 
-use super::{refused_without_dlq, Shard, OWNS_LOGS};
+use super::{refused_without_dlq, Shard};
 use crate::bigquery::rows::Rows;
 use crate::bigquery::target::RetryCtl;
 use crate::kafka_to_bq::context::{JobCtx, Mapping};
@@ -18,7 +18,8 @@ use crate::kafka_to_bq::run::writer::{
     SideOffsets, Step, Targets, Which, Writer,
 };
 use crate::kafka_to_bq::setup::config::{BadRecordPolicy, Delivery};
-use crate::progress::{DigestKind, OffsetEntry, ShardLog};
+use crate::progress::journal::ShardJournal;
+use crate::progress::{DigestKind, OffsetEntry};
 use crate::stats::BatchCounts;
 use anyhow::{bail, Result};
 
@@ -122,7 +123,7 @@ impl Shard {
                 }
             }
             if exactly && replay.is_none_or(|r| r != &*entry) {
-                log_entry(self.log.as_mut().expect(OWNS_LOGS), entry, !first)?;
+                log_entry(&self.journal, entry, !first).await?;
             }
             first = false;
             let targets = Targets { main: &mut bq.main, side: &mut bq.side, dlq: bq.dlq.as_mut() };
@@ -154,9 +155,9 @@ impl Shard {
 
 /// Log the entry before its rows are sent (exactly-once); `relog` after a recovery
 /// changed where the rows go.
-fn log_entry(log: &mut ShardLog, entry: &OffsetEntry, relog: bool) -> Result<()> {
+async fn log_entry(journal: &ShardJournal, entry: &OffsetEntry, relog: bool) -> Result<()> {
     crate::crash_point!("eo::before_offset_log");
-    log.log_offsets(entry)?;
+    journal.log_offsets(entry).await?;
     crate::crash_point!("eo::after_offset_log");
     if relog {
         crate::crash_point!("eo::after_relog_before_append");

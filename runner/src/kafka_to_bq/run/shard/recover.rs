@@ -13,7 +13,8 @@ use crate::kafka_to_bq::run::records::Records;
 use crate::kafka_to_bq::run::writer::{new_stream, open_writer, BqWriter, Writer};
 use crate::kafka_to_bq::setup::config::Delivery;
 use crate::kafka_to_bq::setup::positions::Unreplayable;
-use crate::progress::{AsyncProgress, CommitEntry, LogMark, OffsetEntry, Recovery, ShardLog};
+use crate::progress::journal::ShardJournal;
+use crate::progress::{CommitEntry, LogMark, OffsetEntry, Recovery};
 use crate::scaling::WorkerSlot;
 use crate::stats::LostRange;
 use crate::stats::StageSamples;
@@ -128,7 +129,7 @@ async fn settle_unreplayable(
     shard: usize,
     e: &OffsetEntry,
     u: &Unreplayable,
-    log: &mut ShardLog,
+    journal: &ShardJournal,
     retry: &mut RetryCtl,
 ) -> Result<CommitEntry> {
     let outcome = landed(ctx, e, retry).await?;
@@ -174,8 +175,7 @@ async fn settle_unreplayable(
             commit.log.epochs.remove(p);
         }
     }
-    log.log_commit(&commit)?;
-    log.sync_commits()?;
+    journal.log_commit_synced(&commit).await?;
     tracing::error!(job = %ctx.cfg.job_name, shard, batch = e.batch, why = %u.why, landed = ?outcome, positions = ?commit.positions, "an uncommitted batch cannot be read again as logged; offsetGapPolicy=SKIP settled it by its streams' row counts");
     Ok(commit)
 }
@@ -190,17 +190,12 @@ impl Shard {
         (slot, consumer): (Arc<WorkerSlot>, Arc<SharedConsumer>),
         stop: watch::Receiver<bool>,
     ) -> Result<Shard> {
-        let dir = ctx.job_dir.join(format!("shard-{id:03}"));
-        let mut log = ShardLog::open_with(&dir, ctx.cfg.run.progress.purge)?;
-        if ctx.cfg.delivery == Delivery::ExactlyOnce {
-            // A lost commit entry costs a replay that BigQuery answers ALREADY_EXISTS.
-            log = log.with_commits_synced_on_rotation();
-        }
+        let journal = ctx.journal.shard(id);
         let mut retry = RetryCtl { stop, stats: ctx.stats.clone() };
-        let recovery = match log.recover()? {
+        let recovery = match journal.recovery()? {
             Recovery::Replay(e) if ctx.unreplayable(id, e.batch).is_some() => {
                 let u = ctx.unreplayable(id, e.batch).expect("checked above").clone();
-                let commit = settle_unreplayable(&ctx, id, &e, &u, &mut log, &mut retry).await?;
+                let commit = settle_unreplayable(&ctx, id, &e, &u, &journal, &mut retry).await?;
                 Recovery::Clean { last: None, commit }
             }
             r => r,
@@ -208,7 +203,7 @@ impl Shard {
         let Resumed { mut positions, log_mark, last, replay, next_batch } = resume(&ctx, &partitions, &recovery);
         crate::kafka::gaps::simulate_cut_log(&mut positions);
         if ctx.cfg.delivery == Delivery::AtLeastOnce && ctx.write_client.is_some() {
-            let n = crate::kafka_to_bq::run::sent::possibly_resent(&dir, &positions);
+            let n = crate::kafka_to_bq::run::sent::possibly_resent(journal.sent().as_ref(), &positions);
             match (n, &ctx.cfg.cdc) {
                 (0, _) => {}
                 // A change applied twice by key, with its sequence number, leaves the same row.
@@ -237,16 +232,10 @@ impl Shard {
             None => consumer.take(&positions)?,
         };
         let writer = open_writer(&ctx, id, last.as_ref(), replay.is_some(), &mut retry).await?;
-        let (log, progress) = if ctx.cfg.run.progress.async_progress && ctx.cfg.delivery == Delivery::AtLeastOnce {
-            (None, Some(AsyncProgress::start(log, ctx.cfg.run.progress.interval)))
-        } else {
-            (Some(log), None)
-        };
         let mut shard = Shard {
             id,
             ctx,
-            log,
-            progress,
+            journal,
             reader,
             positions,
             log_mark,
@@ -355,8 +344,7 @@ impl Shard {
         if ctx.cfg.source.gap_policy == crate::kafka::gaps::GapPolicy::Fail {
             bail!(u.refusal(&ctx.cfg.job_name, &ctx.cfg.source.topic, self.id));
         }
-        let log = self.log.as_mut().expect(super::OWNS_LOGS);
-        let commit = settle_unreplayable(&ctx, self.id, e, &u, log, &mut self.retry).await?;
+        let commit = settle_unreplayable(&ctx, self.id, e, &u, &self.journal, &mut self.retry).await?;
         self.writer = open_writer(&ctx, self.id, None, false, &mut self.retry).await?;
         for (p, pos) in &commit.positions {
             if let Some(at) = self.positions.get_mut(p) {
