@@ -286,6 +286,11 @@ pub struct LostRange {
     pub to: Option<i64>,
     /// Why.
     pub why: String,
+    /// For a topic recreated: the topic id found in its place. Logs the topic had in
+    /// between, created and deleted while the job was not running, were never seen by
+    /// it: their records are lost too, and no job can count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<String>,
 }
 
 /// Append `lines` to `path` as JSON lines and fsync.

@@ -170,12 +170,14 @@ async fn start_positions(
 /// fsyncs each commit, except with asynchronous progress tracking, which is at-least-once
 /// by its nature.
 fn open_journal(cfg: &KafkaToBqConfig, job_dir: &Path) -> Result<Arc<crate::progress::journal::Journal>> {
-    use crate::progress::Durability;
-    let commits = match (cfg.delivery, cfg.run.progress.async_progress) {
-        (Delivery::ExactlyOnce, _) | (Delivery::AtLeastOnce, true) => Durability::Rotation,
-        (Delivery::AtLeastOnce, false) => Durability::EveryEntry,
+    use crate::progress::{journal::CommitMode, Durability};
+    let p = &cfg.run.progress;
+    let mode = match (cfg.delivery, p.async_progress) {
+        (Delivery::ExactlyOnce, _) => CommitMode::Each(Durability::Rotation),
+        (Delivery::AtLeastOnce, true) => CommitMode::Every(p.interval),
+        (Delivery::AtLeastOnce, false) => CommitMode::Each(Durability::EveryEntry),
     };
-    Ok(crate::progress::journal::Journal::open(job_dir, commits)?)
+    Ok(crate::progress::journal::Journal::open(job_dir, mode)?)
 }
 
 /// A job's first start: where `kafkaReadOffset` (or the consumer group) puts each
@@ -247,6 +249,7 @@ fn recreated_topic(
                 from: *pos,
                 to: None,
                 why,
+                replaced_by: now.map(str::to_string),
             });
         }
     });

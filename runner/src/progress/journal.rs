@@ -198,6 +198,20 @@ struct Request {
     done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
+/// How shards' commit lines reach the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// Each one is written before the shard goes on, and fsynced as the durability says.
+    Each(Durability),
+    /// Asynchronous progress tracking (at-least-once only), as Spark's: a shard hands
+    /// over its latest commit and goes on; the writer persists the latest of every shard
+    /// each interval, off the batch's path. A crash replays at most about one interval.
+    Every(std::time::Duration),
+}
+
+/// Each shard's latest commit not yet written ([`CommitMode::Every`]).
+type Pending = Arc<Mutex<BTreeMap<u32, CommitEntry>>>;
+
 /// The journal of one pipeline: its writer thread and every shard's latest lines.
 pub struct Journal {
     dir: PathBuf,
@@ -206,7 +220,8 @@ pub struct Journal {
     /// Each shard's latest lines as written (a shard moved to another worker recovers
     /// from here, where its last owner left it).
     latest: Arc<Mutex<BTreeMap<u32, Latest>>>,
-    commits: Durability,
+    pending: Pending,
+    mode: CommitMode,
 }
 
 /// A shard's handle on its pipeline's journal (cheap to clone).
@@ -219,8 +234,8 @@ pub struct ShardJournal {
 impl Journal {
     /// Open (creating, or moving an older pipeline's shard logs into it) the journal of
     /// the pipeline in `pipeline`, cut a torn tail off its newest segment, and start its
-    /// writer. `commits` says whether commit lines are fsynced.
-    pub fn open(pipeline: &Path, commits: Durability) -> Result<Arc<Journal>, ProgressError> {
+    /// writer. `mode` says how commit lines are written.
+    pub fn open(pipeline: &Path, mode: CommitMode) -> Result<Arc<Journal>, ProgressError> {
         let dir = pipeline.join(DIR);
         fs::create_dir_all(&dir).map_err(io(&dir))?;
         if segments(&dir)?.is_empty() {
@@ -238,20 +253,19 @@ impl Journal {
         }
         File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir))?;
         let old: Vec<PathBuf> = segs.iter().filter(|(m, _)| *m != n).map(|(_, p)| p.clone()).collect();
-        let latest = Arc::new(Mutex::new(recovered));
+        let (latest, pending) = (Arc::new(Mutex::new(recovered)), Pending::default());
         let w = Writer { dir: dir.clone(), file, path, n, bytes: good, latest: latest.clone(), old };
         let (tx, rx) = mpsc::channel::<Request>();
+        let every = match mode {
+            CommitMode::Every(d) => Some((d, pending.clone())),
+            CommitMode::Each(_) => None,
+        };
         let writer = std::thread::Builder::new()
             .name("progress-journal".into())
-            .spawn(move || w.run(rx))
+            .spawn(move || w.run(rx, every))
             .map_err(io(&dir))?;
-        Ok(Arc::new(Journal {
-            dir,
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
-            latest,
-            commits,
-        }))
+        let (tx, writer) = (Mutex::new(Some(tx)), Mutex::new(Some(writer)));
+        Ok(Arc::new(Journal { dir, tx, writer, latest, pending, mode }))
     }
 
     /// A shard's handle.
@@ -261,7 +275,10 @@ impl Journal {
 
     /// Where shard `shard` stands: what its last owner left (in this run or before).
     pub fn recovery(&self, shard: usize) -> Result<Recovery, ProgressError> {
-        let l = self.latest.lock().expect("journal state").get(&(shard as u32)).cloned().unwrap_or_default();
+        let mut l = self.latest.lock().expect("journal state").get(&(shard as u32)).cloned().unwrap_or_default();
+        if let Some(c) = self.pending.lock().expect("journal pending").get(&(shard as u32)) {
+            l.commit = Some(c.clone());
+        }
         l.recovery(&self.dir)
     }
 
@@ -305,8 +322,15 @@ impl ShardJournal {
 
     /// Append a commit entry and wait until it is written (and fsynced, unless commits
     /// are fsynced only with other lines: [`Durability::Rotation`]).
+    /// Under [`CommitMode::Every`] it is only handed over, to be written at the next tick.
     pub async fn log_commit(&self, e: &CommitEntry) -> Result<(), ProgressError> {
-        let sync = self.journal.commits == Durability::EveryEntry;
+        let sync = match self.journal.mode {
+            CommitMode::Every(_) => {
+                self.journal.pending.lock().expect("journal pending").insert(self.shard, e.clone());
+                return Ok(());
+            }
+            CommitMode::Each(d) => d == Durability::EveryEntry,
+        };
         self.journal.submit(self.shard, Body::Commit(e.clone()), sync).await
     }
 
@@ -346,12 +370,23 @@ struct Writer {
 
 impl Writer {
     /// Take every request waiting, write them at once, fsync once if any asks, answer.
-    fn run(mut self, rx: mpsc::Receiver<Request>) {
+    /// With `every`, also write the shards' pending commits each interval, and at the end.
+    fn run(mut self, rx: mpsc::Receiver<Request>, every: Option<(std::time::Duration, Pending)>) {
         // Closing: whatever was written without an fsync (commit lines) is made durable.
         let _sync_at_close = SyncOnDrop(self.file.try_clone().ok());
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            batch.extend(rx.try_iter());
+        let tick = every.as_ref().map_or(std::time::Duration::from_secs(3600), |(d, _)| *d);
+        let mut next = std::time::Instant::now() + tick;
+        loop {
+            let first = match rx.recv_timeout(next.saturating_duration_since(std::time::Instant::now())) {
+                Ok(r) => Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch: Vec<Request> = first.into_iter().chain(rx.try_iter()).collect();
+            if std::time::Instant::now() >= next {
+                next = std::time::Instant::now() + tick;
+                self.flush_pending(every.as_ref().map(|(_, p)| p));
+            }
             let result = self.write(&mut batch).map_err(|e| e.to_string());
             if let Err(e) = &result {
                 tracing::error!(path = %self.path.display(), error = %e, "the progress journal could not be written");
@@ -360,21 +395,40 @@ impl Writer {
                 let _ = r.done.send(result.clone());
             }
         }
+        self.flush_pending(every.as_ref().map(|(_, p)| p));
+    }
+
+    /// Write (and fsync) every shard's pending commit ([`CommitMode::Every`]).
+    fn flush_pending(&mut self, pending: Option<&Pending>) {
+        let Some(p) = pending else { return };
+        let taken = std::mem::take(&mut *p.lock().expect("journal pending"));
+        if taken.is_empty() {
+            return;
+        }
+        let lines: Vec<(u32, Body)> = taken.into_iter().map(|(s, c)| (s, Body::Commit(c))).collect();
+        let buf = lines.iter().flat_map(|(s, b)| encode_line(&JournalLine::new(*s, b.clone()))).collect();
+        if let Err(e) = self.write_lines(lines, buf, true) {
+            tracing::error!(path = %self.path.display(), error = %e, "the progress journal could not be written");
+        }
     }
 
     fn write(&mut self, batch: &mut [Request]) -> Result<(), ProgressError> {
-        let mut buf = Vec::with_capacity(batch.iter().map(|r| r.lines.len()).sum());
-        let mut sync = false;
-        for r in batch.iter() {
-            buf.extend_from_slice(&r.lines);
-            sync |= r.sync;
+        if batch.is_empty() {
+            return Ok(());
         }
+        let sync = batch.iter().any(|r| r.sync);
+        let buf = batch.iter().flat_map(|r| r.lines.iter().copied()).collect();
+        let lines = batch.iter_mut().map(|r| (r.shard, std::mem::replace(&mut r.body, Body::Sent(BTreeMap::new()))));
+        self.write_lines(lines.collect(), buf, sync)
+    }
+
+    /// Write `buf` (the encoded `lines`), note each shard's latest, fsync if `sync`.
+    fn write_lines(&mut self, lines: Vec<(u32, Body)>, buf: Vec<u8>, sync: bool) -> Result<(), ProgressError> {
         self.file.write_all(&buf).map_err(io(&self.path))?;
         // Recorded once written: a shard's next owner recovers from what its last one wrote.
         let mut latest = self.latest.lock().expect("journal state");
-        for r in batch.iter_mut() {
-            let body = std::mem::replace(&mut r.body, Body::Sent(BTreeMap::new()));
-            latest.entry(r.shard).or_default().take(body);
+        for (shard, body) in lines {
+            latest.entry(shard).or_default().take(body);
         }
         drop(latest);
         self.bytes += buf.len() as u64;
@@ -473,7 +527,7 @@ mod tests {
     fn each_shard_recovers_exactly_its_own_entries() {
         let d = tempfile::tempdir().unwrap();
         rt().block_on(async {
-            let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+            let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
             let (a, b) = (j.shard(0), j.shard(7));
             a.log_offsets(&entry(1, 0)).await.unwrap();
             a.log_commit(&commit(1, 0)).await.unwrap();
@@ -482,10 +536,36 @@ mod tests {
             b.log_offsets(&entry(2, 7)).await.unwrap();
             j.close();
         });
-        let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+        let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
         assert!(matches!(j.recovery(0).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 1));
         assert_eq!(j.recovery(7).unwrap(), Recovery::Replay(entry(2, 7)));
         assert_eq!(j.recovery(3).unwrap(), Recovery::Fresh);
+    }
+
+    /// Asynchronous commits: only each shard's latest is written per tick, a moved shard
+    /// recovers from the one not yet written, and closing writes what is pending.
+    #[test]
+    fn async_commits_write_the_latest_per_interval_and_at_close() {
+        let d = tempfile::tempdir().unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        rt().block_on(async {
+            let j = Journal::open(d.path(), CommitMode::Every(hour)).unwrap();
+            let a = j.shard(0);
+            for b in 1..=5 {
+                a.log_commit(&commit(b, 0)).await.unwrap();
+            }
+            assert!(matches!(j.recovery(0).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 5));
+            assert_eq!(
+                peek(d.path()).unwrap().get(&0).and_then(|l| l.commit.clone()),
+                None,
+                "not written before a tick"
+            );
+            j.close();
+        });
+        let commits = fs::read_to_string(segment_path(&d.path().join(DIR), 1)).unwrap().matches("\"commit\"").count();
+        assert_eq!(commits, 1, "one line for five batches");
+        let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
+        assert!(matches!(j.recovery(0).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 5));
     }
 
     /// Many shards logging at once share fsyncs: each waits for its own line to be
@@ -494,7 +574,7 @@ mod tests {
     fn concurrent_shards_are_group_committed_and_all_recover() {
         let d = tempfile::tempdir().unwrap();
         rt().block_on(async {
-            let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+            let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
             let mut tasks = Vec::new();
             for s in 0..64 {
                 let sj = j.shard(s);
@@ -513,7 +593,10 @@ mod tests {
         let latest = peek(d.path()).unwrap();
         assert_eq!(latest.len(), 64);
         for (s, l) in latest {
-            assert!(matches!(l.recovery(d.path()).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 20), "shard {s}");
+            assert!(
+                matches!(l.recovery(d.path()).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 20),
+                "shard {s}"
+            );
         }
     }
 
@@ -522,7 +605,7 @@ mod tests {
     fn a_torn_tail_is_cut_and_the_next_line_starts_clean() {
         let d = tempfile::tempdir().unwrap();
         rt().block_on(async {
-            let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+            let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
             j.shard(0).log_offsets(&entry(1, 0)).await.unwrap();
             j.close();
         });
@@ -531,12 +614,12 @@ mod tests {
         OpenOptions::new().append(true).open(&seg).unwrap().write_all(&torn[..torn.len() / 2]).unwrap();
         assert_eq!(peek(d.path()).unwrap()[&0].offsets, Some(entry(1, 0)), "peek skips the torn line");
         rt().block_on(async {
-            let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+            let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
             assert_eq!(j.recovery(0).unwrap(), Recovery::Replay(entry(1, 0)));
             j.shard(0).log_commit(&commit(1, 0)).await.unwrap();
             j.close();
         });
-        let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+        let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
         assert!(matches!(j.recovery(0).unwrap(), Recovery::Clean { commit, .. } if commit.batch == 1));
     }
 
@@ -547,7 +630,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let big = |b: u64, p: i32| OffsetEntry { rejected: vec![(p, 0, "x".repeat(200_000))], ..entry(b, p) };
         rt().block_on(async {
-            let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+            let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
             for b in 1..=400u64 {
                 let s = j.shard((b % 3) as usize);
                 s.log_offsets(&big(b, (b % 3) as i32)).await.unwrap();
@@ -561,7 +644,10 @@ mod tests {
         assert!(bytes < 2 * SEGMENT_BYTES, "{bytes} bytes");
         let latest = peek(d.path()).unwrap();
         for (s, want) in [(0u32, 399u64), (1, 400), (2, 398)] {
-            assert!(matches!(latest[&s].recovery(d.path()).unwrap(), Recovery::Clean { ref commit, .. } if commit.batch == want), "shard {s}");
+            assert!(
+                matches!(latest[&s].recovery(d.path()).unwrap(), Recovery::Clean { ref commit, .. } if commit.batch == want),
+                "shard {s}"
+            );
         }
     }
 
@@ -575,7 +661,7 @@ mod tests {
         old.log_offsets(&entry(2, 2)).unwrap();
         drop(old);
         fs::write(d.path().join("shard-002/sent.json"), br#"{"2": 30}"#).unwrap();
-        let j = Journal::open(d.path(), Durability::Rotation).unwrap();
+        let j = Journal::open(d.path(), CommitMode::Each(Durability::Rotation)).unwrap();
         assert_eq!(j.recovery(2).unwrap(), Recovery::Replay(entry(2, 2)));
         assert_eq!(j.sent(2), Some(BTreeMap::from([(2, 30)])));
         assert!(!d.path().join("shard-002").exists(), "moved, then removed");

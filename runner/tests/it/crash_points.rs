@@ -342,35 +342,42 @@ async fn at_least_once_resends_only_the_refused_requests_good_rows() {
     assert_eq!((rows, dl), (5, 1), "rows 0 and 2-5 once each, row 1 dead-lettered: {j}");
 }
 
-/// What a power cut can take from the commit log, which is not fsynced (issue 29, step
-/// 7): its last entry, written to the page cache and lost. Returns the batch it named.
+/// What a power cut can take from the progress journal, whose commit entries are not
+/// fsynced (issue 29, step 7): shard 0's last commit entry, written to the page cache and
+/// lost. Returns the batch it named.
 fn lose_the_last_commit_entry(ck: &std::path::Path) -> u64 {
-    let segment = newest_segment(ck, "commits.log");
+    let segment = newest_journal_segment(ck);
     let text = std::fs::read_to_string(&segment).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
-    let last = lines.pop().expect("an entry");
-    let json = last.split_once(' ').map_or(last, |(_, j)| j);
-    let batch = serde_json::from_str::<serde_json::Value>(json).unwrap()["batch"].as_u64().unwrap();
+    let at = lines.iter().rposition(|l| shard0_entry(l, "commit").is_some()).expect("a commit entry of shard 0");
+    let batch = shard0_entry(lines.remove(at), "commit").unwrap()["batch"].as_u64().unwrap();
     let kept: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(&segment, kept).unwrap();
     batch
 }
 
-/// The newest non-empty segment of log `name` (`commits.log`, `offsets.log`) of the job's
-/// shard 0.
-fn newest_segment(ck: &std::path::Path, name: &str) -> std::path::PathBuf {
-    let shard = std::fs::read_dir(ck)
+/// The `kind` (`offsets`, `commit`) entry of journal line `line`, if it is shard 0's.
+fn shard0_entry(line: &str, kind: &str) -> Option<serde_json::Value> {
+    let json = line.split_once(' ').map_or(line, |(_, j)| j);
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    (v["shard"] == 0 && !v[kind].is_null()).then(|| v[kind].clone())
+}
+
+/// The newest non-empty segment of the job's progress journal
+/// (`<ck>/<job>/progress/progress.log.NNNNNNNNNN`).
+fn newest_journal_segment(ck: &std::path::Path) -> std::path::PathBuf {
+    let journal = std::fs::read_dir(ck)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("progress"))
+        .find(|p| p.is_dir())
+        .expect("the job's progress journal");
+    std::fs::read_dir(&journal)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find_map(|job| std::fs::read_dir(&job).ok()?.map(|e| e.unwrap().path()).find(|p| p.ends_with("shard-000")))
-        .expect("the job's shard-000 directory");
-    std::fs::read_dir(&shard)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(name))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("progress.log."))
         .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
         .max()
-        .unwrap_or_else(|| panic!("a {name} segment with entries"))
+        .expect("a journal segment with entries")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,11 +405,10 @@ async fn a_commit_entry_lost_behind_a_later_offset_entry_loses_and_repeats_nothi
     assert_eq!((o.replayed, o.already_existed), (1, 0), "only the logged batch is replayed; nothing of it had landed");
 }
 
-/// The newest offset-log entry of the job's shard 0, as JSON.
+/// The newest offset entry of the job's shard 0, as JSON.
 fn last_offset_entry(ck: &std::path::Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(newest_segment(ck, "offsets.log")).unwrap();
-    let last = text.lines().last().expect("an entry");
-    serde_json::from_str(last.split_once(' ').map_or(last, |(_, j)| j)).unwrap()
+    let text = std::fs::read_to_string(newest_journal_segment(ck)).unwrap();
+    text.lines().rev().find_map(|l| shard0_entry(l, "offsets")).expect("an offset entry of shard 0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

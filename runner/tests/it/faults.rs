@@ -250,32 +250,30 @@ async fn a_torn_log_tail_is_cut_and_the_job_resumes_exactly_once() {
     let ck = tempfile::tempdir().unwrap();
     let params = f.params(&s, "");
     assert!(run_job("torn", ck.path(), &params, "1s", &["--batch-rows", "500"]).status.success());
-    let shard = ck.path().join("torn/shard-000");
-    for log in ["offsets.log", "commits.log"] {
-        let seg = std::fs::read_dir(&shard)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(log))
-            .max()
-            .unwrap();
-        use std::io::Write;
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&seg)
-            .unwrap()
-            .write_all(b"1a2b3c4d {\"batch\":99,\"ran")
-            .unwrap();
-    }
+    let journal = ck.path().join("torn/progress");
+    let seg = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("progress.log."))
+        .max()
+        .unwrap();
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&seg)
+        .unwrap()
+        .write_all(b"1a2b3c4d {\"shard\":0,\"offsets\":{\"batch\":99,\"ran")
+        .unwrap();
     f.produce(&s, 3000, 3000, None).await;
     let o = run_job("torn", ck.path(), &params, "1s", &["--batch-rows", "500"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cutting a torn entry"), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cutting a torn line"), "{}", text(&o));
     // A third run reads every entry the second one wrote after the cut: it finds its
     // position there, so it reads nothing again, replays nothing and cuts nothing.
     let (sum, sum_s) = summary_arg(ck.path());
     let o = run_job("torn", ck.path(), &params, "1s", &["--summary-json", &sum_s]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("cutting a torn entry"), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("cutting a torn line"), "{}", text(&o));
     let j = summary(&sum);
     assert_eq!(
         (j["summary"]["messages_read"].as_u64(), j["summary"]["replayed_batches"].as_u64()),

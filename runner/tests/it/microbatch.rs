@@ -301,7 +301,7 @@ fn bad_microbatch_parameters_exit_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("writeBootstrapServerAndTopic"), "{}", text(&o));
 }
 
-/// Whether any commit log under `dir` holds an entry.
+/// Whether any commit log (kafka-to-kafka keeps one per shard) under `dir` holds an entry.
 fn commit_persisted(dir: &std::path::Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else { return false };
     entries.flatten().any(|e| {

@@ -53,25 +53,27 @@ async fn a_crash_under_async_progress_replays_at_most_an_interval_and_loses_noth
     assert!(dups <= 4_000 + 2_000, "replayed {dups} messages: more than one 1 s interval's worth");
 }
 
-/// For every shard, the differences between consecutive batch ids in its commit log
-/// (entries are `<crc32c hex> <JSON>` lines, in segments `commits.log.<first batch>`).
+/// For every shard, the differences between consecutive batch ids of its commit entries
+/// in the pipeline's journal (lines `<crc32c hex> {"shard": n, "commit": {..}}`, in
+/// segments `progress/progress.log.NNNNNNNNNN`).
 fn commit_log_batch_gaps(job_dir: &std::path::Path) -> Vec<u64> {
-    let mut gaps = Vec::new();
-    for shard in std::fs::read_dir(job_dir).unwrap().map(|e| e.unwrap().path()) {
-        if !shard.file_name().unwrap().to_string_lossy().starts_with("shard-") {
+    let mut by_shard: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for seg in std::fs::read_dir(job_dir.join("progress")).unwrap().map(|e| e.unwrap().path()) {
+        if !seg.file_name().unwrap().to_string_lossy().starts_with("progress.log.") {
             continue;
         }
-        let mut batches: Vec<u64> = std::fs::read_dir(&shard)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("commits.log"))
-            .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
-            .filter_map(|l| {
-                let json = l.split_once(' ').map_or(l.as_str(), |(_, j)| j);
-                serde_json::from_str::<serde_json::Value>(json).ok()?["batch"].as_u64()
-            })
-            .collect();
+        for l in std::fs::read_to_string(&seg).unwrap().lines() {
+            let json = l.split_once(' ').map_or(l, |(_, j)| j);
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else { continue };
+            if let (Some(shard), Some(batch)) = (v["shard"].as_u64(), v["commit"]["batch"].as_u64()) {
+                by_shard.entry(shard).or_default().push(batch);
+            }
+        }
+    }
+    let mut gaps = Vec::new();
+    for batches in by_shard.values_mut() {
         batches.sort_unstable();
+        batches.dedup();
         gaps.extend(batches.windows(2).map(|w| w[1] - w[0]));
     }
     gaps

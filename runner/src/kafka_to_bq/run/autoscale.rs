@@ -265,6 +265,7 @@ fn note_read_from_the_new_log(ctx: &JobCtx, new_id: &str) {
                 from: 0,
                 to: Some(*pos),
                 why: "the topic was recreated while the job ran: read from the new log before it was seen".into(),
+                replaced_by: None,
             });
         }
     });
@@ -300,7 +301,8 @@ async fn discover_partitions(ctx: &Arc<JobCtx>, partitions: &mut Vec<i32>, pool:
     let mut from: std::collections::BTreeMap<i32, i64> = new.iter().map(|p| (*p, 0)).collect();
     let found = crate::kafka::gaps::check(&from, &marks);
     let (job, topic) = (&ctx.cfg.job_name, &ctx.cfg.source.topic);
-    let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut from, job, topic).map_err(anyhow::Error::msg)?;
+    let skipped = crate::kafka::gaps::apply(ctx.cfg.source.gap_policy, &found, &mut from, job, topic)
+        .map_err(anyhow::Error::msg)?;
     positions::note_skipped(&ctx.stats, skipped, (topic, ctx.log.topic_id.as_deref()), &found);
     // Saved before any shard reads them: a shard that dies before its first commit
     // must resume here after a restart, not at the partition's latest offset.

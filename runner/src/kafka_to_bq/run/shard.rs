@@ -450,4 +450,3 @@ fn refused_without_dlq(
 pub(super) fn is_interrupted(e: &anyhow::Error) -> bool {
     e.chain().any(|c| matches!(c.downcast_ref::<WriteError>(), Some(WriteError::Interrupted { .. })))
 }
-

@@ -225,7 +225,15 @@ pub fn note_skipped(
                 let why = "deleted before it was read".to_string();
                 let topic_id = topic_id.map(str::to_string);
                 let (from, to) = (*from, Some(*earliest));
-                let range = LostRange { topic: topic.to_string(), topic_id, partition: *partition, from, to, why };
+                let range = LostRange {
+                    topic: topic.to_string(),
+                    topic_id,
+                    partition: *partition,
+                    from,
+                    to,
+                    why,
+                    replaced_by: None,
+                };
                 r.note_lost(range);
             }
         }

@@ -384,6 +384,7 @@ impl World {
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         self.excuses.recreated.insert(old.clone());
+        self.excuses.lineage.entry(job).or_insert_with(|| vec![old.clone()]).push(new.clone());
         self.jobs.get_mut(&job).unwrap().topic_id = new.clone();
         self.note(format!("  {topic}: id {old} -> {new}"));
     }
@@ -481,6 +482,7 @@ impl World {
                     from: l.range.from,
                     to: l.range.to,
                     why: l.range.why,
+                    replaced_by: l.range.replaced_by,
                 });
             }
         }

@@ -242,6 +242,7 @@ impl Round<'_> {
                         from: *a,
                         to: Some(*b),
                         why: "a batch sent again to a new stream after its stream was gone".into(),
+                        replaced_by: None,
                     });
                 }
             });

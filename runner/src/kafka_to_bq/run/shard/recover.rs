@@ -143,6 +143,7 @@ async fn settle_unreplayable(
         from,
         to: Some(to),
         why: why.into(),
+        replaced_by: None,
     };
     ctx.stats.note(|r| {
         r.batches_abandoned += 1;
