@@ -534,8 +534,12 @@ impl Batches<'_> {
         self.items.get(key).expect("every planned key was read (checked when the plan was loaded)")
     }
 
+    /// The ledger rows of `b`, naming the job the user runs (not a topic's pipeline of
+    /// it, `<job>.<topic>`): a replay killed while the job read one topic is finished
+    /// with the same rows after it became a list (lifecycle checker, seed 2056).
     fn ledger_rows(&self, b: &Batch) -> Rows {
         let p = self.plan;
+        let job = self.cfg.parent.as_deref().unwrap_or(&self.cfg.job_name);
         b.fates
             .iter()
             .zip(&p.keys[b.lo..b.hi])
@@ -545,7 +549,7 @@ impl Batches<'_> {
                     Fate::Dropped => Outcome::Dropped,
                     Fate::Failed(_) => return None,
                 };
-                Some(ledger::encode(k, p.started_ms, &self.targets.main.table, &self.cfg.job_name, outcome))
+                Some(ledger::encode(k, p.started_ms, &self.targets.main.table, job, outcome))
             })
             .collect()
     }

@@ -4,12 +4,15 @@
 //! is recorded on the way: each record's log and offset, what the schedule did to the
 //! broker, and a history to print when the check fails.
 
-use super::model::{Excuses, Produced};
+use super::model::{Change, Excuses, Produced};
 use super::schedule::{BqFault, Job, Op, Schedule};
 use crate::common::*;
 use flexrun::bigquery::{rest, TableRef};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +48,27 @@ pub struct JobState {
     /// Whether it has started once (records produced before that are not read: the
     /// template's default `kafkaReadOffset` is `latest`).
     pub started: bool,
+    /// The second topic a topic-list change created: name and id.
+    pub second: Option<(String, String)>,
+    /// Whether the second topic is on the job's list now.
+    pub listed: bool,
+    /// A CDC job: keyed changes, `cdcPrimaryKey=id,cdcSequenceField=version`.
+    pub cdc: bool,
+}
+
+/// The keys the CDC job's changes touch (a bad change gets a key of its own, above).
+const CDC_KEYS: i64 = 24;
+
+/// One record to produce: where, what, and what the model knows of it.
+struct Out {
+    topic: String,
+    topic_id: String,
+    partition: i32,
+    key: String,
+    value: String,
+    op: Option<&'static str>,
+    bad: bool,
+    change: Option<Change>,
 }
 
 /// The schedule's world on the stack.
@@ -65,6 +89,8 @@ pub struct World {
     pub history: Vec<String>,
     next_id: u64,
     runs: u32,
+    rng: StdRng,
+    schedule_partitions: i32,
     /// What the schedule met: crash points reached, kills, FAIL refusals answered.
     pub met: BTreeMap<&'static str, u32>,
 }
@@ -107,19 +133,25 @@ impl World {
             history: Vec::new(),
             next_id: 1,
             runs: 0,
+            rng: StdRng::seed_from_u64(schedule.seed),
+            schedule_partitions: schedule.partitions,
             met: BTreeMap::new(),
         };
 
         std::fs::write(w.dir.path().join("fix.js"), FIX).unwrap();
-        let jobs = if schedule.second_job { vec![Job::A, Job::B] } else { vec![Job::A] };
-        for job in jobs {
+        let jobs = [(Job::A, true), (Job::B, schedule.second_job), (Job::C, schedule.cdc_job)];
+        for job in jobs.iter().filter(|j| j.1).map(|j| j.0) {
             let topic = unique(&format!("{tag}_{job:?}").to_lowercase());
             flexrun::kafka::create_topic(&w.s.kafka, &topic, schedule.partitions).await.expect("create topic");
             let table = TableRef { project: PROJECT.into(), dataset: "it".into(), table: topic.clone() };
-            let c = rest::client(&w.s.bq).await.expect("rest client");
-            answer("create table", rest::ensure_table(&c, &w.s.bq, &table, &flexrun::local::demo_schema()))
-                .await
-                .expect("create table");
+            if job == Job::C {
+                crate::cdc::create_keyed(&w.s, &table).await;
+            } else {
+                let c = rest::client(&w.s.bq).await.expect("rest client");
+                answer("create table", rest::ensure_table(&c, &w.s.bq, &table, &flexrun::local::demo_schema()))
+                    .await
+                    .expect("create table");
+            }
             let topic_id = topic_id(&w.s.kafka, &topic).await;
             let name = unique(&format!("{tag}{job:?}"));
             let st = JobState {
@@ -130,6 +162,9 @@ impl World {
                 topic_id,
                 skip: schedule.skip,
                 started: false,
+                second: None,
+                listed: false,
+                cdc: job == Job::C,
             };
             w.jobs.insert(job, st);
         }
@@ -152,11 +187,6 @@ impl World {
         self.dir.path().join("ck")
     }
 
-    /// The checkpoint directory of `job`'s pipeline.
-    pub fn job_dir(&self, job: Job) -> PathBuf {
-        self.ck().join(&self.jobs[&job].name)
-    }
-
     /// Carry out one operation.
     pub async fn apply(&mut self, op: &Op) {
         self.note(format!("{op:?}"));
@@ -170,6 +200,7 @@ impl World {
             Op::Recreate { job } => self.recreate(*job).await,
             Op::Fault(f) => self.fault(*f),
             Op::Replay { job, crash } => self.replay(*job, *crash),
+            Op::Relist { job, listed } => self.relist(*job, *listed).await,
             Op::Skip { job } => {
                 if let Some(j) = self.jobs.get_mut(job) {
                     j.skip = true;
@@ -179,33 +210,36 @@ impl World {
     }
 
     async fn produce(&mut self, job: Job, good: u32, bad: u32) {
-        let Some(j) = self.jobs.get(&job) else { return };
+        if !self.jobs.contains_key(&job) {
+            return;
+        }
         let p: FutureProducer = flexrun::kafka::Connection::plaintext(&self.s.kafka)
             .client("a producer", &[("enable.idempotence", "true")])
             .expect("a producer");
-        let (topic, parts, topic_id) = (j.topic.clone(), j.partitions, j.topic_id.clone());
-        let mut sent = Vec::new();
+        let mut outs: Vec<(u64, Out)> = Vec::new();
         for k in 0..(good + bad) {
             let id = self.next_id;
             self.next_id += 1;
-            let is_bad = k >= good;
-            let value = match (is_bad, id % 2) {
-                (false, _) => format!(r#"{{"id": {id}, "message": "m{id}"}}"#),
-                (true, 0) => format!("[{id}]"),
-                (true, _) => format!(r#"{{"id": "x-{id}"}}"#),
-            };
-            let partition = (id % parts as u64) as i32;
-            let key = id.to_string();
-            let r = FutureRecord::to(&topic).key(&key).payload(&value).partition(partition);
+            outs.push((id, self.record(job, id, k >= good)));
+        }
+        // A CDC job's changes are sent partly out of sequence order: only the
+        // sequence field says which of two swapped changes is newer.
+        if self.jobs[&job].cdc {
+            for i in (1..outs.len()).step_by(2) {
+                if self.rng.random_bool(0.3) {
+                    outs.swap(i - 1, i);
+                }
+            }
+        }
+        let mut sent = Vec::new();
+        for (id, o) in outs {
+            let mut r = FutureRecord::to(&o.topic).key(&o.key).payload(&o.value).partition(o.partition);
+            if let Some(op) = o.op {
+                r = r.headers(OwnedHeaders::new().insert(Header { key: "op", value: Some(op) }));
+            }
             let d = answer("produce", p.send(r, CALL_LIMIT)).await.map_err(|(e, _)| e).expect("produce");
-            sent.push(Produced {
-                id,
-                job,
-                topic_id: topic_id.clone(),
-                partition: d.partition,
-                offset: d.offset,
-                bad: is_bad,
-            });
+            let (partition, offset, topic_id, bad, change) = (d.partition, d.offset, o.topic_id, o.bad, o.change);
+            sent.push(Produced { id, job, topic_id, partition, offset, bad, change });
         }
         // A job that has not started yet starts at the end of its topic: what it will
         // never read is not in the model.
@@ -219,12 +253,60 @@ impl World {
         }
     }
 
+    /// Record `id` of `job`: to the first topic, or, once there is a second, to either
+    /// by turns; for the CDC job a keyed change (a bad one's id is a string the UDF fixes).
+    fn record(&mut self, job: Job, id: u64, bad: bool) -> Out {
+        let j = &self.jobs[&job];
+        let (topic, topic_id, parts) = match &j.second {
+            Some((t, tid)) if id % 2 == 1 => (t.clone(), tid.clone(), self.schedule_partitions),
+            _ => (j.topic.clone(), j.topic_id.clone(), j.partitions),
+        };
+        if !j.cdc {
+            let value = match (bad, id % 2) {
+                (false, _) => format!(r#"{{"id": {id}, "message": "m{id}"}}"#),
+                (true, 0) => format!("[{id}]"),
+                (true, _) => format!(r#"{{"id": "x-{id}"}}"#),
+            };
+            let partition = (id % parts as u64) as i32;
+            return Out { topic, topic_id, partition, key: id.to_string(), value, op: None, bad, change: None };
+        }
+        let key = if bad { 1000 + id as i64 } else { self.rng.random_range(0..CDC_KEYS) };
+        let delete = !bad && self.rng.random_bool(0.2);
+        let value = match bad {
+            false => format!(r#"{{"id": {key}, "version": {id}, "note": "v{id}"}}"#),
+            true => format!(r#"{{"id": "x-{key}", "version": {id}, "note": "v{id}"}}"#),
+        };
+        let partition = ((key as u64 + id) % parts as u64) as i32;
+        let op = Some(if delete { "DELETE" } else { "UPSERT" });
+        let change = Some(Change { key, delete });
+        Out { topic, topic_id, partition, key: key.to_string(), value, op, bad, change }
+    }
+
+    /// Change `job`'s topic list: its second topic (created the first time) listed or not.
+    async fn relist(&mut self, job: Job, listed: bool) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        if j.second.is_none() {
+            let topic = format!("{}_2", j.topic);
+            flexrun::kafka::create_topic(&self.s.kafka, &topic, self.schedule_partitions).await.expect("create topic");
+            let id = topic_id(&self.s.kafka, &topic).await;
+            self.note(format!("  created {topic} (id {id})"));
+            self.jobs.get_mut(&job).unwrap().second = Some((topic, id));
+        }
+        self.jobs.get_mut(&job).unwrap().listed = listed;
+    }
+
     fn params(&self, job: Job) -> String {
         let j = &self.jobs[&job];
         let mut p = format!(
             "readBootstrapServerAndTopic={};{},messageFormat=JSON,outputTableSpec={},kafkaReadAuthenticationMode=NONE,outputDeadletterTable={},useBigQueryDLQ=true",
             self.s.kafka, j.topic, j.table, self.dlq
         );
+        if let (Some((second, _)), true) = (&j.second, j.listed) {
+            p = p.replacen(&format!(";{},", j.topic), &format!(";{}|{second},", j.topic), 1);
+        }
+        if j.cdc {
+            p.push_str(",cdcPrimaryKey=id,cdcSequenceField=version");
+        }
         if self.streams > 0 {
             p.push_str(&format!(",numStorageWriteApiStreams={}", self.streams));
         }
@@ -439,29 +521,36 @@ impl World {
         }
     }
 
-    /// The end of every schedule: each job run to the end of its topic, its dead letters
-    /// replayed (any killed replay finished), then what each table holds, by id.
-    pub async fn finish(&mut self) -> HashMap<Job, HashMap<u64, u32>> {
+    /// The end of every schedule: each job run to the end of its topics (every topic
+    /// listed), its dead letters replayed (any killed replay finished), then what each
+    /// table holds: by id, or for the CDC job each key's version.
+    pub async fn finish(&mut self) -> (HashMap<Job, HashMap<u64, u32>>, BTreeMap<Job, BTreeMap<i64, i64>>) {
         for job in self.jobs.keys().copied().collect::<Vec<_>>() {
             self.note(format!("final Run {job:?}"));
+            let j = self.jobs.get_mut(&job).unwrap();
+            j.listed = j.second.is_some();
             self.run(job, None).await;
             self.note(format!("final Replay {job:?}"));
             self.replay(job, false);
         }
-        let mut out = HashMap::new();
+        let (mut counts, mut states) = (HashMap::new(), BTreeMap::new());
         for (job, j) in &self.jobs {
+            if j.cdc {
+                states.insert(*job, crate::cdc::state(&self.s, &j.table).await);
+                continue;
+            }
             let sql = format!(
                 "SELECT id, COUNT(*) FROM `{}.{}.{}` GROUP BY id",
                 j.table.project, j.table.dataset, j.table.table
             );
             let rows = self.s.rows(&sql).await;
-            let counts = rows
+            let by_id = rows
                 .into_iter()
                 .map(|r| (r[0].as_deref().unwrap().parse().unwrap(), r[1].as_deref().unwrap().parse().unwrap()))
                 .collect();
-            out.insert(*job, counts);
+            counts.insert(*job, by_id);
         }
-        out
+        (counts, states)
     }
 
     /// Where the checkpoints, the UDF and each run's stderr (`run-NN-JOB.stderr`) are.
@@ -472,10 +561,20 @@ impl World {
     /// Every exception the jobs recorded in their checkpoints.
     pub fn exceptions(&self) -> Vec<super::model::Exception> {
         let mut out = Vec::new();
-        for job in self.jobs.keys() {
-            for l in flexrun::stats::read_exceptions(&self.job_dir(*job)).expect("exceptions.jsonl") {
+        let dirs: Vec<(Job, PathBuf)> = std::fs::read_dir(self.ck())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                let job = self.jobs.iter().find(|(_, j)| name == j.name || name.starts_with(&format!("{}.", j.name)));
+                job.map(|(job, _)| (*job, e.path()))
+            })
+            .collect();
+        for (job, dir) in dirs {
+            for l in flexrun::stats::read_exceptions(&dir).expect("exceptions.jsonl") {
                 out.push(super::model::Exception {
-                    job: *job,
+                    job,
                     kind: l.kind,
                     topic_id: l.range.topic_id,
                     partition: l.range.partition,

@@ -31,6 +31,17 @@ pub struct Produced {
     pub offset: i64,
     /// A record the job dead-letters (the replay's UDF repairs it).
     pub bad: bool,
+    /// For the CDC job: the change it carries (its sequence number is its id).
+    pub change: Option<Change>,
+}
+
+/// A keyed change of the CDC job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// The primary key.
+    pub key: i64,
+    /// A delete (else an upsert).
+    pub delete: bool,
 }
 
 /// What the schedule did that can make records unreadable or written twice.
@@ -124,6 +135,70 @@ fn unjustified(e: &Exception, excuses: &Excuses) -> Option<String> {
     (!ok).then(|| format!("{e:?} has no cause in the schedule ({excuses:?})"))
 }
 
+/// [`verify`] for the jobs that count rows, [`verify_cdc`] for each CDC job's state.
+pub fn verify_all(
+    produced: &[Produced],
+    tables: &HashMap<Job, HashMap<u64, u32>>,
+    states: &BTreeMap<Job, BTreeMap<i64, i64>>,
+    exceptions: &[Exception],
+    excuses: &Excuses,
+) -> Result<(), Vec<String>> {
+    let mut errors = verify(produced, tables, exceptions, excuses).err().unwrap_or_default();
+    for (job, state) in states {
+        errors.extend(verify_cdc(*job, produced, state, exceptions, excuses));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Compare a CDC job's table (key → the version of its row) with the model: each key's
+/// final state is its newest change's (an upsert's version, or no row after a delete).
+/// A change named lost for sure is not applied; one named possibly lost may or may not
+/// be, so a key whose newest changes are uncertain may end in any of their states.
+pub fn verify_cdc(
+    job: Job,
+    produced: &[Produced],
+    state: &BTreeMap<i64, i64>,
+    exceptions: &[Exception],
+    excuses: &Excuses,
+) -> Vec<String> {
+    let mut by_key: BTreeMap<i64, Vec<(&Produced, Change)>> = BTreeMap::new();
+    for r in produced.iter().filter(|r| r.job == job) {
+        if let Some(c) = r.change {
+            by_key.entry(c.key).or_default().push((r, c));
+        }
+    }
+    let mut errors = Vec::new();
+    for (key, changes) in &by_key {
+        let outcome = |r: &Produced, c: &Change| if c.delete { None } else { Some(r.id as i64) };
+        let (mut certain, mut uncertain) = (None::<(&Produced, Change)>, Vec::new());
+        for (r, c) in changes {
+            match allowed(r, exceptions, excuses) {
+                (0, 0) => {}
+                (0, _) => uncertain.push((*r, *c)),
+                _ if certain.is_none_or(|(m, _)| m.id < r.id) => certain = Some((*r, *c)),
+                _ => {}
+            }
+        }
+        let floor = certain.map_or(0, |(r, _)| r.id);
+        let mut ok: Vec<Option<i64>> = vec![certain.and_then(|(r, c)| outcome(r, &c))];
+        ok.extend(uncertain.iter().filter(|(r, _)| r.id > floor).map(|(r, c)| outcome(r, c)));
+        let got = state.get(key).copied();
+        if !ok.contains(&got) {
+            errors.push(format!("CDC key {key} of {job:?} ends as {got:?} (a row's version, None: no row); the model allows {ok:?}; changes {changes:?}"));
+        }
+    }
+    for (key, v) in state {
+        if !by_key.contains_key(key) {
+            errors.push(format!("CDC table of {job:?} holds key {key} (version {v}), which no change named"));
+        }
+    }
+    errors
+}
+
 /// Compare the tables with the model: every difference, or none.
 pub fn verify(
     produced: &[Produced],
@@ -133,7 +208,7 @@ pub fn verify(
 ) -> Result<(), Vec<String>> {
     let mut errors: Vec<String> = exceptions.iter().filter_map(|e| unjustified(e, excuses)).collect();
     let by_id: HashMap<u64, &Produced> = produced.iter().map(|r| (r.id, r)).collect();
-    for r in produced {
+    for r in produced.iter().filter(|r| r.change.is_none()) {
         let n = tables.get(&r.job).and_then(|t| t.get(&r.id)).copied().unwrap_or(0);
         let (lo, hi) = allowed(r, exceptions, excuses);
         if n < lo || n > hi {
@@ -168,7 +243,30 @@ mod tests {
     use super::*;
 
     fn rec(id: u64, offset: i64) -> Produced {
-        Produced { id, job: Job::A, topic_id: "t1".into(), partition: 0, offset, bad: false }
+        Produced { id, job: Job::A, topic_id: "t1".into(), partition: 0, offset, bad: false, change: None }
+    }
+
+    fn change(id: u64, key: i64, delete: bool) -> Produced {
+        Produced { job: Job::C, change: Some(Change { key, delete }), ..rec(id, id as i64) }
+    }
+
+    #[test]
+    fn a_cdc_key_ends_in_its_newest_changes_state_unless_an_exception_names_it() {
+        // Key 1: upsert 1, upsert 3 (arrives first), delete 2: ends at version 3.
+        // Key 2: upsert 4, delete 5: no row.
+        let p = [change(3, 1, false), change(1, 1, false), change(2, 1, true), change(4, 2, false), change(5, 2, true)];
+        let why = Excuses::default();
+        assert!(verify_cdc(Job::C, &p, &BTreeMap::from([(1, 3)]), &[], &why).is_empty());
+        assert!(!verify_cdc(Job::C, &p, &BTreeMap::from([(1, 1)]), &[], &why).is_empty(), "an older change won");
+        assert!(!verify_cdc(Job::C, &p, &BTreeMap::from([(1, 3), (2, 4)]), &[], &why).is_empty(), "a delete lost");
+        assert!(!verify_cdc(Job::C, &p, &BTreeMap::from([(1, 3), (9, 1)]), &[], &why).is_empty(), "an unknown key");
+        // Change 5 (offset 5) possibly lost: key 2 may keep version 4.
+        let mut maybe = lost(5, Some(6), "possibly lost: an abandoned batch, partly landed");
+        maybe.job = Job::C;
+        let mut why = Excuses::default();
+        why.deleted.insert((Job::C, "t1".into(), 0), 6);
+        assert!(verify_cdc(Job::C, &p, &BTreeMap::from([(1, 3), (2, 4)]), &[maybe.clone()], &why).is_empty());
+        assert!(verify_cdc(Job::C, &p, &BTreeMap::from([(1, 3)]), &[maybe], &why).is_empty());
     }
 
     fn tables(counts: &[(u64, u32)]) -> HashMap<Job, HashMap<u64, u32>> {

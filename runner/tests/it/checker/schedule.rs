@@ -5,13 +5,16 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// The two jobs a schedule may run: A always, B sharing A's dead-letter table.
+/// The jobs a schedule may run: A always; B and C sharing A's dead-letter table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Job {
     /// The job under test.
     A,
     /// A second job with its own topic and table and the same dead-letter table.
     B,
+    /// A CDC job (`cdcPrimaryKey=id`, `cdcSequenceField=version`, the change's kind in
+    /// the `op` header): what is exact is each key's final state.
+    C,
 }
 
 /// A crash point of the exactly-once protocol (`runner/src/crash_point.rs`), or of the
@@ -40,9 +43,14 @@ pub enum BqFault {
 /// One thing a user or an operator does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    /// Produce records to the job's topic: `good` rows, `bad` records that go to the
-    /// dead-letter table (and that the fixing UDF repairs).
+    /// Produce records to the job's topics: `good` rows, `bad` records that go to the
+    /// dead-letter table (and that the fixing UDF repairs). For the CDC job, keyed
+    /// changes (upserts and deletes of a few keys, some sent out of sequence order).
     Produce { job: Job, good: u32, bad: u32 },
+    /// Restart the job with a changed topic list: its second topic (created the first
+    /// time) listed beside the first, or taken off the list. Records go on being
+    /// produced to both; the final run lists every topic.
+    Relist { job: Job, listed: bool },
     /// Run the job until it has caught up with its topic, and drain.
     Run { job: Job },
     /// Run the job and abort it at the `hit`th time it reaches `point` (SIGABRT, as a
@@ -79,6 +87,8 @@ pub struct Schedule {
     pub skip: bool,
     /// Whether job B runs beside A.
     pub second_job: bool,
+    /// Whether the CDC job C runs beside A.
+    pub cdc_job: bool,
     /// `--batch-rows`: small, so that a run makes several batches and a crash point's
     /// later hits are met.
     pub batch_rows: u32,
@@ -89,10 +99,25 @@ pub struct Schedule {
 impl Schedule {
     /// The schedule of `seed`, with `n` operations.
     pub fn generate(seed: u64, n: usize) -> Schedule {
+        Self::generate_with(seed, n, true)
+    }
+
+    /// The schedule `seed` gave before the CDC job and topic-list changes were drawn
+    /// (the seeds found then are kept as tests with it).
+    pub fn generate_before_cdc(seed: u64, n: usize) -> Schedule {
+        Self::generate_with(seed, n, false)
+    }
+
+    fn generate_with(seed: u64, n: usize, later_kinds: bool) -> Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
+        // The CDC job and topic-list changes came later: they are drawn from a stream
+        // of their own, so a seed found before them keeps most of its schedule.
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x5eed_c0de_cdc0_0001);
         let second_job = rng.random_bool(0.4);
+        let cdc_job = later_kinds && extra.random_bool(0.4);
         let mut s = Schedule {
             seed,
+            cdc_job,
             partitions: rng.random_range(1..=3),
             streams: [0, 1, 2][rng.random_range(0..3)],
             skip: rng.random_bool(0.3),
@@ -106,8 +131,14 @@ impl Schedule {
         if second_job {
             s.ops.push(Op::Run { job: Job::B });
         }
+        if cdc_job {
+            s.ops.push(Op::Run { job: Job::C });
+        }
         while s.ops.len() < n {
-            let op = draw(&mut rng, second_job);
+            let op = match later_kinds && extra.random_bool(0.25) {
+                true => draw_extra(&mut extra, cdc_job),
+                false => draw(&mut rng, second_job),
+            };
             s.ops.push(op);
         }
         s
@@ -119,6 +150,7 @@ impl Schedule {
     }
 }
 
+/// One operation, on A or (a quarter of the time) on B when it runs.
 fn draw(rng: &mut StdRng, second_job: bool) -> Op {
     let job = if second_job && rng.random_bool(0.25) { Job::B } else { Job::A };
     match rng.random_range(0..100) {
@@ -143,6 +175,27 @@ fn draw(rng: &mut StdRng, second_job: bool) -> Op {
     }
 }
 
+/// An operation of the later kinds: a topic-list change (of A or C), or, when the CDC
+/// job runs, any operation on it.
+fn draw_extra(rng: &mut StdRng, cdc_job: bool) -> Op {
+    let job = if cdc_job && rng.random_bool(0.5) { Job::C } else { Job::A };
+    if !cdc_job || rng.random_bool(0.3) {
+        return Op::Relist { job, listed: rng.random_bool(0.6) };
+    }
+    match draw(rng, false) {
+        Op::Produce { good, bad, .. } => Op::Produce { job: Job::C, good, bad },
+        Op::Run { .. } => Op::Run { job: Job::C },
+        Op::Crash { point, hit, .. } => Op::Crash { job: Job::C, point, hit },
+        Op::Kill { rows, .. } => Op::Kill { job: Job::C, rows },
+        Op::AddPartitions { by, .. } => Op::AddPartitions { job: Job::C, by },
+        Op::DeleteRecords { partition, percent, .. } => Op::DeleteRecords { job: Job::C, partition, percent },
+        Op::Recreate { .. } => Op::Recreate { job: Job::C },
+        Op::Replay { crash, .. } => Op::Replay { job: Job::C, crash },
+        Op::Skip { .. } => Op::Skip { job: Job::C },
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,11 +215,25 @@ mod tests {
         for seed in 0..200 {
             for op in Schedule::generate(seed, 10).ops {
                 kinds.insert(format!("{op:?}").split([' ', '(']).next().unwrap().to_string());
+                if let Op::Produce { job: Job::C, .. } = op {
+                    kinds.insert("Produce C".into());
+                }
             }
         }
-        for k in
-            ["Produce", "Run", "Crash", "Kill", "AddPartitions", "DeleteRecords", "Recreate", "Fault", "Replay", "Skip"]
-        {
+        for k in [
+            "Produce",
+            "Run",
+            "Crash",
+            "Kill",
+            "AddPartitions",
+            "DeleteRecords",
+            "Recreate",
+            "Fault",
+            "Replay",
+            "Skip",
+            "Relist",
+            "Produce C",
+        ] {
             assert!(kinds.contains(k), "{k} never drawn: {kinds:?}");
         }
     }

@@ -179,7 +179,9 @@ pub fn flexrun(args: &[&str]) -> Command {
     // generator's, say): tests run in parallel, and two jobs of one default name under
     // one root would meet at its lock.
     let root = std::env::temp_dir().join(format!("flexrun-it-{}", std::process::id()));
-    let mut c = Command::new(env!("CARGO_BIN_EXE_flexrun"));
+    // FLEXRUN_BIN: a copy of the binary, for long runs that must not see a rebuild.
+    let bin = std::env::var_os("FLEXRUN_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_flexrun").into());
+    let mut c = Command::new(bin);
     c.args(args).env("FLEXRUN_LOG", "warn").env("FLEXRUN_CHECKPOINT_DIR", root).stdin(Stdio::null());
     c
 }
