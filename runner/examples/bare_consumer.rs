@@ -230,7 +230,7 @@ fn read_shards(
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let shared = SharedConsumer::new(&source, 0).map_err(|e| e.to_string())?;
+        let shared = SharedConsumer::new(&source, 0, &[]).map_err(|e| e.to_string())?;
         let mut tasks = Vec::new();
         for i in 0..k.max(1) {
             let mine: std::collections::BTreeMap<i32, i64> =

@@ -432,6 +432,8 @@ pub struct Summary {
     /// without the idle wait before it drains, which a reader that stops at the end of
     /// the topic does not have.
     pub cpu_to_last_commit_s: f64,
+    /// The process's peak resident set so far, bytes (getrusage's `ru_maxrss`).
+    pub peak_rss_bytes: u64,
     /// Per-stage latency.
     pub stages: Vec<StageSummary>,
     /// Retries, lost streams, retention gaps.
@@ -447,6 +449,16 @@ pub fn process_cpu_seconds() -> (f64, f64) {
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+/// This process's peak resident set so far, bytes (getrusage's `ru_maxrss`, KiB on Linux).
+pub fn peak_rss_bytes() -> u64 {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_maxrss.max(0) as u64 * 1024
 }
 
 /// This process's memory: resident set size (`/proc/self/statm`) and heap in use
@@ -543,6 +555,7 @@ impl JobStats {
             cpu_user_s,
             cpu_sys_s,
             cpu_to_last_commit_s: g.cpu_at_last_commit,
+            peak_rss_bytes: peak_rss_bytes(),
             messages_read: g.read,
             rows_written: g.written,
             dead_lettered: g.dead_lettered,
@@ -629,6 +642,7 @@ impl Summary {
             out.cpu_user_s = out.cpu_user_s.max(p.cpu_user_s);
             out.cpu_sys_s = out.cpu_sys_s.max(p.cpu_sys_s);
             out.cpu_to_last_commit_s = out.cpu_to_last_commit_s.max(p.cpu_to_last_commit_s);
+            out.peak_rss_bytes = out.peak_rss_bytes.max(p.peak_rss_bytes);
             for (a, b) in out.stages.iter_mut().zip(&p.stages) {
                 a.count += b.count;
                 (a.p50_ms, a.p95_ms) = (a.p50_ms.max(b.p50_ms), a.p95_ms.max(b.p95_ms));
@@ -689,8 +703,11 @@ impl Summary {
             s.push_str(&format!("  dead-letter {k}: {v}\n"));
         }
         s.push_str(&format!(
-            "batches {} (replayed after restart {}, appends already present {})\n",
-            self.batches, self.replayed_batches, self.appends_already_existed
+            "batches {} (replayed after restart {}, appends already present {}); peak RSS {:.0} MiB\n",
+            self.batches,
+            self.replayed_batches,
+            self.appends_already_existed,
+            self.peak_rss_bytes as f64 / (1 << 20) as f64
         ));
         let r = &self.reliability;
         if r != &Reliability::default() {

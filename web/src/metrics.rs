@@ -44,6 +44,11 @@ pub const JOB_SYSTEM_LAG: &str = "job_system_lag";
 /// Messages per second read over the last interval.
 pub const JOB_THROUGHPUT_ELEMENTS: &str = "job_throughput_elements_per_second";
 
+/// The job's memory budget (`--memory-budget`), bytes.
+pub const JOB_MEMORY_BUDGET_BYTES: &str = "job_memory_budget_bytes";
+/// The process's peak resident set, bytes.
+pub const PROCESS_PEAK_RESIDENT_MEMORY_BYTES: &str = "process_peak_resident_memory_bytes";
+
 /// Bytes of window state.
 pub const JOB_STATE_BYTES: &str = "job_state_bytes";
 /// (window, key) pairs in window state.
@@ -133,9 +138,18 @@ pub fn render(jobs: &JobRegistry) -> String {
     );
     let state: Vec<GaugeVec> =
         STATE_ROWS.iter().map(|(name, help, _)| gauge(&reg, name, help, &["job", "backend", "kind"])).collect();
+    let memory = [
+        gauge(&reg, JOB_MEMORY_BUDGET_BYTES, "The job's memory budget (--memory-budget), bytes", &["job"]),
+        gauge(&reg, PROCESS_PEAK_RESIDENT_MEMORY_BYTES, "Peak resident set of the job's process, bytes", &["job"]),
+    ];
     for j in jobs.all() {
         let Some(p) = j.points.back() else { continue };
         let l = [j.id.as_str()];
+        for (g, v) in memory.iter().zip([p.memory_budget_bytes, p.peak_rss_bytes]) {
+            if v > 0 {
+                g.with_label_values(&l).set(v as f64);
+            }
+        }
         vcpus.with_label_values(&l).set(p.vcpus);
         active.with_label_values(&l).set(p.workers as f64);
         target.with_label_values(&l).set(p.target_workers as f64);

@@ -298,7 +298,7 @@ async function load() {{
   pb.querySelectorAll("tr.p").forEach(r => r.remove());
   const meanBytes = last.backlog_elements > 0 ? last.backlog_bytes / last.backlog_elements : 0;
   for (const [part, n] of Object.entries(last.partition_backlog || {{}})) {{ const r = pb.insertRow(); r.className = "p"; r.innerHTML = `<td>${{part}}</td><td>${{n.toLocaleString()}}</td><td>${{Math.round(n * meanBytes).toLocaleString()}}</td>`; }}
-  document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s · system latency: ${{(last.system_lag_s || 0).toFixed(1)}} s` : "";
+  document.getElementById("drain").textContent = last.estimated_backlog_processing_s !== undefined ? `estimated backlog processing time: ${{last.estimated_backlog_processing_s.toFixed(1)}} s · data watermark age: ${{(last.data_watermark_age_s || 0).toFixed(1)}} s · system latency: ${{(last.system_lag_s || 0).toFixed(1)}} s` + (last.memory_budget_bytes ? ` · memory: peak RSS ${{((last.peak_rss_bytes || 0) / 1048576).toFixed(0)}} MiB of a ${{(last.memory_budget_bytes / 1048576).toFixed(0)}} MiB budget` : "") : "";
   const tt = document.getElementById("topics");
   tt.querySelectorAll("tr.t").forEach(r => r.remove());
   const topics = Object.entries(last.topics || {{}});

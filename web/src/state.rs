@@ -76,6 +76,12 @@ pub struct MetricsPoint {
     /// Window state and checkpoints, for templates that keep state (kafka-to-gcs).
     #[serde(default)]
     pub state: Option<StatePoint>,
+    /// The job's memory budget (`--memory-budget`), bytes; 0 when it has none.
+    #[serde(default)]
+    pub memory_budget_bytes: u64,
+    /// The process's peak resident set so far, bytes; 0 when not measured.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
     /// For a job of several topics on one pool: each topic's latest state, by topic.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topics: BTreeMap<String, TopicPoint>,

@@ -120,6 +120,7 @@ fn point(t: f64) -> MetricsPoint {
     p.events.insert("retry_Unavailable".into(), 3);
     (p.min_workers, p.max_workers, p.estimated_backlog_processing_s, p.data_watermark_age_s) = (1, 9, 2.5, 7.5);
     p.system_lag_s = 9.25;
+    (p.memory_budget_bytes, p.peak_rss_bytes) = (1 << 30, 96 << 20);
     p.partition_backlog.insert("3".into(), 40);
     p
 }
@@ -174,6 +175,8 @@ async fn jobs_api_and_prometheus_metrics() {
         "job_estimated_backlog_processing_time{job=\"j1\"} 2.5",
         "job_data_watermark_age{job=\"j1\"} 7.5",
         "job_system_lag{job=\"j1\"} 9.25",
+        "job_memory_budget_bytes{job=\"j1\"} 1073741824",
+        "process_peak_resident_memory_bytes{job=\"j1\"} 100663296",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }

@@ -183,6 +183,10 @@ pub struct JobFlags {
     /// Append a batch once its messages reach this many bytes (Beam's 2 MiB threshold).
     #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = usize_in::<1024, 9_000_000>)]
     pub batch_bytes: usize,
+    /// How much data a job may hold at once: prefetched messages and open batches
+    /// (1GiB, 512MiB, 800MB; at least 64 MiB). The process's own footprint comes on top.
+    #[arg(long, default_value = "1GiB", value_parser = crate::kafka::budget::MemoryBudget::parse)]
+    pub memory_budget: crate::kafka::budget::MemoryBudget,
     /// Append a batch once it has this many messages.
     #[arg(long, default_value_t = 10_000, value_parser = usize_in::<1, 1_000_000>)]
     pub batch_rows: usize,
@@ -272,6 +276,7 @@ impl JobFlags {
             at_least_once_experiment: self.at_least_once_experiment(),
             max_row_bytes: self.max_row_bytes,
             batch_bytes: self.batch_bytes,
+            memory_budget: self.memory_budget,
             append_request_bytes: self.append_request_bytes,
             batch_rows: self.batch_rows,
             idle_timeout: self.idle_timeout,

@@ -34,6 +34,7 @@
 
 pub mod acks;
 pub mod admin;
+pub mod budget;
 pub mod connection;
 pub mod gaps;
 pub mod history;

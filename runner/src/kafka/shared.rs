@@ -53,10 +53,15 @@ pub struct SharedConsumer {
 }
 
 impl SharedConsumer {
-    /// A consumer for `source` (the settings of a shard's consumer), with a task that
-    /// serves its main queue. `worker` names it in logs.
-    pub fn new(source: &SourceSettings, worker: u32) -> Result<Arc<SharedConsumer>, KafkaError> {
-        let consumer = Arc::new(source.consumer()?);
+    /// A consumer for `source` (the settings of a shard's consumer, with `extra` on top:
+    /// the memory budget's prefetch limits), with a task that serves its main queue.
+    /// `worker` names it in logs.
+    pub fn new(
+        source: &SourceSettings,
+        worker: u32,
+        extra: &[(&str, String)],
+    ) -> Result<Arc<SharedConsumer>, KafkaError> {
+        let consumer = Arc::new(source.consumer_with(extra)?);
         let c = consumer.clone();
         let serve = tokio::spawn(async move {
             loop {

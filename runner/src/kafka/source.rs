@@ -85,8 +85,17 @@ pub const SHARD_CONSUMER: &[(&str, &str)] = &[
 impl SourceSettings {
     /// A consumer for manual assignment (no auto commit, low fetch wait).
     pub fn consumer(&self) -> Result<Consumer, KafkaError> {
-        let c: Consumer = self
-            .consumer_config()
+        self.consumer_with(&[])
+    }
+
+    /// [`SourceSettings::consumer`] with `extra` settings on top (a memory budget's
+    /// prefetch limits, [`super::budget::Shares::consumer_settings`]).
+    pub fn consumer_with(&self, extra: &[(&str, String)]) -> Result<Consumer, KafkaError> {
+        let mut config = self.consumer_config();
+        for (k, v) in extra {
+            config.set(*k, v);
+        }
+        let c: Consumer = config
             .create_with_context(self.conn.context())
             .map_err(|e| self.broker_err(format!("cannot create a consumer: {e}")))?;
         super::oauth::seed(c.client()).map_err(|e| self.broker_err(format!("no OAUTHBEARER token: {e}")))?;

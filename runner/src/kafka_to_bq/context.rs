@@ -113,6 +113,8 @@ pub struct JobCtx {
     /// Shards whose uncommitted batch cannot be read again as logged (settled by its
     /// streams' row counts under `offsetGapPolicy=SKIP`).
     pub(super) unreplayable: BTreeMap<usize, crate::kafka_to_bq::setup::positions::Unreplayable>,
+    /// What the memory budget gives this pipeline: prefetch per partition, batch size.
+    pub shares: crate::kafka::budget::Shares,
     /// The pipeline's progress journal, every shard's offset and commit entries.
     pub(crate) journal: std::sync::Arc<crate::progress::journal::Journal>,
     /// Storage Write client (None for the stats sink).

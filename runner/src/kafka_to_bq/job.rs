@@ -428,6 +428,8 @@ pub async fn run(
     tracing::info!(job = %cfg.job_name, topic = %cfg.source.topic, partitions = partitions.len(), shards, delivery = cfg.delivery.as_str(), table = %cfg.table, "starting kafka-to-bq");
     let mapping = Arc::new(job_mapping(&cfg, dest)?);
     store_schema(&job_dir, &mapping)?;
+    let shares = cfg.run.memory_budget.shares(partitions.len(), shards, cfg.run.batch_bytes);
+    tracing::info!(job = %cfg.job_name, budget_bytes = cfg.run.memory_budget.0, prefetch_per_partition = shares.prefetch_per_partition, batch_bytes = shares.batch_bytes, "memory budget");
     let ctx = Arc::new(JobCtx {
         mapping: std::sync::RwLock::new(mapping),
         evolving: tokio::sync::Mutex::new(()),
@@ -442,6 +444,7 @@ pub async fn run(
         moves: starts.moves,
         log: starts.log,
         unreplayable: starts.unreplayable,
+        shares,
         journal,
         write_client,
         metadata,

@@ -27,6 +27,29 @@ async fn exactly_once_100k_messages_make_100k_rows() {
     assert!(stages.iter().all(|st| st["count"].as_u64().unwrap() > 0), "every stage has latency samples: {stages:?}");
 }
 
+/// `--memory-budget` sets each partition's prefetch and caps the batches (issue 63): a
+/// 64 MiB budget over 8 partitions in 8 shards gives each partition 4 MiB of prefetch
+/// and caps `--batch-bytes 9000000` at 2 MiB; every record lands once and the summary
+/// reports the process's peak resident set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_shares_prefetch_and_batches_and_the_summary_reports_peak_rss() {
+    let s = stack();
+    let f = s.fixture("budget", 8).await;
+    f.produce(&s, 0, 20_000, None).await;
+    let ck = tempfile::tempdir().unwrap();
+    let summary = ck.path().join("summary.json");
+    let extra = ["--memory-budget", "64MiB", "--batch-bytes", "9000000", "--summary-json", summary.to_str().unwrap()];
+    let o = job_cmd("budget", ck.path(), &f.params(&s, ""), "3s", &extra).env("FLEXRUN_LOG", "info").bounded();
+    assert!(o.status.success(), "{}", text(&o));
+    let log = text(&o);
+    assert!(log.contains("prefetch_per_partition=4194304"), "{log}");
+    assert!(log.contains("batch_bytes=2097152"), "{log}");
+    assert_eq!(s.count(&f.table).await, (20_000, 20_000));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let rss = j["summary"]["peak_rss_bytes"].as_u64().unwrap();
+    assert!(rss > 1 << 20 && rss < 64 << 30, "peak RSS {rss}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_survives_repeated_sigkill() {
     let s = stack();

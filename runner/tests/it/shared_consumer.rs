@@ -48,7 +48,7 @@ fn consumer(kafka: &str, topic: &str) -> std::sync::Arc<SharedConsumer> {
         isolation: Isolation::ReadCommitted,
         group_offsets: true,
     };
-    SharedConsumer::new(&settings, 0).expect("a consumer")
+    SharedConsumer::new(&settings, 0, &[]).expect("a consumer")
 }
 
 /// What partition `p` holds from `from` on: `p{p}-{offset}`, in order.

@@ -117,7 +117,7 @@ impl Pool {
         let n = n.max(1) as usize;
         while self.workers.len() < n {
             let id = self.workers.len() as u32;
-            let consumer = SharedConsumer::new(&self.ctx.cfg.source, id)?;
+            let consumer = SharedConsumer::new(&self.ctx.cfg.source, id, &self.ctx.shares.consumer_settings())?;
             self.workers.push((self.source.slot(id), consumer));
         }
         self.workers.truncate(n);

@@ -90,6 +90,8 @@ impl Publisher {
             data_watermark_age_s: watermark_age,
             system_lag_s: system_lag,
             state: None,
+            memory_budget_bytes: ctx.cfg.run.memory_budget.0,
+            peak_rss_bytes: crate::stats::peak_rss_bytes(),
             topics: Default::default(),
         };
         self.last_read = s.messages_read;

@@ -57,7 +57,7 @@ impl OpenBatch {
             bytes: 0,
             deadline: None,
             max_rows: run.batch_rows,
-            max_bytes: run.batch_bytes,
+            max_bytes: ctx.shares.batch_bytes,
             frequency: ctx.cfg.triggering_frequency,
         }
     }

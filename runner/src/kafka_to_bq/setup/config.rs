@@ -222,8 +222,10 @@ pub struct RunFlags {
     pub at_least_once_experiment: bool,
     /// `--max-row-bytes`.
     pub max_row_bytes: usize,
-    /// `--batch-bytes`.
+    /// `--batch-bytes` (capped by the memory budget, [`crate::kafka::budget`]).
     pub batch_bytes: usize,
+    /// `--memory-budget`.
+    pub memory_budget: crate::kafka::budget::MemoryBudget,
     /// `--append-request-bytes`.
     pub append_request_bytes: usize,
     /// `--batch-rows`.
@@ -526,6 +528,7 @@ mod tests {
             at_least_once_experiment: false,
             max_row_bytes: 100,
             batch_bytes: 1,
+            memory_budget: Default::default(),
             append_request_bytes: 10_000_000,
             batch_rows: 1,
             idle_timeout: None,
