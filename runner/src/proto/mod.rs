@@ -10,6 +10,8 @@
 //! - [`row`]: a decoded message → the JSON value the JSON path maps onto the table
 //!   (well-known types, enums, repeated and nested messages, maps as repeated key/value
 //!   records).
+//! - [`fast`]: the wire format straight to the Storage Write row for a job of one
+//!   message type, byte for byte what [`row`] and the JSON mapping give.
 //! - [`table`]: a message descriptor → a BigQuery schema.
 //!
 //! `prost-reflect` was chosen because it is the dynamic-message half of `prost`, which
@@ -17,6 +19,7 @@
 //! `.proto` text in Rust, with no `protoc` to install.
 
 pub mod decoder;
+pub mod fast;
 pub mod row;
 pub mod table;
 

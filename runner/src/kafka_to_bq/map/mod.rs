@@ -20,4 +20,6 @@ pub mod json_flat;
 pub mod json_row;
 pub mod json_shaped;
 pub mod metadata;
+#[cfg(test)]
+mod proto_fast_tests;
 pub mod transform;

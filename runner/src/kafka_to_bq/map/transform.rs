@@ -59,6 +59,9 @@ pub struct Mapper {
     cdc: Option<Arc<super::cdc::CdcPlan>>,
     /// The JSON layout learned from the messages (the shaped path), shared by clones.
     shapes: Arc<Shapes>,
+    /// The Protobuf fast path's plan, for a job of one message type whose fields all
+    /// have exact columns ([`crate::proto::fast`]).
+    proto_plan: Option<Arc<crate::proto::fast::Plan>>,
 }
 
 impl Mapper {
@@ -80,6 +83,7 @@ impl Mapper {
             meta: None,
             cdc: None,
             shapes: Arc::default(),
+            proto_plan: None,
         }
     }
 
@@ -90,7 +94,12 @@ impl Mapper {
             true => Some(schema.lookup(KAFKA_KEY_FIELD)? as u32 + 1),
             false => None,
         };
+        let proto_plan = match &input {
+            Input::Proto(d) => d.message().and_then(|m| crate::proto::fast::Plan::compile(m, &schema)).map(Arc::new),
+            _ => None,
+        };
         Some(Mapper {
+            proto_plan,
             schema,
             max_row_bytes,
             input,
@@ -221,9 +230,13 @@ impl Mapper {
                 }
             }
             (Input::Proto(d), _) => {
-                let obj = crate::proto::row::to_json(&d.decode(value)?)?;
                 out.clear();
-                encode_object(&self.schema, &obj, "", out)?;
+                let fast = self.proto_plan.as_ref().and_then(|p| p.transcode(value, out));
+                if fast.is_none() {
+                    out.clear();
+                    let obj = crate::proto::row::to_json(&d.decode(value)?)?;
+                    encode_object(&self.schema, &obj, "", out)?;
+                }
             }
         }
         if let (Some(tag), Some(k)) = (self.key_tag, key) {
