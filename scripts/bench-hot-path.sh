@@ -40,9 +40,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-200000}
 ROUNDS=${2:-3}
 bash scripts/build-deps.sh
-cargo build --release --bin flexrun --example bare_consumer >&2
-F=target/release/flexrun
-BARE=target/release/examples/bare_consumer
+cargo build --release --bin flexrun --example bare_consumer --example bare_writer >&2
+F=${CARGO_TARGET_DIR:-target}/release/flexrun
+BARE=${CARGO_TARGET_DIR:-target}/release/examples/bare_consumer
 bash scripts/stack.sh start bench >&2
 eval "$(bash scripts/stack.sh env bench)"
 ID=$(date +%s)
@@ -94,6 +94,8 @@ for r in $(seq 1 "$ROUNDS"); do
   job eo-avro "$r" "" "$F" "${TOPIC}_a" avro
   job eo-proto "$r" "" "$F" "${TOPIC}_p" proto
   job eo-bq "$r" "" "$F" "$TOPIC" bigquery
+  $F local create-table --table "$FLEXRUN_BQ_PROJECT:hotpath.w_${ID}_$r" --schema-file scripts/bench/seed-schema.json >&2
+  "${BARE%/*}/bare_writer" "$FLEXRUN_BQ_PROJECT:hotpath.w_${ID}_$r" "$N" > "$OUT/bare-writer-$r.json"
   if [ -n "${OLD_BIN:-}" ]; then job eo-old "$r" "" "$OLD_BIN"; fi
 done
 
@@ -129,7 +131,7 @@ def load(name, r):
 rows, last = {}, {}
 print(f"kafka-to-bq hot path vs a bare librdkafka consumer: {n} seed-shape messages, 8 partitions, {rounds} rounds, {os.cpu_count()} cores")
 print(f"{'way':<10} {'messages':>9} {'msg/s (median)':>15} {'CPU-s/GB (median)':>18} {'to last commit':>15} {'CPU-s/GB (each round)':>30}")
-names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "bare-shards8", "bare-shards8v", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-proto", "eo-bq"]
+names = ["bare-1", "bare-8", "bare-split8", "bare-batch", "bare-shards8", "bare-shards8v", "eo-stats", "alo-stats", "eo-quoted", "eo-avro", "eo-proto", "eo-bq", "bare-writer"]
 if os.path.exists(os.path.join(out, "eo-old-1.json")):
     names.append("eo-old")
 for name in names:
@@ -151,6 +153,8 @@ if "eo-old" in rows:
 for name, target in [("eo-stats", 1.3), ("alo-stats", 1.3), ("eo-quoted", 1.3), ("eo-avro", 1.3), ("eo-proto", 1.3), ("eo-bq", 1.8)]:
     for bare in ["bare-1", "bare-batch"]:
         print(f"ratio {name} / {bare}: {rows[name] / rows[bare]:.2f}x in all, {last[name] / rows[bare]:.2f}x to the last commit (target <= {target:.2f}x against bare-1)")
+floor = rows["bare-batch"] + rows["bare-writer"]
+print(f"send path: bare-writer (pre-encoded rows through the same client) {rows['bare-writer']:.2f} CPU-s/GB; bare-batch + bare-writer {floor:.2f}; eo-bq / that {rows['eo-bq'] / floor:.2f}x in all, {last['eo-bq'] / floor:.2f}x to the last commit (target <= 1.20x)")
 cal = json.load(open(os.path.join(out, "calibrate.json")))["measurements"]
 size = load("bare-1", 1)[5]
 m = min(cal, key=lambda m: abs(m["message_bytes"] - size))

@@ -3,11 +3,12 @@
 # users and operators do to a kafka-to-bq job, each carried out on the real local stack
 # and compared with the model. CI runs six seeds; this runs as many as you ask.
 #
-#   scripts/lifecycle.sh [--seeds N] [--from S] [--ops K] [--minutes M]
+#   scripts/lifecycle.sh [--seeds N] [--from S] [--ops K] [--minutes M] [--gcs]
 #
 #   --seeds N    how many seeds (default 200), from S (default 1000)
 #   --ops K      operations per schedule (default 12)
 #   --minutes M  stop starting new seeds after M minutes (default: no limit)
+#   --gcs        kafka-to-gcs's schedules and model instead (checker::many_gcs_seeds)
 #
 # A failing seed stops the run and prints the seed, its history and the shortest failing
 # prefix; repeat one with `scripts/lifecycle.sh --from SEED --seeds 1`. The stack runs on
@@ -17,14 +18,15 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-SEEDS=200 FROM=1000 OPS=12 MINUTES=""
+SEEDS=200 FROM=1000 OPS=12 MINUTES="" TEST=checker::many_seeds
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) SEEDS=$2; shift 2 ;;
     --from) FROM=$2; shift 2 ;;
     --ops) OPS=$2; shift 2 ;;
     --minutes) MINUTES=$2; shift 2 ;;
-    *) echo "usage: $0 [--seeds N] [--from S] [--ops K] [--minutes M]" >&2; exit 2 ;;
+    --gcs) TEST=checker::many_gcs_seeds; shift ;;
+    *) echo "usage: $0 [--seeds N] [--from S] [--ops K] [--minutes M] [--gcs]" >&2; exit 2 ;;
   esac
 done
 for v in "$SEEDS" "$FROM" "$OPS" ${MINUTES:+"$MINUTES"}; do
@@ -48,8 +50,8 @@ export FLEXRUN_LIFECYCLE_SEEDS="$FROM..$((FROM + SEEDS))" FLEXRUN_LIFECYCLE_OPS=
 mkdir -p target
 START=$(date +%s)
 cargo nextest run "${CARGO_CONFIG[@]}" --release -p flexrun --features "$FEATURES" --no-capture \
-  --run-ignored only -E 'test(checker::many_seeds)' 2>&1 | tee target/lifecycle.log |
-  grep -E '^lifecycle:|lifecycle checker: seed .* fails|shortest failing prefix' || true
+  --run-ignored only -E "test(=$TEST)" 2>&1 | tee target/lifecycle.log |
+  grep -E '^lifecycle|lifecycle checker.*: seed .* fails|shortest failing prefix' || true
 status=${PIPESTATUS[0]}
 echo "[lifecycle] $(grep -c 'passed (' target/lifecycle.log) seeds passed in $(($(date +%s) - START)) s; log: target/lifecycle.log" >&2
 exit "$status"
