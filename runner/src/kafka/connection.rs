@@ -129,7 +129,7 @@ impl Connection {
         }
         let t: T =
             c.create_with_context(self.context()).map_err(|e| self.error(format!("cannot create {what}: {e}")))?;
-        super::oauth::seed(t.client()).map_err(|e| self.error(format!("{what}: no OAUTHBEARER token: {e}")))?;
+        super::oauth::seed(t.client()).map_err(|e| self.error(format!("{what}: {e}")))?;
         Ok(t)
     }
 

@@ -42,6 +42,7 @@ pub mod lineage;
 pub mod metadata;
 pub mod oauth;
 pub mod params;
+pub mod secrets;
 pub mod shared;
 pub mod source;
 pub mod starts;
@@ -59,7 +60,7 @@ pub enum KafkaError {
     #[error("{0}")]
     Config(String),
     /// The broker did not answer or the topic does not exist.
-    #[error("Kafka {bootstrap} topic {topic}: {message}")]
+    #[error("Kafka {bootstrap}{}: {message}", if .topic.is_empty() { String::new() } else { format!(" topic {}", .topic) })]
     Broker {
         /// Bootstrap servers.
         bootstrap: String,
@@ -70,12 +71,33 @@ pub enum KafkaError {
     },
 }
 
+/// A project id as Managed Kafka's bootstrap host names it (DataflowTemplates #2908):
+/// lower-cased, a domain-scoped `domain:project` as `project.domain`, and any other
+/// character outside `[a-z0-9-.]` as `-`.
+///
+/// ```
+/// use flexrun::kafka::managed_kafka_project;
+/// assert_eq!(managed_kafka_project("google.com:My_Proj"), "my-proj.google.com");
+/// assert_eq!(managed_kafka_project("plain-1"), "plain-1");
+/// ```
+pub fn managed_kafka_project(p: &str) -> String {
+    let p = p.to_lowercase();
+    let p = match p.split_once(':') {
+        Some((domain, project)) => format!("{project}.{domain}"),
+        None => p,
+    };
+    p.chars()
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' { c } else { '-' })
+        .collect()
+}
+
 /// Split `readBootstrapServerAndTopic` into servers and topic; a Managed Kafka topic
 /// path becomes its bootstrap address, as Google's KafkaTopicUtils does.
 pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
     if let Some(rest) = v.strip_prefix("projects/") {
         let parts: Vec<&str> = rest.split('/').collect();
         if let [p, "locations", r, "clusters", c, "topics", t] = parts.as_slice() {
+            let p = managed_kafka_project(p);
             return Ok((format!("bootstrap.{c}.{r}.managedkafka.{p}.cloud.goog:9092"), t.to_string()));
         }
         return Err(KafkaError::Config(format!(
@@ -95,8 +117,9 @@ pub fn parse_server_and_topic(v: &str) -> Result<(String, String), KafkaError> {
     }
 }
 
-/// Resolve a credential parameter: `env:VAR`, `file:PATH` or the literal value.
-/// Google's Secret Manager paths (`projects/.../secrets/...`) cannot be read here.
+/// Resolve a credential parameter: a Secret Manager version
+/// (`projects/P/secrets/S/versions/V`, as Google's templates take it, [`secrets`]),
+/// `env:VAR`, `file:PATH` or the literal value.
 pub fn resolve_secret(param: &str, v: &str) -> Result<String, KafkaError> {
     if let Some(var) = v.strip_prefix("env:") {
         return std::env::var(var)
@@ -107,10 +130,10 @@ pub fn resolve_secret(param: &str, v: &str) -> Result<String, KafkaError> {
             .map(|s| s.trim_end().to_string())
             .map_err(|e| KafkaError::Config(format!("{param}: cannot read {path}: {e}")));
     }
-    if v.starts_with("projects/") && v.contains("/secrets/") {
-        return Err(KafkaError::Config(format!(
-            "{param}: Secret Manager ({v}) is not reachable from here; pass the value, env:VAR or file:PATH"
-        )));
+    if secrets::is_secret_path(v) {
+        let version = secrets::parse(v).map_err(|e| KafkaError::Config(format!("{param}: {e}")))?;
+        return secrets::access_text(&version)
+            .map_err(|e| KafkaError::Config(format!("{param}: Secret Manager version {v}: {e}")));
     }
     Ok(v.to_string())
 }
@@ -131,6 +154,10 @@ mod tests {
         assert!(parse_server_and_topic("h:1;t1,t2").unwrap_err().to_string().contains("separated by |"));
         assert!(parse_server_and_topic("h:1").is_err());
         assert!(parse_server_and_topic("projects/p/topics/t").is_err());
+        assert_eq!(
+            parse_server_and_topic("projects/example.com:Proj/locations/us-central1/clusters/c/topics/t").unwrap().0,
+            "bootstrap.c.us-central1.managedkafka.proj.example.com.cloud.goog:9092"
+        );
     }
 
     #[test]
@@ -141,10 +168,8 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("FLEXRUN_NOPE_NOT_SET"));
-        assert!(resolve_secret("p", "projects/x/secrets/y/versions/1")
-            .unwrap_err()
-            .to_string()
-            .contains("Secret Manager"));
+        // A Secret Manager path without its version says what is expected, before any call.
+        assert!(resolve_secret("p", "projects/x/secrets/y").unwrap_err().to_string().contains("versions/VERSION"));
         assert!(resolve_secret("p", "file:/nonexistent/flexrun").unwrap_err().to_string().contains("cannot read"));
         assert_eq!(resolve_secret("p", "plain").unwrap(), "plain");
     }

@@ -147,6 +147,19 @@ impl ClientContext for AuthContext {
 
 impl ConsumerContext for AuthContext {}
 
+/// Why no Google token could be had, with where application default credentials are
+/// looked for and what to set.
+///
+/// ```
+/// let m = flexrun::kafka::oauth::adc_advice("Connection failure");
+/// assert!(m.contains("GOOGLE_APPLICATION_CREDENTIALS") && m.contains("gcloud auth application-default login"));
+/// ```
+pub fn adc_advice(cause: &str) -> String {
+    format!(
+        "no Google access token for kafkaReadAuthenticationMode=APPLICATION_DEFAULT_CREDENTIALS ({cause}). Application default credentials are looked for in GOOGLE_APPLICATION_CREDENTIALS (a key file), then gcloud's ~/.config/gcloud/application_default_credentials.json, then the metadata server of a Google Cloud VM; set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, or run `gcloud auth application-default login`"
+    )
+}
+
 /// Give a new client its first token now. librdkafka asks for tokens through the
 /// client's queue, which a client is not polled on before its first request (a metadata
 /// lookup blocks without polling); later refreshes come through the queue, which every
@@ -155,7 +168,7 @@ pub fn seed(client: &rdkafka::client::Client<AuthContext>) -> Result<(), String>
     if client.context().tokens.is_none() {
         return Ok(());
     }
-    let t = client.context().generate_oauth_token(None).map_err(|e| e.to_string())?;
+    let t = client.context().generate_oauth_token(None).map_err(|e| adc_advice(&e.to_string()))?;
     let token = std::ffi::CString::new(t.token).map_err(|e| e.to_string())?;
     let principal = std::ffi::CString::new(t.principal_name).map_err(|e| e.to_string())?;
     let mut err = [0 as std::ffi::c_char; 512];

@@ -98,7 +98,7 @@ impl SourceSettings {
         let c: Consumer = config
             .create_with_context(self.conn.context())
             .map_err(|e| self.broker_err(format!("cannot create a consumer: {e}")))?;
-        super::oauth::seed(c.client()).map_err(|e| self.broker_err(format!("no OAUTHBEARER token: {e}")))?;
+        super::oauth::seed(c.client()).map_err(|e| self.broker_err(e))?;
         Ok(c)
     }
 

@@ -181,6 +181,10 @@ async fn garbage_credentials_stop_the_job_naming_the_token_and_write_nothing() {
         .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
         .bounded();
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("no OAUTHBEARER token"), "the error names the token: {}", text(&o));
+    // The error says what was tried and what to set (issue 65), and names the topic.
+    let t_ = text(&o);
+    assert!(t_.contains("no Google access token"), "the error names the token: {t_}");
+    assert!(t_.contains("GOOGLE_APPLICATION_CREDENTIALS") && t_.contains("application-default login"), "{t_}");
+    assert!(!t_.contains("topic :"), "a topic named empty: {t_}");
     assert_eq!(s.count(&t).await.0, 0);
 }

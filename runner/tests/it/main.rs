@@ -34,6 +34,7 @@ mod microbatch;
 mod progress;
 mod protobuf;
 mod schema_evolution;
+mod secrets;
 mod shared_consumer;
 mod sizing;
 mod state;
