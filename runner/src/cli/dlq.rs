@@ -86,7 +86,9 @@ async fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         eprintln!("note: the job's credentials were recorded as [redacted]; the replay reads only BigQuery, so they are not needed");
     }
     let template = flexrun_templates::find("kafka-to-bq").expect("kafka-to-bq is built in");
-    let resolved = resolve(template, &merged(recorded, overrides), &a.flags)?;
+    let endpoint = a.flags.storage_endpoint.as_deref();
+    let pairs = super::gcs_files::fetch(merged(recorded, overrides), &root, &job, endpoint).await?;
+    let resolved = resolve(template, &pairs, &a.flags)?;
     let (cfg, endpoints) = kafka_to_bq_config(&resolved, &job, &a.flags)?;
     let ep = endpoints.ok_or_else(|| usage("dlq replay writes to BigQuery: drop --sink stats"))?;
     let several = cfg.topics.is_several();

@@ -29,6 +29,7 @@ pub mod dlq;
 pub mod estimate;
 pub mod export;
 pub mod flags;
+pub mod gcs_files;
 pub mod gcs_model;
 pub mod jobs;
 pub mod local;

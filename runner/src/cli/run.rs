@@ -85,7 +85,10 @@ pub async fn run_template(template: &Template, job_name: &str, parameters: &[Str
     if job_name.is_empty() || job_name.contains(['/', '\\']) || job_name.starts_with('.') {
         return Err(usage(format!("invalid job name {job_name:?}: expected letters, digits, '-' or '_'")));
     }
-    let resolved = resolve(template, &parse_pairs(parameters)?, flags)?;
+    let root = flags.checkpoint_root();
+    let pairs =
+        super::gcs_files::fetch(parse_pairs(parameters)?, &root, job_name, flags.storage_endpoint.as_deref()).await?;
+    let resolved = resolve(template, &pairs, flags)?;
     for (k, v) in &resolved.pipeline_options {
         eprintln!("note: pipeline option {k}={v} passed in --parameters: recorded; not applied by a local run");
     }

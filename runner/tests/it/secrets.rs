@@ -95,3 +95,48 @@ async fn sasl_plain_credentials_come_from_secret_manager_versions_and_bad_ones_e
     }
     assert_eq!(s.count(&table).await, (20, 20), "no bad run wrote anything");
 }
+
+/// Put `data` at `gs://<bucket>/<prefix>/<name>` on the stack's Cloud Storage; its path.
+async fn put_object(prefix: &str, name: &str, data: Vec<u8>) -> String {
+    let dir = format!("gs://{}/{prefix}/", env("FLEXRUN_GCS_BUCKET"));
+    let store = flexrun::store::Store::open(&flexrun::store::Location::parse(&dir).unwrap(), None).await.unwrap();
+    store.put(name, data).await.unwrap();
+    format!("{dir}{name}")
+}
+
+/// Issue 65's first "done when", on the local stack: a SASL_PLAIN job whose user and
+/// password are Secret Manager versions, whose truststore and UDF are `gs://` objects
+/// (fetched at start). A `gs://` object that does not exist stops the start with exit 2
+/// naming its parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_gcs_truststore_and_a_gcs_udf_run_as_googles_command_gives_them() {
+    let s = stack();
+    let topic = unique("sm_gcs");
+    flexrun::kafka::create_topic(&s.kafka, &topic, 1).await.unwrap();
+    flexrun::local::produce(&s.kafka, &topic, 1, 0, 20, None, 100).await.unwrap();
+    let table = TableRef { project: PROJECT.into(), dataset: "it".into(), table: topic.clone() };
+    let c = rest::client(&s.bq).await.unwrap();
+    answer("table", rest::ensure_table(&c, &s.bq, &table, &flexrun::local::demo_schema())).await.unwrap();
+    let user = add_secret(&format!("projects/{PROJECT}/secrets/{topic}_u"), &env("FLEXRUN_KAFKA_SASL_USER")).await;
+    let pw = add_secret(&format!("projects/{PROJECT}/secrets/{topic}_p"), &env("FLEXRUN_KAFKA_SASL_PASSWORD")).await;
+    let ca_pem = std::fs::read(format!("{}/ca.pem", env("FLEXRUN_KAFKA_TLS_DIR"))).unwrap();
+    let ca = put_object(&topic, "ca.pem", ca_pem).await;
+    let udf = "function t(inJson) { var o = JSON.parse(inJson); o.message = 'from gcs'; return JSON.stringify(o); }";
+    let js = put_object(&topic, "t.js", udf.as_bytes().to_vec()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path());
+    let params = |ca: &str| {
+        format!("readBootstrapServerAndTopic={};{topic},messageFormat=JSON,outputTableSpec={table},kafkaReadOffset=earliest,kafkaReadAuthenticationMode=SASL_PLAIN,kafkaReadUsernameSecretId={user},kafkaReadPasswordSecretId={pw},kafkaReadTruststoreLocation={ca},javascriptTextTransformGcsPath={js},javascriptTextTransformFunctionName=t", env("FLEXRUN_KAFKA_SASL_SSL"))
+    };
+    let ck = tempfile::tempdir().unwrap();
+    let run =
+        |p: String| job_cmd("smgcs", ck.path(), &p, "1s", &[]).env("GOOGLE_APPLICATION_CREDENTIALS", &key).bounded();
+    let o = run(params(&ca));
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = s.rows(&format!("SELECT message FROM `{}.{}.{}`", table.project, table.dataset, table.table)).await;
+    assert_eq!(rows.len(), 20);
+    assert!(rows.iter().all(|r| r[0].as_deref() == Some("from gcs")), "the UDF from gs:// ran: {rows:?}");
+    let o = run(params(&format!("{ca}.missing")));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("kafkaReadTruststoreLocation"), "{}", text(&o));
+}
