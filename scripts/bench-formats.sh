@@ -16,7 +16,7 @@ N=${1:-100000}
 ROUNDS=${2:-5}
 bash scripts/build-deps.sh
 cargo build --release --example format_cost >&2
-target/release/examples/format_cost "$N" "$ROUNDS" | python3 -c '
+"${CARGO_TARGET_DIR:-target}"/release/examples/format_cost "$N" "$ROUNDS" | python3 -c '
 import sys, statistics
 runs = {}
 for line in sys.stdin:
