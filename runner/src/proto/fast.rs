@@ -25,6 +25,9 @@ use crate::bigquery::proto::{put_bytes, put_double, put_varint};
 use crate::bigquery::schema::{ColumnType, Mode, Schema};
 use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor};
 
+/// The largest field number Protobuf allows (2^29 - 1).
+const MAX_FIELD_NUMBER: u32 = (1 << 29) - 1;
+
 /// How one field's value is read from the wire.
 #[derive(Debug, Clone)]
 enum Read {
@@ -151,6 +154,9 @@ impl Plan {
         while !bytes.is_empty() {
             let key = varint(&mut bytes)?;
             let (number, wire) = (u32::try_from(key >> 3).ok()?, (key & 7) as u8);
+            if number == 0 || number > MAX_FIELD_NUMBER {
+                return None; // not a valid field: the reference path names the error
+            }
             let Some(i) = self.position(number) else {
                 skip(wire, &mut bytes)?;
                 continue;
@@ -316,6 +322,9 @@ fn timestamp(mut m: &[u8]) -> Option<Val<'static>> {
     let (mut seconds, mut nanos) = (0i64, 0i32);
     while !m.is_empty() {
         let key = varint(&mut m)?;
+        if key >> 3 == 0 || key >> 3 > u64::from(MAX_FIELD_NUMBER) {
+            return None;
+        }
         match (key >> 3, key & 7) {
             (1, 0) => seconds = varint(&mut m)? as i64,
             (2, 0) => nanos = varint(&mut m)? as i32,
@@ -332,6 +341,9 @@ fn wrapper<'a>(inner: &Read, mut m: &'a [u8]) -> Option<Val<'a>> {
     let mut got = None;
     while !m.is_empty() {
         let key = varint(&mut m)?;
+        if key >> 3 == 0 || key >> 3 > u64::from(MAX_FIELD_NUMBER) {
+            return None;
+        }
         match key >> 3 {
             1 => got = Some(value(inner, (key & 7) as u8, &mut m)?),
             _ => skip((key & 7) as u8, &mut m)?,

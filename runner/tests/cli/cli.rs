@@ -165,7 +165,7 @@ fn generator_parameters_are_checked_before_anything_runs() {
     std::fs::write(&bad, "{\n  \"a\": \"{{alphaNumerc(3)}}\"\n}").unwrap();
     let cases: Vec<(String, &str)> = vec![
         ("schemaLocation=x.json,sinkType=STDOUT".into(), "missing required parameter qps"),
-        ("qps=10,schemaLocation=gs://bucket/s.json,sinkType=STDOUT".to_string(), "Cloud Storage is not reachable"),
+        ("qps=10,schemaLocation=gs://bucket/s.json,sinkType=STDOUT".into(), "cannot read it from Cloud Storage"),
         (
             format!("qps=10,schemaLocation={},sinkType=PUBSUB", good.display()),
             "sinkType=PUBSUB is Google's but not reachable",
