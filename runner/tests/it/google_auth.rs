@@ -65,24 +65,9 @@ fn read_request(conn: &mut std::net::TcpStream) {
     }
 }
 
-/// A service account key file (a fresh RSA key) whose token_uri is `endpoint`.
+/// A service account key file whose token_uri is `endpoint`.
 fn key_file(dir: &std::path::Path, endpoint: &TokenEndpoint) -> std::path::PathBuf {
-    let pem = dir.join("key.pem");
-    let ok = std::process::Command::new("openssl")
-        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
-        .arg(&pem)
-        .status()
-        .unwrap();
-    assert!(ok.success(), "openssl genpkey");
-    let key = serde_json::json!({
-        "type": "service_account", "project_id": PROJECT, "private_key_id": "1",
-        "private_key": std::fs::read_to_string(&pem).unwrap(),
-        "client_email": "flexrun-test@flexrun-local.iam.gserviceaccount.com", "client_id": "1",
-        "token_uri": endpoint.url,
-    });
-    let path = dir.join("adc.json");
-    std::fs::write(&path, key.to_string()).unwrap();
-    path
+    adc_key_file(dir, &endpoint.url)
 }
 
 fn env(k: &str) -> String {

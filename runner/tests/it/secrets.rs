@@ -33,22 +33,7 @@ async fn fault(body: serde_json::Value) {
 
 /// A service account key whose token endpoint is the stack's.
 fn key_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let pem = dir.join("key.pem");
-    let ok = std::process::Command::new("openssl")
-        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
-        .arg(&pem)
-        .status()
-        .unwrap();
-    assert!(ok.success(), "openssl genpkey");
-    let key = serde_json::json!({
-        "type": "service_account", "project_id": PROJECT, "private_key_id": "1",
-        "private_key": std::fs::read_to_string(&pem).unwrap(),
-        "client_email": "flexrun-test@flexrun-local.iam.gserviceaccount.com", "client_id": "1",
-        "token_uri": env("FLEXRUN_TOKEN_ENDPOINT"),
-    });
-    let path = dir.join("adc.json");
-    std::fs::write(&path, key.to_string()).unwrap();
-    path
+    adc_key_file(dir, &env("FLEXRUN_TOKEN_ENDPOINT"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

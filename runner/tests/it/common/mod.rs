@@ -439,3 +439,24 @@ pub fn wait_for_point(
     }
     (serde_json::Value::Null, serde_json::Value::Null)
 }
+
+/// A service account key file (a fresh RSA key) in `dir` whose `token_uri` is
+/// `token_uri`: application default credentials for tests (`GOOGLE_APPLICATION_CREDENTIALS`).
+pub fn adc_key_file(dir: &std::path::Path, token_uri: &str) -> std::path::PathBuf {
+    let pem = dir.join("key.pem");
+    let ok = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
+        .arg(&pem)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "openssl genpkey");
+    let key = serde_json::json!({
+        "type": "service_account", "project_id": PROJECT, "private_key_id": "1",
+        "private_key": std::fs::read_to_string(&pem).unwrap(),
+        "client_email": "flexrun-test@flexrun-local.iam.gserviceaccount.com", "client_id": "1",
+        "token_uri": token_uri,
+    });
+    let path = dir.join("adc.json");
+    std::fs::write(&path, key.to_string()).unwrap();
+    path
+}
