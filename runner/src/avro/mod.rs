@@ -112,7 +112,7 @@ pub fn schema_file_param(
 ) -> String {
     let v = p.get(name).unwrap_or_default().to_string();
     if v.starts_with("gs://") {
-        errs.push(format!("{name}={v}: Cloud Storage is not reachable from here; give a local .avsc file path"));
+        errs.push(format!("{name}={v}: this command does not fetch gs:// files (a job run does, at start); give a local .avsc file path"));
     } else if !v.is_empty() {
         match std::fs::read_to_string(&v) {
             Err(e) => errs.push(format!("{name}={v}: cannot read the schema file: {e}")),

@@ -95,7 +95,7 @@ impl GeneratorConfig {
         let (schema, schema_path) = match (Gen(p).schema_location(), Gen(p).schema_template()) {
             (Some(loc), _) if loc.starts_with("gs://") => {
                 errs.push(format!(
-                    "schemaLocation={loc}: Cloud Storage is not reachable from here; give a local file path"
+                    "schemaLocation={loc}: this command does not fetch gs:// files (a job run does, at start); give a local file path"
                 ));
                 (String::new(), loc.to_string())
             }

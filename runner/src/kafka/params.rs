@@ -84,9 +84,10 @@ fn auth_of(p: Src<'_>, mode: Mode) -> Result<Auth, String> {
     }
 }
 
-/// A secret parameter the mode needs, resolved (`env:VAR`, `file:PATH` or the value).
+/// A secret parameter the mode needs, resolved (a Secret Manager version, `env:VAR`,
+/// `file:PATH` or the value).
 fn secret(name: SrcName, value: Option<&str>, mode: Mode) -> Result<String, String> {
     let name = name.as_str();
-    let v = value.ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (the value, env:VAR or file:PATH); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
+    let v = value.ok_or_else(|| format!("kafkaReadAuthenticationMode={mode} needs {name} (a Secret Manager version projects/P/secrets/S/versions/V, env:VAR, file:PATH or the value); for a broker without authentication set kafkaReadAuthenticationMode=NONE"))?;
     resolve_secret(name, v).map_err(|e| e.to_string())
 }

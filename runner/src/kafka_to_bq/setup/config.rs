@@ -175,7 +175,7 @@ fn load_udf(p: &ResolvedParams, avro: bool, errs: &mut Problems) -> Option<Arc<U
     }
     if path.starts_with("gs://") {
         errs.push(format!(
-            "javascriptTextTransformGcsPath={path}: Cloud Storage is not reachable from here; give a local .js file"
+            "javascriptTextTransformGcsPath={path}: this command does not fetch gs:// files (a job run does, at start); give a local .js file"
         ));
         return None;
     }

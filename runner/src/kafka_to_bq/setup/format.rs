@@ -150,7 +150,7 @@ fn proto_file(p: &ResolvedParams, errs: &mut Problems) -> (InputFormat, Option<D
         errs.push("messageFormat=PROTO needs protoSchemaPath (a descriptor set: protoc --include_imports --descriptor_set_out=schema.pb) and fullMessageName (package.Message)");
     } else if schema_path.starts_with("gs://") {
         errs.push(format!(
-            "protoSchemaPath={schema_path}: Cloud Storage is not reachable from here; give a local descriptor set file"
+            "protoSchemaPath={schema_path}: this command does not fetch gs:// files (a job run does, at start); give a local descriptor set file"
         ));
     } else if let Err(e) = crate::proto::ProtoDecoder::from_file(&schema_path, &message) {
         errs.push(format!("protoSchemaPath={schema_path}, fullMessageName={message}: {e}"));
