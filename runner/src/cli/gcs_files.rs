@@ -22,6 +22,7 @@ pub const FILE_PARAMS: &[&str] = &[
     "protoSchemaPath",
     "cdcKeySchemaPath",
     "schemaLocation",
+    "avroSchemaLocation",
     "kafkaReadTruststoreLocation",
     "kafkaReadKeystoreLocation",
     "kafkaReadSaslScramTruststoreLocation",
