@@ -21,7 +21,8 @@
 //! One file per subcommand ([`run`], [`jobs`], [`templates`], [`estimate`], [`export`], [`simulate`]
 //! and its [`sweep`],
 //! [`sizing`] for calibrate and capacity, [`web`], [`local`], [`dlq`]); [`flags`] holds the flags
-//! the run forms share and the value parsers; [`ui`] the progress bars and signals.
+//! the run forms share and the value parsers; [`ui`] the progress bars and signals;
+//! [`gcs_files`] fetches the `gs://` file parameters before a run or a replay reads them.
 //! [`dispatch`] maps a parsed command line to its subcommand.
 
 pub mod bill_flags;

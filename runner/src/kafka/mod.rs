@@ -25,6 +25,9 @@
 //! - [`lineage`]: which log a position belongs to (topic id, leader epochs), and the
 //!   check that a saved position is still in it.
 //! - [`history`]: one pass over a topic's stored messages (`flexrun local topic-rates`).
+//! - [`budget`]: `--memory-budget` shared out into per-partition prefetch and batch size.
+//! - [`secrets`]: Secret Manager versions (`…SecretId`), read with Google's credentials and
+//!   their CRC32C checked; [`resolve_secret`] takes them beside `env:` and `file:`.
 //!
 //! Partitions are assigned by flexrun (manual `assign`), not by the consumer group
 //! protocol: the job's checkpoint, not the group, is the source of truth for where
